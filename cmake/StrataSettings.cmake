@@ -1,0 +1,27 @@
+# One place for the flags every strata target gets (C++ and CUDA alike).
+include_guard(GLOBAL)
+
+set(STRATA_CXX_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
+    -Wold-style-cast -Wcast-align -Wunused -Woverloaded-virtual
+    -Wno-missing-field-initializers)  # C++20 designated initializers leave members at their defaults on purpose
+
+## strata_target_settings(<target>)
+# C++20, the shared warning set (errors when STRATA_WERROR is ON), the same host
+# flags for CUDA sources through -Xcompiler.
+function(strata_target_settings target)
+  target_compile_features(${target} PUBLIC cxx_std_20)
+  set_target_properties(${target} PROPERTIES CXX_EXTENSIONS OFF)
+  set(host_flags ${STRATA_CXX_WARNINGS})
+  if(STRATA_WERROR)
+    list(APPEND host_flags -Werror)
+  endif()
+  target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CXX>:${host_flags}>)
+  if(STRATA_CUDA)
+    string(REPLACE ";" "," cuda_host_flags "-Wall,-Wextra")
+    set(cuda_flags -Xcompiler=${cuda_host_flags} --expt-relaxed-constexpr)
+    if(STRATA_WERROR)
+      list(APPEND cuda_flags -Werror=all-warnings)
+    endif()
+    target_compile_options(${target} PRIVATE $<$<COMPILE_LANGUAGE:CUDA>:${cuda_flags}>)
+  endif()
+endfunction()

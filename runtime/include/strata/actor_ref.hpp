@@ -1,0 +1,127 @@
+#pragma once
+/// \file
+/// Actor handles: `actor_ref` (untyped) and `typed_actor<protocol<...>>` (checked at compile time).
+
+#include <atomic>
+#include <compare>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <type_traits>
+#include <utility>
+
+namespace strata {
+
+namespace detail {
+/// The reference-counted head of an actor's control block; the rest is private to the runtime.
+struct cell_base {
+  std::atomic<std::uint32_t> refs{1};
+  std::uint64_t id = 0;
+};
+/// Frees a control block whose last reference went away (runtime-internal).
+void destroy_cell(cell_base* cell) noexcept;
+inline void retain(cell_base* cell) noexcept { cell->refs.fetch_add(1, std::memory_order_relaxed); }
+inline void release(cell_base* cell) noexcept {
+  if (cell->refs.fetch_sub(1, std::memory_order_acq_rel) == 1) destroy_cell(cell);
+}
+}  // namespace detail
+
+/// A handle to an actor: a cheap value (one pointer, reference counted) that stays valid after
+/// the actor terminates (messages to a terminated actor are counted as undeliverable, never lost
+/// silently). Handles identify actors by id and do not assume the actor lives in this process'
+/// address space beyond what the runtime resolves.
+///
+/// Thread-safety: a handle may be copied and used from any thread.
+class actor_ref {
+public:
+  actor_ref() noexcept = default;
+  actor_ref(const actor_ref& other) noexcept : cell_(other.cell_) {
+    if (cell_) detail::retain(cell_);
+  }
+  actor_ref(actor_ref&& other) noexcept : cell_(std::exchange(other.cell_, nullptr)) {}
+  actor_ref& operator=(const actor_ref& other) noexcept {
+    actor_ref copy(other);
+    swap(copy);
+    return *this;
+  }
+  actor_ref& operator=(actor_ref&& other) noexcept {
+    actor_ref moved(std::move(other));
+    swap(moved);
+    return *this;
+  }
+  ~actor_ref() {
+    if (cell_) detail::release(cell_);
+  }
+
+  /// Adds a reference to `cell` (runtime-internal).
+  static actor_ref from_cell(detail::cell_base* cell) noexcept {
+    if (cell) detail::retain(cell);
+    return actor_ref(cell);
+  }
+  /// Takes over an existing reference to `cell` (runtime-internal).
+  static actor_ref adopt(detail::cell_base* cell) noexcept { return actor_ref(cell); }
+
+  void swap(actor_ref& other) noexcept { std::swap(cell_, other.cell_); }
+  explicit operator bool() const noexcept { return cell_ != nullptr; }
+  /// Unique id of the actor within its system (0 for an empty handle).
+  std::uint64_t id() const noexcept { return cell_ ? cell_->id : 0; }
+  detail::cell_base* cell() const noexcept { return cell_; }
+
+  friend bool operator==(const actor_ref& a, const actor_ref& b) noexcept { return a.cell_ == b.cell_; }
+  friend std::strong_ordering operator<=>(const actor_ref& a, const actor_ref& b) noexcept {
+    return a.id() <=> b.id();
+  }
+
+private:
+  explicit actor_ref(detail::cell_base* cell) noexcept : cell_(cell) {}
+  detail::cell_base* cell_ = nullptr;
+};
+
+/// The list of message types an actor handles, for typed handles:
+/// `using protocol = strata::protocol<ping, stop_work>;` inside the actor class.
+template <class... Messages>
+struct protocol {
+  template <class T>
+  static constexpr bool handles = (std::is_same_v<std::remove_cvref_t<T>, Messages> || ...);
+};
+
+template <class Protocol>
+class typed_actor;
+
+/// A handle that knows its actor's protocol: sending a type outside the protocol through it does
+/// not compile. Converts implicitly to `actor_ref` for monitoring, linking and comparisons.
+template <class... Messages>
+class typed_actor<protocol<Messages...>> {
+public:
+  using protocol_type = protocol<Messages...>;
+  typed_actor() = default;
+  explicit typed_actor(actor_ref ref) noexcept : ref_(std::move(ref)) {}
+
+  template <class T>
+  static constexpr bool handles = protocol_type::template handles<T>;
+
+  const actor_ref& ref() const noexcept { return ref_; }
+  operator const actor_ref&() const noexcept { return ref_; }  // NOLINT: intentional conversion
+  explicit operator bool() const noexcept { return static_cast<bool>(ref_); }
+  std::uint64_t id() const noexcept { return ref_.id(); }
+  friend bool operator==(const typed_actor& a, const typed_actor& b) noexcept { return a.ref_ == b.ref_; }
+
+private:
+  actor_ref ref_;
+};
+
+namespace detail {
+template <class T>
+struct is_typed_actor : std::false_type {};
+template <class P>
+struct is_typed_actor<typed_actor<P>> : std::true_type {};
+}  // namespace detail
+
+}  // namespace strata
+
+template <>
+struct std::hash<strata::actor_ref> {
+  std::size_t operator()(const strata::actor_ref& ref) const noexcept {
+    return std::hash<std::uint64_t>{}(ref.id());
+  }
+};

@@ -1,0 +1,286 @@
+#pragma once
+/// \file
+/// `actor_system`: threads, spawning, sending from outside actors, shutdown.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <memory>
+#include <string>
+#include <type_traits>
+#include <utility>
+
+#include "strata/actor.hpp"
+#include "strata/actor_ref.hpp"
+#include "strata/error.hpp"
+
+namespace strata {
+
+/// Settings of an actor system. Every field has a working default.
+struct system_config {
+  /// Scheduler threads; 0 means one per hardware thread.
+  std::size_t worker_threads = 0;
+  /// Messages an actor handles per turn before yielding its thread to other actors.
+  std::size_t throughput = 128;
+  /// Trace file to record into; empty means: the STRATA_TRACE environment variable if set,
+  /// else no tracing.
+  std::string trace_file;
+  /// Upper bound on recorded events (0: unbounded); events past it are counted as dropped.
+  std::size_t trace_event_limit = 0;
+  /// How long `shutdown(shutdown_mode::drain)` waits for mailboxes to empty.
+  std::chrono::milliseconds drain_timeout{10'000};
+};
+
+/// How one actor is placed and fed.
+struct spawn_options {
+  std::string name;                    ///< For traces and error texts (default: "actor-<id>").
+  bool dedicated_thread = false;       ///< Run on a thread of its own (e.g. a GPU owner keeps its CUDA context there).
+  std::size_t mailbox_capacity = 0;    ///< 0: unbounded; else at most this many queued messages.
+  overflow_policy overflow = overflow_policy::fail;
+};
+
+/// What shutdown does with messages still queued.
+enum class shutdown_mode : std::uint8_t {
+  drain,    ///< Let actors handle what is queued (timers not yet due are cancelled), then stop them.
+  discard,  ///< Stop actors now; queued messages are discarded and counted.
+};
+
+/// Counts since the system started.
+struct system_stats {
+  std::size_t live_actors = 0;
+  std::uint64_t spawned = 0;
+  std::uint64_t terminated = 0;
+  std::uint64_t failed = 0;             ///< Terminations by an exception or a linked failure.
+  std::uint64_t restarts = 0;           ///< Supervisor restarts.
+  std::uint64_t undeliverable = 0;      ///< Sent to a terminated actor or an empty handle.
+  std::uint64_t unhandled = 0;          ///< No handler for the message type.
+  std::uint64_t mailbox_full = 0;       ///< Refused by a bounded mailbox (policy fail).
+  std::uint64_t dropped = 0;            ///< Dropped by a bounded mailbox (policy drop).
+  std::uint64_t discarded = 0;          ///< Still queued when their actor terminated.
+  std::uint64_t late_responses = 0;     ///< Responses that arrived after their request timed out.
+};
+
+/// What `shutdown` did.
+struct shutdown_report {
+  shutdown_mode mode = shutdown_mode::drain;
+  std::size_t actors_stopped = 0;       ///< Actors still alive when shutdown began.
+  std::uint64_t messages_discarded = 0; ///< Queued messages dropped by the stop.
+  std::uint64_t timers_cancelled = 0;
+  bool drain_timed_out = false;
+  system_stats stats;                   ///< Final counts.
+  std::string trace_file;               ///< Written trace, if tracing was on.
+  std::size_t trace_events = 0;
+  std::size_t trace_events_dropped = 0;
+  std::string trace_error;              ///< Why the trace could not be written, if it could not.
+};
+
+/// Restart limits of a one-for-one supervisor.
+struct restart_policy {
+  std::size_t max_restarts = 3;                  ///< Restarts allowed per child ...
+  std::chrono::milliseconds within{5'000};       ///< ... within this sliding window.
+};
+
+namespace detail {
+template <class T>
+concept has_protocol = requires { typename T::protocol; };
+template <class T>
+struct spawn_result {
+  using type = actor_ref;
+};
+template <has_protocol T>
+struct spawn_result<T> {
+  using type = typed_actor<typename T::protocol>;
+};
+}  // namespace detail
+
+/// The runtime: a fixed pool of scheduler threads, a timer thread, and the actors.
+///
+/// Thread-safety: every member may be called from any thread, except that `shutdown` and the
+/// destructor must not be called from inside an actor.
+///
+/// Example:
+/// \code
+///   strata::actor_system sys;                       // one worker per hardware thread
+///   auto counter = sys.spawn<counter_actor>();       // class-based
+///   auto echo = sys.spawn([](strata::actor&) -> strata::behavior {
+///     return {[](const std::string& s) { return s; }};
+///   });                                              // function-based
+///   auto reply = sys.request<std::string>(echo, 1s, std::string("hi")).get();
+///   sys.shutdown();
+/// \endcode
+class actor_system {
+public:
+  explicit actor_system(system_config config = {});
+  /// Shuts down (drain mode) if `shutdown` was not called.
+  ~actor_system();
+  actor_system(const actor_system&) = delete;
+  actor_system& operator=(const actor_system&) = delete;
+
+  const system_config& config() const noexcept;
+  std::size_t worker_count() const noexcept;
+
+  /// Spawns a class-based actor `T` constructed from `args`. Returns a typed handle when `T`
+  /// declares `using protocol = strata::protocol<...>`, else an `actor_ref`.
+  template <class T, class... Args>
+    requires std::derived_from<T, actor>
+  typename detail::spawn_result<T>::type spawn(Args&&... args) {
+    return spawn_with<T>(spawn_options{}, std::forward<Args>(args)...);
+  }
+  template <class T, class... Args>
+    requires std::derived_from<T, actor>
+  typename detail::spawn_result<T>::type spawn_with(spawn_options options, Args&&... args) {
+    auto ref = spawn_instance(std::make_unique<T>(std::forward<Args>(args)...), std::move(options), {}, {});
+    return typename detail::spawn_result<T>::type(std::move(ref));
+  }
+  /// Spawns a function-based actor: `fn(actor& self, args...)` returns its behavior.
+  template <class F, class... Args>
+    requires std::is_invocable_r_v<behavior, F&, actor&, Args&...>
+  actor_ref spawn(F fn, Args... args) {
+    return spawn_fn_with(spawn_options{}, std::move(fn), std::move(args)...);
+  }
+  template <class F, class... Args>
+    requires std::is_invocable_r_v<behavior, F&, actor&, Args&...>
+  actor_ref spawn_fn_with(spawn_options options, F fn, Args... args) {
+    auto init = [fn = std::move(fn), ... args = std::move(args)](actor& self) mutable { return fn(self, args...); };
+    return spawn_instance(std::make_unique<function_actor>(std::move(init)), std::move(options), {}, {});
+  }
+
+  /// Spawns a one-for-one supervisor: it restarts a failed child (a fresh instance behind the
+  /// same handle, keeping the child's queued messages) until a child exceeds the policy's limit;
+  /// then the supervisor stops that child and fails itself with `errc::restart_limit`. Stopping
+  /// the supervisor stops its children.
+  actor_ref spawn_supervisor(restart_policy policy = {}, spawn_options options = {});
+  /// Spawns `T(args...)` supervised by `supervisor`; the arguments are kept to build restarts.
+  template <class T, class... Args>
+    requires std::derived_from<T, actor>
+  typename detail::spawn_result<T>::type spawn_child(const actor_ref& supervisor, spawn_options options,
+                                                     Args... args) {
+    std::function<std::unique_ptr<actor>()> factory = [args...]() { return std::make_unique<T>(args...); };
+    auto first = factory();
+    auto ref = spawn_instance(std::move(first), std::move(options), supervisor, std::move(factory));
+    return typename detail::spawn_result<T>::type(std::move(ref));
+  }
+
+  /// Sends `msg` to `to` from outside any actor (anonymous sender).
+  template <class T>
+  expected<void> send(const actor_ref& to, T&& msg) {
+    return detail::deliver(to.cell(), make_envelope(std::forward<T>(msg), false));
+  }
+  template <class P, class T>
+  expected<void> send(const typed_actor<P>& to, T&& msg) {
+    static_assert(P::template handles<T>, "the receiver's protocol does not handle this message type");
+    return send(to.ref(), std::forward<T>(msg));
+  }
+  template <class T>
+  expected<void> send_urgent(const actor_ref& to, T&& msg) {
+    return detail::deliver(to.cell(), make_envelope(std::forward<T>(msg), true));
+  }
+
+  /// Requests from outside any actor: the future holds the response or the error (timeout,
+  /// failed reply, undeliverable). Never blocks a scheduler thread; do not wait on the future
+  /// inside an actor.
+  template <class R, class T>
+  std::future<expected<std::conditional_t<std::is_void_v<R>, unit_t, R>>> request(
+      const actor_ref& to, std::chrono::nanoseconds timeout, T msg);
+  template <class R, class P, class T>
+  auto request(const typed_actor<P>& to, std::chrono::nanoseconds timeout, T msg) {
+    static_assert(P::template handles<T>, "the receiver's protocol does not handle this message type");
+    return request<R>(to.ref(), timeout, std::move(msg));
+  }
+
+  /// Delivers `msg` to `to` after `delay`; cancellable.
+  template <class T>
+  timer_handle delayed_send(const actor_ref& to, std::chrono::nanoseconds delay, T msg) {
+    return timer_handle(detail::schedule_timer(impl_.get(), delay, std::chrono::nanoseconds{0},
+                                               make_timer_fire(to, std::move(msg))));
+  }
+  template <class T>
+  timer_handle periodic_send(const actor_ref& to, std::chrono::nanoseconds period, T msg) {
+    return timer_handle(detail::schedule_timer(impl_.get(), period, period, make_timer_fire(to, std::move(msg))));
+  }
+
+  /// Stops `target` (reason `stopped` unless given): it handles no further message.
+  void stop(const actor_ref& target, error reason = error(errc::stopped, "the actor was stopped"));
+
+  /// Blocks until every actor has terminated.
+  void await_all();
+  /// Blocks until every actor has terminated or `timeout` passed; true if all terminated.
+  bool await_all_for(std::chrono::nanoseconds timeout);
+
+  /// Stops the system: handles or discards what is queued (see `shutdown_mode`), stops every
+  /// actor, joins the threads, writes the trace. Idempotent: later calls return the first report.
+  shutdown_report shutdown(shutdown_mode mode = shutdown_mode::drain);
+
+  system_stats stats() const;
+
+private:
+  friend struct detail::system_impl;
+  actor_ref spawn_instance(std::unique_ptr<actor> instance, spawn_options options, const actor_ref& supervisor,
+                           std::function<std::unique_ptr<actor>()> factory);
+
+  template <class T>
+  detail::envelope* make_envelope(T&& msg, bool urgent) {
+    auto* e = new detail::typed_envelope<std::decay_t<T>>(std::forward<T>(msg));
+    e->msg_id = detail::next_message_id();
+    e->urgent = urgent;
+    return e;
+  }
+  template <class T>
+  std::function<void()> make_timer_fire(const actor_ref& to, T msg) {
+    return [to, msg = std::move(msg)]() {
+      auto* e = new detail::typed_envelope<T>(msg);
+      e->msg_id = detail::next_message_id();
+      (void)detail::deliver(to.cell(), e);
+    };
+  }
+
+  std::unique_ptr<detail::system_impl> impl_;
+};
+
+// ---- template definitions -------------------------------------------------------------------
+
+namespace detail {
+/// One-shot actor that makes a request on behalf of non-actor code and fulfils a promise.
+template <class Response, class T>
+class request_proxy final : public actor {
+public:
+  request_proxy(actor_ref target, std::chrono::nanoseconds timeout, T msg,
+                std::shared_ptr<std::promise<expected<Response>>> promise)
+      : target_(std::move(target)), timeout_(timeout), msg_(std::move(msg)), promise_(std::move(promise)) {}
+  behavior make_behavior() override {
+    auto promise = promise_;
+    this->request<Response>(target_, timeout_, std::move(msg_))
+        .then(
+            [this, promise](Response& r) {
+              promise->set_value(expected<Response>(std::move(r)));
+              quit();
+            },
+            [this, promise](const error& e) {
+              promise->set_value(expected<Response>(e));
+              quit();
+            });
+    return {[](const unit_t&) {}};
+  }
+
+private:
+  actor_ref target_;
+  std::chrono::nanoseconds timeout_;
+  T msg_;
+  std::shared_ptr<std::promise<expected<Response>>> promise_;
+};
+}  // namespace detail
+
+template <class R, class T>
+std::future<expected<std::conditional_t<std::is_void_v<R>, unit_t, R>>> actor_system::request(
+    const actor_ref& to, std::chrono::nanoseconds timeout, T msg) {
+  using response = std::conditional_t<std::is_void_v<R>, unit_t, R>;
+  auto promise = std::make_shared<std::promise<expected<response>>>();
+  auto future = promise->get_future();
+  spawn_instance(std::make_unique<detail::request_proxy<response, T>>(to, timeout, std::move(msg), promise),
+                 spawn_options{.name = "request-proxy"}, {}, {});
+  return future;
+}
+
+}  // namespace strata

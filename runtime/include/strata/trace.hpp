@@ -1,0 +1,100 @@
+#pragma once
+/// \file
+/// Trace recording: fixed-size binary events into per-thread buffers.
+///
+/// Recording is process-wide. When it is off, each record site costs one predictable branch
+/// (`trace::enabled()` reads one relaxed atomic); building with `-DSTRATA_TRACING=OFF` defines
+/// STRATA_TRACE_COMPILED_OUT and removes the record sites entirely. The file format is
+/// documented in docs/trace-format.md.
+
+#include <atomic>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+#include <string_view>
+
+namespace strata::trace {
+
+/// What an event records. Values are part of the file format: never renumber.
+enum class event_kind : std::uint8_t {
+  spawn = 1,          ///< actor=new actor, peer=parent (0 if none), arg=string id of its name
+  exit = 2,           ///< actor, arg=errc of the reason, msg=string id of the reason text
+  send = 3,           ///< actor=sender (0 outside actors), peer=receiver, msg, type
+  enqueue = 4,        ///< actor=receiver, peer=sender, msg, type, arg=1 if it woke the actor
+  handler_begin = 5,  ///< actor, peer=sender, msg, type
+  handler_end = 6,    ///< actor, msg, type, flags bit0 = handler threw
+  drop = 7,           ///< actor=intended receiver, peer=sender, msg, type, arg=errc why
+  unhandled = 8,      ///< actor, peer=sender, msg, type
+  timer_fire = 9,     ///< actor=receiver, msg, type
+  device_begin = 10,  ///< actor=device id, peer=stream id, msg=work id, arg=string id of the work name
+  device_end = 11,    ///< same keys as device_begin
+  tag = 12,           ///< actor, arg=user value, msg=string id of the tag name
+};
+
+/// One event, 40 bytes on disk and in memory (little-endian, no padding).
+struct record {
+  std::uint64_t ts_ns;   ///< Nanoseconds since the trace started (steady clock).
+  std::uint64_t actor;
+  std::uint64_t peer;
+  std::uint64_t msg;
+  std::uint32_t arg32;   ///< Small argument (see event_kind).
+  std::uint16_t type;    ///< Message type id or string id (see event_kind).
+  std::uint8_t kind;     ///< event_kind
+  std::uint8_t thread;   ///< Recording thread's index (wraps at 256).
+};
+static_assert(sizeof(record) == 40);
+
+namespace detail {
+extern std::atomic<bool> enabled_flag;
+void emit_slow(event_kind kind, std::uint64_t actor, std::uint64_t peer, std::uint64_t msg,
+               std::uint32_t type, std::uint32_t arg) noexcept;
+}  // namespace detail
+
+/// True while recording; one relaxed load.
+inline bool enabled() noexcept {
+#ifdef STRATA_TRACE_COMPILED_OUT
+  return false;
+#else
+  return detail::enabled_flag.load(std::memory_order_relaxed);
+#endif
+}
+
+/// Records one event when recording is on. Lock-free; safe from any thread.
+inline void emit(event_kind kind, std::uint64_t actor, std::uint64_t peer, std::uint64_t msg,
+                 std::uint32_t type, std::uint32_t arg = 0) noexcept {
+#ifndef STRATA_TRACE_COMPILED_OUT
+  if (enabled()) [[unlikely]]
+    detail::emit_slow(kind, actor, peer, msg, type, arg);
+#else
+  (void)kind, (void)actor, (void)peer, (void)msg, (void)type, (void)arg;
+#endif
+}
+
+/// Interns a string (actor name, work name, reason) and returns its id for `record` fields.
+/// Thread-safe; takes a lock, so keep it off hot paths (intern once, reuse the id).
+std::uint32_t intern(std::string_view text);
+
+/// Options for one recording session.
+struct options {
+  std::string file;              ///< Where `stop()` writes the trace.
+  std::size_t event_limit = 0;   ///< 0: unbounded; otherwise events past the limit are dropped and counted.
+};
+
+/// Starts recording (returns false, doing nothing, if a session is already active or tracing
+/// is compiled out).
+bool start(const options& opts);
+/// What `stop()` wrote.
+struct summary {
+  std::string file;
+  std::size_t events = 0;
+  std::size_t dropped = 0;  ///< Events lost to the event limit.
+  bool written = false;
+  std::string error;        ///< Non-empty when the file could not be written.
+};
+/// Stops recording and writes the file. Call only when no thread records any more (the actor
+/// system calls it after joining its threads). Returns what was written.
+summary stop();
+/// True when a session is active (started and not yet stopped).
+bool active() noexcept;
+
+}  // namespace strata::trace

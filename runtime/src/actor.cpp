@@ -1,0 +1,593 @@
+#include "strata/actor.hpp"
+
+#include <tbb/scalable_allocator.h>
+
+#include <chrono>
+#include <new>
+#include <string>
+
+#include "cell.hpp"
+#include "supervisor_msgs.hpp"
+#include "system_impl.hpp"
+#include "strata/trace.hpp"
+
+namespace strata {
+
+using detail::actor_cell;
+using detail::envelope;
+using detail::message_kind;
+using trace::event_kind;
+
+// ---- envelopes ----------------------------------------------------------------------------------
+
+void* detail::envelope::operator new(std::size_t size) {
+  void* p = scalable_malloc(size);
+  if (p == nullptr) throw std::bad_alloc();
+  return p;
+}
+
+void detail::envelope::operator delete(void* ptr) noexcept { scalable_free(ptr); }
+
+std::uint64_t detail::next_message_id() noexcept {
+  static std::atomic<std::uint64_t> next_thread{1};
+  thread_local std::uint64_t base = next_thread.fetch_add(1, std::memory_order_relaxed) << 40;
+  thread_local std::uint64_t counter = 0;
+  return base | ++counter;
+}
+
+namespace {
+
+thread_local actor_cell* tls_current = nullptr;
+
+std::string describe(const actor_cell* c) {
+  return "'" + c->name + "' (id " + std::to_string(c->id) + ")";
+}
+
+/// Answers a request that will not be handled with `err`; deletes `e`.
+void bounce(envelope* e, error err) noexcept {
+  if (e->kind == message_kind::user && e->request_id != 0 && e->sender) {
+    try {
+      auto* reply = new detail::typed_envelope<error>(std::move(err));
+      reply->kind = message_kind::error_response;
+      reply->request_id = e->request_id;
+      reply->msg_id = detail::next_message_id();
+      reply->urgent = true;
+      (void)detail::deliver(e->sender.cell(), reply);
+    } catch (...) {
+      // Out of memory: the requester's timeout still answers it.
+    }
+  }
+  delete e;
+}
+
+}  // namespace
+
+// ---- delivery -----------------------------------------------------------------------------------
+
+expected<void> detail::deliver(cell_base* target, envelope* e) noexcept {
+  const std::uint64_t sender_id = e->sender.id();
+  const std::uint64_t msg_id = e->msg_id;
+  const std::uint32_t type_id = e->type ? e->type->id : 0;
+  if (target == nullptr) {
+    error err(errc::invalid_argument, "message sent to an empty actor handle");
+    trace::emit(event_kind::drop, 0, sender_id, msg_id, type_id, static_cast<std::uint32_t>(err.code()));
+    bounce(e, err);
+    return err;
+  }
+  actor_cell* c = as_cell(target);
+  trace::emit(event_kind::send, sender_id, c->id, msg_id, type_id);
+  const bool counted = c->capacity != 0 && e->kind == message_kind::user;
+  if (counted) {
+    std::size_t q = c->queued.fetch_add(1, std::memory_order_relaxed) + 1;
+    if (q > c->capacity) {
+      c->queued.fetch_sub(1, std::memory_order_relaxed);
+      if (c->overflow == overflow_policy::drop) {
+        c->sys->dropped.fetch_add(1, std::memory_order_relaxed);
+        trace::emit(event_kind::drop, c->id, sender_id, msg_id, type_id, static_cast<std::uint32_t>(errc::mailbox_full));
+        delete e;
+        return {};
+      }
+      c->sys->mailbox_full.fetch_add(1, std::memory_order_relaxed);
+      error err(errc::mailbox_full, "the mailbox of actor " + describe(c) + " is full (capacity " +
+                                        std::to_string(c->capacity) + ")");
+      trace::emit(event_kind::drop, c->id, sender_id, msg_id, type_id, static_cast<std::uint32_t>(err.code()));
+      bounce(e, err);
+      return err;
+    }
+  }
+  switch (c->box.push(e)) {
+    case mailbox::push_result::queued:
+      trace::emit(event_kind::enqueue, c->id, sender_id, msg_id, type_id, 0);
+      return {};
+    case mailbox::push_result::queued_and_wake:
+      trace::emit(event_kind::enqueue, c->id, sender_id, msg_id, type_id, 1);
+      c->sys->schedule(c);
+      return {};
+    case mailbox::push_result::closed:
+      break;
+  }
+  if (counted) c->queued.fetch_sub(1, std::memory_order_relaxed);
+  c->sys->undeliverable.fetch_add(1, std::memory_order_relaxed);
+  trace::emit(event_kind::drop, c->id, sender_id, msg_id, type_id, static_cast<std::uint32_t>(errc::target_terminated));
+  error err(errc::target_terminated, "actor " + describe(c) + " has terminated");
+  bounce(e, err);
+  return err;
+}
+
+detail::system_impl* detail::system_of(cell_base* cell) noexcept { return as_cell(cell)->sys; }
+actor_system& detail::public_system(system_impl* sys) noexcept { return *sys->pub; }
+detail::actor_cell* detail::current_cell() noexcept { return tls_current; }
+
+void detail::destroy_cell(cell_base* cell) noexcept { delete as_cell(cell); }
+
+// ---- failure, termination, restart --------------------------------------------------------------
+
+namespace {
+
+void fail_actor(actor_cell* c, error reason) {
+  c->sys->failed.fetch_add(1, std::memory_order_relaxed);
+  if (c->supervisor) {
+    c->suspended = true;
+    auto* e = new detail::typed_envelope<detail::child_failed>(
+        detail::child_failed{actor_ref::from_cell(c), reason});
+    e->urgent = true;
+    e->msg_id = detail::next_message_id();
+    e->sender = actor_ref::from_cell(c);
+    if (detail::deliver(c->supervisor.cell(), e)) return;
+    c->suspended = false;  // no supervisor to decide: terminate
+  }
+  if (!c->quit_pending) {
+    c->quit_pending = true;
+    c->quit_reason = std::move(reason);
+  }
+}
+
+void handle_link_exit(actor_cell* c, const exit_msg& m) {
+  {
+    std::lock_guard lock(c->mu);
+    std::erase(c->links, m.source);
+  }
+}
+
+}  // namespace
+
+struct detail::actor_access {
+  static void dispatch(actor_cell* c, envelope* e);
+  static void cancel_pending(actor& a) noexcept {
+    for (auto& [id, entry] : a.pending_) cancel_timer(entry.timer);
+  }
+  static void attach(actor& a, actor_cell* c) noexcept {
+    a.cell_ = c;
+    a.sys_ = c->sys;
+  }
+  static void start(actor& a) { a.behavior_ = a.make_behavior(); }
+};
+
+void detail::attach_instance(actor_cell* c, std::unique_ptr<actor> instance) noexcept {
+  actor_access::attach(*instance, c);
+  c->instance = std::move(instance);
+}
+
+bool detail::start_instance(actor_cell* c, error& failure) noexcept {
+  actor_cell* outer = tls_current;
+  tls_current = c;
+  try {
+    actor_access::start(*c->instance);
+  } catch (const std::exception& ex) {
+    failure = error(errc::unhandled_exception, "actor " + describe(c) + " failed to start: " + ex.what());
+  } catch (...) {
+    failure = error(errc::unhandled_exception, "actor " + describe(c) + " failed to start");
+  }
+  tls_current = outer;
+  return !failure;
+}
+
+void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
+  actor& self = *c->instance;
+  const std::uint32_t type_id = e->type ? e->type->id : 0;
+  switch (e->kind) {
+    case message_kind::user: {
+      if (e->type == type_of<exit_msg>()) {
+        auto& m = *static_cast<exit_msg*>(e->payload());
+        handle_link_exit(c, m);
+        if (!c->trap_exit) {
+          if (!m.reason.is_normal() && !c->quit_pending) {
+            c->quit_pending = true;
+            c->quit_reason = error(errc::linked_exit, "linked actor " + std::to_string(m.source.id()) +
+                                                          " exited: " + m.reason.to_string());
+            c->sys->failed.fetch_add(1, std::memory_order_relaxed);
+          }
+          delete e;
+          return;
+        }
+      }
+      const behavior::handler* h = self.behavior_.find(e->type);
+      if (h == nullptr) {
+        c->sys->unhandled.fetch_add(1, std::memory_order_relaxed);
+        trace::emit(event_kind::unhandled, c->id, e->sender.id(), e->msg_id, type_id);
+        bounce(e, error(errc::unhandled_message, "actor " + describe(c) + " has no handler for message type " +
+                                                     (e->type ? e->type->name : std::string("?"))));
+        return;
+      }
+      trace::emit(event_kind::handler_begin, c->id, e->sender.id(), e->msg_id, type_id);
+      self.current_ = e;
+      bool threw = false;
+      try {
+        h->invoke(self, *e);
+      } catch (const std::exception& ex) {
+        threw = true;
+        error reason(errc::unhandled_exception, "actor " + describe(c) + " failed handling " +
+                                                    (e->type ? e->type->name : std::string("?")) + ": " + ex.what());
+        if (!self.promise_taken_) {
+          self.current_ = nullptr;
+          bounce(e, reason);
+          e = nullptr;
+        }
+        fail_actor(c, std::move(reason));
+      } catch (...) {
+        threw = true;
+        error reason(errc::unhandled_exception, "actor " + describe(c) + " failed handling " +
+                                                    (e->type ? e->type->name : std::string("?")) + ": unknown exception");
+        if (!self.promise_taken_) {
+          self.current_ = nullptr;
+          bounce(e, reason);
+          e = nullptr;
+        }
+        fail_actor(c, std::move(reason));
+      }
+      self.current_ = nullptr;
+      self.promise_taken_ = false;
+      trace::emit(event_kind::handler_end, c->id, 0, e ? e->msg_id : 0, type_id, threw ? 1u : 0u);
+      if (self.next_behavior_) {
+        self.behavior_ = std::move(*self.next_behavior_);
+        self.next_behavior_.reset();
+      }
+      delete e;
+      return;
+    }
+    case message_kind::response:
+    case message_kind::error_response:
+    case message_kind::request_timeout: {
+      trace::emit(event_kind::handler_begin, c->id, e->sender.id(), e->msg_id, type_id);
+      try {
+        if (e->kind == message_kind::request_timeout) self.handle_timeout(e->request_id);
+        else self.handle_response(*e);
+      } catch (const std::exception& ex) {
+        fail_actor(c, error(errc::unhandled_exception,
+                            "actor " + describe(c) + " failed in a response callback: " + ex.what()));
+      } catch (...) {
+        fail_actor(c, error(errc::unhandled_exception, "actor " + describe(c) + " failed in a response callback"));
+      }
+      trace::emit(event_kind::handler_end, c->id, 0, e->msg_id, type_id, 0);
+      if (self.next_behavior_) {
+        self.behavior_ = std::move(*self.next_behavior_);
+        self.next_behavior_.reset();
+      }
+      delete e;
+      return;
+    }
+    case message_kind::stop:
+    case message_kind::control:
+      delete e;
+      return;
+  }
+  delete e;
+}
+
+
+// ---- the run loop -------------------------------------------------------------------------------
+
+detail::run_result detail::run_actor(actor_cell* c, std::size_t budget) noexcept {
+  actor_cell* outer = tls_current;
+  tls_current = c;
+  run_result result = run_result::reschedule;
+  std::size_t n = 0;
+  for (;;) {
+    if (c->stop_requested.load(std::memory_order_relaxed)) {
+      error reason;
+      {
+        std::lock_guard lock(c->mu);
+        reason = c->stop_reason;
+      }
+      terminate_actor(c, std::move(reason));
+      result = run_result::done;
+      break;
+    }
+    if (n == budget) {
+      result = run_result::reschedule;
+      break;
+    }
+    envelope* e = c->box.pop();
+    if (e == nullptr) {
+      if (c->box.fetch()) continue;
+      if (c->box.try_block()) {
+        result = run_result::idle;
+        break;
+      }
+      continue;
+    }
+    ++n;
+    if (c->capacity != 0 && e->kind == message_kind::user) c->queued.fetch_sub(1, std::memory_order_relaxed);
+    actor_access::dispatch(c, e);
+    if (c->quit_pending) {
+      error reason = std::move(c->quit_reason);
+      terminate_actor(c, std::move(reason));
+      result = run_result::done;
+      break;
+    }
+    if (c->suspended) {
+      result = run_result::done;
+      break;
+    }
+    if ((n & 31) == 0) c->box.fetch();  // let newly arrived urgent messages overtake
+  }
+  tls_current = outer;
+  return result;
+}
+
+void detail::terminate_actor(actor_cell* c, error reason) noexcept {
+  {
+    std::lock_guard lock(c->mu);
+    if (c->terminated) return;
+    c->terminated = true;
+    c->stop_reason = reason;
+  }
+  system_impl* sys = c->sys;
+  actor_cell* outer = tls_current;
+  tls_current = c;
+  if (c->instance) {
+    try {
+      c->instance->on_exit(reason);
+    } catch (...) {
+      // on_exit must not throw; the actor terminates regardless.
+    }
+    actor_access::cancel_pending(*c->instance);
+  }
+  std::uint64_t discarded = 0;
+  const std::string why = "actor " + describe(c) + " terminated before handling the message (" +
+                          reason.to_string() + ")";
+  c->box.close([&](envelope* e) {
+    if (e->kind == message_kind::user) {
+      ++discarded;
+      if (e->type == type_of<child_failed>()) {
+        // A child waiting for this (dead) supervisor's decision: it terminates too.
+        auto& m = *static_cast<child_failed*>(e->payload());
+        terminate_actor(as_cell(m.child.cell()), m.reason);
+      }
+      trace::emit(event_kind::drop, c->id, e->sender.id(), e->msg_id, e->type ? e->type->id : 0,
+                  static_cast<std::uint32_t>(errc::target_terminated));
+      bounce(e, error(errc::target_terminated, why));
+    } else {
+      delete e;
+    }
+  });
+  sys->discarded.fetch_add(discarded, std::memory_order_relaxed);
+
+  std::vector<actor_ref> watchers;
+  std::vector<actor_ref> links;
+  {
+    std::lock_guard lock(c->mu);
+    watchers.swap(c->watchers);
+    links.swap(c->links);
+  }
+  actor_ref me = actor_ref::from_cell(c);
+  for (auto& w : watchers) {
+    auto* e = new typed_envelope<down_msg>(down_msg{me, reason});
+    e->sender = me;
+    e->msg_id = next_message_id();
+    (void)deliver(w.cell(), e);
+  }
+  for (auto& l : links) {
+    auto* e = new typed_envelope<exit_msg>(exit_msg{me, reason});
+    e->sender = me;
+    e->msg_id = next_message_id();
+    e->urgent = true;
+    (void)deliver(l.cell(), e);
+  }
+  std::uint32_t text = trace::enabled() ? trace::intern(reason.message()) : 0;
+  trace::emit(event_kind::exit, c->id, 0, text, 0, static_cast<std::uint32_t>(reason.code()));
+  c->instance.reset();
+  c->supervisor = actor_ref{};
+  c->factory = nullptr;
+  tls_current = outer;
+  sys->terminated.fetch_add(1, std::memory_order_relaxed);
+  sys->unregister_cell(c);  // may drop the last reference: `c` is not used after this
+}
+
+bool detail::restart_actor(actor_cell* c) noexcept {
+  if (!c->factory) return false;
+  std::unique_ptr<actor> fresh;
+  try {
+    fresh = c->factory();
+  } catch (...) {
+    return false;
+  }
+  if (c->instance) actor_access::cancel_pending(*c->instance);
+  attach_instance(c, std::move(fresh));
+  error failure;
+  if (!start_instance(c, failure)) return false;
+  c->suspended = false;
+  c->quit_pending = false;
+  c->sys->restarts.fetch_add(1, std::memory_order_relaxed);
+  c->sys->schedule(c);  // the suspended actor was never marked blocked: schedule it ourselves
+  return true;
+}
+
+// ---- actor members ------------------------------------------------------------------------------
+
+actor::~actor() = default;
+
+void actor::on_exit(const error&) {}
+
+actor_ref actor::self() const noexcept { return actor_ref::from_cell(cell_); }
+std::uint64_t actor::id() const noexcept { return cell_ ? cell_->id : 0; }
+const std::string& actor::name() const noexcept {
+  static const std::string none;
+  return cell_ ? cell_->name : none;
+}
+actor_system& actor::system() const noexcept { return *sys_->pub; }
+
+const actor_ref& actor::current_sender() const noexcept {
+  static const actor_ref none;
+  return current_ ? current_->sender : none;
+}
+
+void actor::quit(error reason) {
+  if (!cell_->quit_pending) {
+    cell_->quit_pending = true;
+    cell_->quit_reason = std::move(reason);
+  }
+}
+
+void actor::become(behavior next) { next_behavior_ = std::make_unique<behavior>(std::move(next)); }
+
+void actor::trap_exit(bool enabled) noexcept { cell_->trap_exit = enabled; }
+
+void actor::monitor(const actor_ref& target) {
+  if (!target) return;
+  actor_cell* t = as_cell(target.cell());
+  error reason;
+  {
+    std::lock_guard lock(t->mu);
+    if (!t->terminated) {
+      t->watchers.push_back(self());
+      return;
+    }
+    reason = t->stop_reason;
+  }
+  auto* e = new detail::typed_envelope<down_msg>(down_msg{target, std::move(reason)});
+  e->sender = target;
+  e->msg_id = detail::next_message_id();
+  (void)detail::deliver(cell_, e);
+}
+
+void actor::link_to(const actor_ref& target) {
+  if (!target || target.cell() == cell_) return;
+  actor_cell* t = as_cell(target.cell());
+  actor_cell* first = t->id < cell_->id ? t : cell_;
+  actor_cell* second = first == t ? cell_ : t;
+  error reason;
+  {
+    std::scoped_lock lock(first->mu, second->mu);
+    if (!t->terminated) {
+      t->links.push_back(self());
+      cell_->links.push_back(target);
+      return;
+    }
+    reason = t->stop_reason;
+  }
+  auto* e = new detail::typed_envelope<exit_msg>(exit_msg{target, std::move(reason)});
+  e->sender = target;
+  e->urgent = true;
+  e->msg_id = detail::next_message_id();
+  (void)detail::deliver(cell_, e);
+}
+
+void actor::unlink_from(const actor_ref& target) {
+  if (!target) return;
+  actor_cell* t = as_cell(target.cell());
+  actor_ref me = self();
+  std::scoped_lock lock(t->mu, cell_->mu);
+  std::erase(t->links, me);
+  std::erase(cell_->links, target);
+}
+
+std::uint64_t actor::register_request(const type_meta* type, std::chrono::nanoseconds timeout) {
+  std::uint64_t id = ++next_request_id_;
+  detail::pending_request entry;
+  entry.type = type;
+  if (timeout != std::chrono::nanoseconds::max()) {
+    entry.timer = detail::schedule_timer(sys_, timeout, std::chrono::nanoseconds{0}, [to = self(), id] {
+      auto* e = new detail::typed_envelope<unit_t>();
+      e->kind = message_kind::request_timeout;
+      e->request_id = id;
+      e->urgent = true;
+      e->msg_id = detail::next_message_id();
+      (void)detail::deliver(to.cell(), e);
+    });
+  }
+  pending_.emplace(id, std::move(entry));
+  return id;
+}
+
+void actor::set_request_callbacks(std::uint64_t id, std::function<void(void*)> on_value,
+                                  std::function<void(const error&)> on_error) {
+  auto it = pending_.find(id);
+  if (it == pending_.end()) return;
+  it->second.on_value = std::move(on_value);
+  it->second.on_error = std::move(on_error);
+}
+
+void actor::send_response(detail::envelope& request, detail::envelope* response) noexcept {
+  response->request_id = request.request_id;
+  response->sender = self();
+  response->msg_id = detail::next_message_id();
+  (void)detail::deliver(request.sender.cell(), response);
+}
+
+void actor::call_error(detail::pending_request& entry, const error& err) {
+  if (entry.on_error) {
+    entry.on_error(err);
+    return;
+  }
+  throw error_exception(err);  // no error callback: the requester fails with this error
+}
+
+void actor::handle_response(detail::envelope& e) {
+  auto it = pending_.find(e.request_id);
+  if (it == pending_.end()) {
+    sys_->late_responses.fetch_add(1, std::memory_order_relaxed);
+    trace::emit(event_kind::drop, cell_->id, e.sender.id(), e.msg_id, e.type ? e.type->id : 0,
+                static_cast<std::uint32_t>(errc::request_timeout));
+    return;
+  }
+  detail::pending_request entry = std::move(it->second);
+  pending_.erase(it);
+  detail::cancel_timer(entry.timer);
+  if (e.kind == message_kind::error_response) {
+    call_error(entry, *static_cast<error*>(e.payload()));
+  } else if (e.type != entry.type) {
+    call_error(entry, error(errc::type_mismatch, "a request expected a response of type " + entry.type->name +
+                                                     " but received " + (e.type ? e.type->name : std::string("?"))));
+  } else if (entry.on_value) {
+    entry.on_value(e.payload());
+  }
+}
+
+void actor::handle_timeout(std::uint64_t request_id) {
+  auto it = pending_.find(request_id);
+  if (it == pending_.end()) return;  // answered meanwhile
+  detail::pending_request entry = std::move(it->second);
+  pending_.erase(it);
+  call_error(entry, error(errc::request_timeout, "request #" + std::to_string(request_id) + " of actor " +
+                                                     describe(cell_) + " timed out without a response"));
+}
+
+void detail::reply_unit(actor& self, envelope& request) {
+  if (request.request_id == 0 || !request.sender) return;
+  if (self.promise_taken_) {
+    self.promise_taken_ = false;
+    return;
+  }
+  auto* e = new typed_envelope<unit_t>();
+  e->kind = message_kind::response;
+  self.send_response(request, e);
+}
+
+// ---- timers -------------------------------------------------------------------------------------
+
+std::shared_ptr<detail::timer_state> detail::schedule_timer(system_impl* sys, std::chrono::nanoseconds delay,
+                                                            std::chrono::nanoseconds period,
+                                                            std::function<void()> fire) {
+  return sys->timers.schedule(delay, period, std::move(fire));
+}
+
+void detail::cancel_timer(const std::shared_ptr<timer_state>& timer) noexcept {
+  if (timer && timer->owner) timer->owner->cancel(timer);
+}
+
+bool detail::timer_active(const std::shared_ptr<timer_state>& timer) noexcept {
+  return timer && !timer->cancelled.load(std::memory_order_acquire) && !timer->finished.load(std::memory_order_acquire);
+}
+
+}  // namespace strata

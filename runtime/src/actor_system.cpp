@@ -1,0 +1,238 @@
+#include "strata/actor_system.hpp"
+
+#include <cstdlib>
+#include <thread>
+
+#include "cell.hpp"
+#include "supervisor_msgs.hpp"
+#include "system_impl.hpp"
+#include "strata/trace.hpp"
+
+namespace strata {
+
+namespace detail {
+
+namespace {
+std::size_t resolve_workers(std::size_t requested) {
+  if (requested != 0) return requested;
+  unsigned hw = std::thread::hardware_concurrency();
+  return hw == 0 ? 1 : hw;
+}
+}  // namespace
+
+system_impl::system_impl(actor_system* owner, system_config cfg)
+    : pub(owner), config(std::move(cfg)), sched(resolve_workers(config.worker_threads), config.throughput) {
+  config.worker_threads = sched.size();
+}
+
+void system_impl::register_cell(actor_cell* cell) {
+  retain(cell);  // the registry keeps live actors alive
+  auto& shard = registry[cell->id % registry.size()];
+  {
+    std::lock_guard lock(shard.m);
+    cell->reg_next = shard.head;
+    if (shard.head) shard.head->reg_prev = cell;
+    shard.head = cell;
+  }
+  live.fetch_add(1, std::memory_order_relaxed);
+  spawned.fetch_add(1, std::memory_order_relaxed);
+}
+
+void system_impl::unregister_cell(actor_cell* cell) {
+  auto& shard = registry[cell->id % registry.size()];
+  {
+    std::lock_guard lock(shard.m);
+    if (cell->reg_prev) cell->reg_prev->reg_next = cell->reg_next;
+    else shard.head = cell->reg_next;
+    if (cell->reg_next) cell->reg_next->reg_prev = cell->reg_prev;
+    cell->reg_prev = cell->reg_next = nullptr;
+  }
+  if (live.fetch_sub(1, std::memory_order_acq_rel) == 1) {
+    std::lock_guard lock(live_m);
+    live_cv.notify_all();
+  }
+  release(cell);
+}
+
+std::vector<actor_ref> system_impl::live_cells() {
+  std::vector<actor_ref> out;
+  out.reserve(live.load());
+  for (auto& shard : registry) {
+    std::lock_guard lock(shard.m);
+    for (actor_cell* c = shard.head; c; c = c->reg_next) out.push_back(actor_ref::from_cell(c));
+  }
+  return out;
+}
+
+void system_impl::schedule(actor_cell* cell) noexcept {
+  if (cell->dedicated) cell->dedicated->notify();
+  else sched.schedule(cell);
+}
+
+}  // namespace detail
+
+using detail::actor_cell;
+
+actor_system::actor_system(system_config config)
+    : impl_(std::make_unique<detail::system_impl>(this, std::move(config))) {
+  std::string file = impl_->config.trace_file;
+  if (file.empty()) {
+    if (const char* env = std::getenv("STRATA_TRACE"); env != nullptr && *env != '\0') file = env;
+  }
+  if (!file.empty()) {
+    impl_->config.trace_file = file;
+    impl_->tracing = trace::start(trace::options{file, impl_->config.trace_event_limit});
+  }
+  impl_->sched.start();
+}
+
+actor_system::~actor_system() { shutdown(shutdown_mode::drain); }
+
+const system_config& actor_system::config() const noexcept { return impl_->config; }
+std::size_t actor_system::worker_count() const noexcept { return impl_->sched.size(); }
+
+actor_ref actor_system::spawn_instance(std::unique_ptr<actor> instance, spawn_options options,
+                                       const actor_ref& supervisor,
+                                       std::function<std::unique_ptr<actor>()> factory) {
+  if (!impl_->accepting.load(std::memory_order_acquire))
+    throw error_exception(error(errc::runtime_failure, "cannot spawn an actor: the actor system has shut down"));
+  auto* c = new actor_cell;
+  c->sys = impl_.get();
+  c->id = impl_->next_id.fetch_add(1, std::memory_order_relaxed);
+  c->name = options.name.empty() ? "actor-" + std::to_string(c->id) : std::move(options.name);
+  c->capacity = options.mailbox_capacity;
+  c->overflow = options.overflow;
+  c->supervisor = supervisor;
+  c->factory = std::move(factory);
+  actor_ref ref = actor_ref::adopt(c);
+  if (options.dedicated_thread) {
+    auto thread = std::make_unique<detail::dedicated_thread>(c);
+    c->dedicated = thread.get();
+    std::lock_guard lock(impl_->dedicated_m);
+    impl_->dedicated.push_back(std::move(thread));
+  }
+  detail::attach_instance(c, std::move(instance));
+  impl_->register_cell(c);
+  if (trace::enabled()) {
+    trace::emit(trace::event_kind::spawn, c->id, 0, 0, 0, trace::intern(c->name));
+  }
+  // The mailbox starts "owned" (not blocked): messages sent during start-up queue without
+  // waking the actor; it is scheduled below if any arrived.
+  error failure;
+  if (!detail::start_instance(c, failure)) {
+    if (c->supervisor) c->supervisor = actor_ref{};  // a child that cannot start is not restarted
+    detail::terminate_actor(c, std::move(failure));
+    return ref;
+  }
+  if (c->quit_pending) {  // quit() during start-up
+    error reason = std::move(c->quit_reason);
+    detail::terminate_actor(c, std::move(reason));
+    return ref;
+  }
+  if (supervisor) {
+    auto* e = new detail::typed_envelope<detail::child_added>(detail::child_added{ref});
+    e->msg_id = detail::next_message_id();
+    (void)detail::deliver(supervisor.cell(), e);
+  }
+  if (!c->box.try_block()) impl_->schedule(c);
+  return ref;
+}
+
+void actor_system::stop(const actor_ref& target, error reason) {
+  if (!target) return;
+  actor_cell* c = detail::as_cell(target.cell());
+  {
+    std::lock_guard lock(c->mu);
+    if (c->terminated || c->stop_requested.load()) return;
+    c->stop_reason = std::move(reason);
+    c->stop_requested.store(true, std::memory_order_release);
+  }
+  auto* e = new detail::typed_envelope<unit_t>();
+  e->kind = detail::message_kind::stop;
+  e->urgent = true;
+  e->msg_id = detail::next_message_id();
+  (void)detail::deliver(c, e);
+}
+
+void actor_system::await_all() {
+  std::unique_lock lock(impl_->live_m);
+  impl_->live_cv.wait(lock, [this] { return impl_->live.load(std::memory_order_acquire) == 0; });
+}
+
+bool actor_system::await_all_for(std::chrono::nanoseconds timeout) {
+  std::unique_lock lock(impl_->live_m);
+  return impl_->live_cv.wait_for(lock, timeout, [this] { return impl_->live.load(std::memory_order_acquire) == 0; });
+}
+
+system_stats actor_system::stats() const {
+  const auto& s = *impl_;
+  system_stats out;
+  out.live_actors = s.live.load();
+  out.spawned = s.spawned.load();
+  out.terminated = s.terminated.load();
+  out.failed = s.failed.load();
+  out.restarts = s.restarts.load();
+  out.undeliverable = s.undeliverable.load();
+  out.unhandled = s.unhandled.load();
+  out.mailbox_full = s.mailbox_full.load();
+  out.dropped = s.dropped.load();
+  out.discarded = s.discarded.load();
+  out.late_responses = s.late_responses.load();
+  return out;
+}
+
+shutdown_report actor_system::shutdown(shutdown_mode mode) {
+  auto& s = *impl_;
+  std::lock_guard guard(s.shutdown_m);
+  if (s.shut_down) return s.report;
+  shutdown_report report;
+  report.mode = mode;
+  report.timers_cancelled = s.timers.cancel_all();
+  if (mode == shutdown_mode::drain) {
+    auto deadline = std::chrono::steady_clock::now() + s.config.drain_timeout;
+    auto idle = [&] {
+      {
+        std::lock_guard lock(s.dedicated_m);
+        for (auto& d : s.dedicated)
+          if (d->busy()) return false;
+      }
+      return s.sched.quiescent();
+    };
+    while (!idle()) {
+      if (std::chrono::steady_clock::now() >= deadline) {
+        report.drain_timed_out = true;
+        break;
+      }
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+    }
+  }
+  const std::uint64_t discarded_before = s.discarded.load();
+  auto live = s.live_cells();
+  report.actors_stopped = live.size();
+  for (auto& ref : live) stop(ref, error(errc::stopped, "the actor system shut down"));
+  // Suspended children whose supervisor is gone were terminated by the supervisor's exit;
+  // everyone else handles the stop flag on its next turn.
+  await_all_for(std::chrono::seconds(30));
+  live.clear();
+  report.messages_discarded = s.discarded.load() - discarded_before;
+  s.accepting.store(false, std::memory_order_release);
+  s.timers.stop();
+  s.sched.stop();
+  {
+    std::lock_guard lock(s.dedicated_m);
+    for (auto& d : s.dedicated) d->join();
+  }
+  if (s.tracing) {
+    auto summary = trace::stop();
+    report.trace_file = summary.file;
+    report.trace_events = summary.events;
+    report.trace_events_dropped = summary.dropped;
+    report.trace_error = summary.error;
+  }
+  report.stats = stats();
+  s.report = report;
+  s.shut_down = true;
+  return report;
+}
+
+}  // namespace strata

@@ -1,0 +1,88 @@
+#pragma once
+// The private control block of an actor.
+
+#include <atomic>
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <vector>
+
+#include "mailbox.hpp"
+#include "strata/actor.hpp"
+#include "strata/actor_ref.hpp"
+#include "strata/error.hpp"
+
+namespace strata::detail {
+
+struct system_impl;
+class dedicated_thread;
+
+/// Result of one turn of an actor on a thread.
+enum class run_result : std::uint8_t {
+  idle,        ///< Mailbox empty and marked blocked: the next push schedules the actor again.
+  reschedule,  ///< Budget used up with messages left: put the actor back in a run queue.
+  done,        ///< Terminated or suspended (waiting for its supervisor): not runnable.
+};
+
+struct actor_cell : cell_base {
+  system_impl* sys = nullptr;
+  mailbox box;
+  std::unique_ptr<actor> instance;
+  std::string name;
+
+  // Stop requests from other threads: the flag is checked before every message.
+  std::atomic<bool> stop_requested{false};
+  // Owned by the running thread.
+  bool quit_pending = false;
+  bool trap_exit = false;
+  bool suspended = false;  // failed, waiting for the supervisor's decision
+  error quit_reason;
+
+  // Guarded by `mu`: termination state, watchers and links.
+  std::mutex mu;
+  bool terminated = false;
+  error stop_reason;
+  std::vector<actor_ref> watchers;
+  std::vector<actor_ref> links;
+
+  // Supervision: the supervisor and how to build a fresh instance.
+  actor_ref supervisor;
+  std::function<std::unique_ptr<actor>()> factory;
+
+  // Placement.
+  dedicated_thread* dedicated = nullptr;
+
+  // Bounded mailboxes only.
+  std::size_t capacity = 0;
+  overflow_policy overflow = overflow_policy::fail;
+  std::atomic<std::size_t> queued{0};
+
+  // Intrusive list of live actors (guarded by the registry shard's lock).
+  actor_cell* reg_prev = nullptr;
+  actor_cell* reg_next = nullptr;
+  std::uint32_t name_string = 0;  // interned trace string id, 0 if not interned
+};
+
+inline actor_cell* as_cell(cell_base* base) noexcept { return static_cast<actor_cell*>(base); }
+
+/// Runs up to `budget` messages of `cell` on the calling thread.
+run_result run_actor(actor_cell* cell, std::size_t budget) noexcept;
+
+/// Terminates `cell` (on the thread that owns it now: its runner, or its supervisor while it is
+/// suspended): closes the mailbox, answers queued requests with errors, tells watchers and links.
+void terminate_actor(actor_cell* cell, error reason) noexcept;
+
+/// Makes `cell` a fresh instance from its factory and resumes it (the supervisor's restart).
+bool restart_actor(actor_cell* cell) noexcept;
+
+/// Binds `instance` to `cell` (before it starts).
+void attach_instance(actor_cell* cell, std::unique_ptr<actor> instance) noexcept;
+/// Runs the instance's make_behavior(); on an exception fills `failure` and returns false.
+bool start_instance(actor_cell* cell, error& failure) noexcept;
+
+/// The actor running on this thread, or nullptr.
+actor_cell* current_cell() noexcept;
+
+}  // namespace strata::detail

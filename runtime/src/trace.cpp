@@ -1,0 +1,246 @@
+#include "strata/trace.hpp"
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <mutex>
+#include <string>
+#include <unistd.h>
+#include <unordered_map>
+#include <vector>
+
+#include "strata/type_meta.hpp"
+
+namespace strata::trace {
+
+namespace detail {
+std::atomic<bool> enabled_flag{false};
+}
+
+namespace {
+
+constexpr std::size_t chunk_records = 1 << 14;  // 640 KiB per chunk
+
+struct thread_buffer {
+  std::vector<std::unique_ptr<record[]>> chunks;
+  std::size_t used = chunk_records;  // records used in the last chunk
+  std::size_t count = 0;
+  std::uint8_t thread = 0;
+};
+
+struct session {
+  std::mutex m;
+  bool active = false;
+  std::uint64_t generation = 0;
+  options opts;
+  std::chrono::steady_clock::time_point start;
+  std::uint64_t start_unix_ns = 0;
+  std::vector<std::unique_ptr<thread_buffer>> buffers;
+  std::atomic<std::uint64_t> total{0};
+  std::atomic<std::uint64_t> dropped{0};
+  std::atomic<std::uint32_t> next_thread{0};
+  // strings
+  std::mutex strings_m;
+  std::unordered_map<std::string, std::uint32_t> string_ids;
+  std::vector<std::string> strings{""};
+};
+
+session& the_session() {
+  static session* s = new session;  // never destroyed: threads may record during teardown
+  return *s;
+}
+
+thread_local thread_buffer* tls_buffer = nullptr;
+thread_local std::uint64_t tls_generation = 0;
+
+thread_buffer* attach_thread(session& s) {
+  std::lock_guard lock(s.m);
+  if (!s.active) return nullptr;
+  auto buf = std::make_unique<thread_buffer>();
+  buf->thread = static_cast<std::uint8_t>(s.next_thread.fetch_add(1));
+  tls_buffer = buf.get();
+  tls_generation = s.generation;
+  s.buffers.push_back(std::move(buf));
+  return tls_buffer;
+}
+
+template <class T>
+void put(std::string& out, T value) {
+  char bytes[sizeof(T)];
+  std::memcpy(bytes, &value, sizeof(T));
+  out.append(bytes, sizeof(T));
+}
+
+}  // namespace
+
+void detail::emit_slow(event_kind kind, std::uint64_t actor, std::uint64_t peer, std::uint64_t msg,
+                       std::uint32_t type, std::uint32_t arg) noexcept {
+  session& s = the_session();
+  thread_buffer* buf = tls_buffer;
+  if (buf == nullptr || tls_generation != s.generation) {
+    try {
+      buf = attach_thread(s);
+    } catch (...) {
+      buf = nullptr;
+    }
+    if (buf == nullptr) return;
+  }
+  if (s.opts.event_limit != 0 && s.total.fetch_add(1, std::memory_order_relaxed) >= s.opts.event_limit) {
+    s.dropped.fetch_add(1, std::memory_order_relaxed);
+    return;
+  }
+  if (buf->used == chunk_records) {
+    try {
+      buf->chunks.push_back(std::make_unique<record[]>(chunk_records));
+    } catch (...) {
+      s.dropped.fetch_add(1, std::memory_order_relaxed);
+      return;
+    }
+    buf->used = 0;
+  }
+  auto now = std::chrono::steady_clock::now() - s.start;
+  record& r = buf->chunks.back()[buf->used++];
+  r.ts_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+  r.actor = actor;
+  r.peer = peer;
+  r.msg = msg;
+  r.arg32 = arg;
+  r.type = static_cast<std::uint16_t>(type > 0xffff ? 0xffff : type);
+  r.kind = static_cast<std::uint8_t>(kind);
+  r.thread = buf->thread;
+  ++buf->count;
+}
+
+std::uint32_t intern(std::string_view text) {
+  session& s = the_session();
+  std::lock_guard lock(s.strings_m);
+  auto it = s.string_ids.find(std::string(text));
+  if (it != s.string_ids.end()) return it->second;
+  auto id = static_cast<std::uint32_t>(s.strings.size());
+  s.strings.emplace_back(text);
+  s.string_ids.emplace(std::string(text), id);
+  return id;
+}
+
+bool start(const options& opts) {
+#ifdef STRATA_TRACE_COMPILED_OUT
+  (void)opts;
+  return false;
+#else
+  session& s = the_session();
+  std::lock_guard lock(s.m);
+  if (s.active) return false;
+  s.active = true;
+  ++s.generation;
+  s.opts = opts;
+  s.buffers.clear();
+  s.total = 0;
+  s.dropped = 0;
+  s.next_thread = 0;
+  s.start = std::chrono::steady_clock::now();
+  s.start_unix_ns = static_cast<std::uint64_t>(
+      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
+          .count());
+  {
+    std::lock_guard slock(s.strings_m);
+    s.string_ids.clear();
+    s.strings.assign(1, "");
+  }
+  detail::enabled_flag.store(true, std::memory_order_release);
+  return true;
+#endif
+}
+
+bool active() noexcept {
+  session& s = the_session();
+  std::lock_guard lock(s.m);
+  return s.active;
+}
+
+summary stop() {
+  session& s = the_session();
+  summary out;
+  std::vector<std::unique_ptr<thread_buffer>> buffers;
+  std::vector<std::string> strings;
+  {
+    std::lock_guard lock(s.m);
+    if (!s.active) return out;
+    detail::enabled_flag.store(false, std::memory_order_release);
+    s.active = false;
+    ++s.generation;  // threads re-attach in a later session
+    buffers.swap(s.buffers);
+    std::lock_guard slock(s.strings_m);
+    strings = s.strings;
+  }
+  out.file = s.opts.file;
+  out.dropped = s.dropped.load();
+
+  std::vector<record> events;
+  std::size_t n = 0;
+  for (auto& b : buffers) n += b->count;
+  events.reserve(n);
+  for (auto& b : buffers) {
+    for (std::size_t c = 0; c < b->chunks.size(); ++c) {
+      std::size_t used = c + 1 == b->chunks.size() ? b->used : chunk_records;
+      events.insert(events.end(), b->chunks[c].get(), b->chunks[c].get() + used);
+    }
+  }
+  std::stable_sort(events.begin(), events.end(),
+                   [](const record& a, const record& b) { return a.ts_ns < b.ts_ns; });
+  out.events = events.size();
+
+  // Message type names: every id referenced by a message event.
+  std::uint32_t max_type = 0;
+  for (const auto& e : events) {
+    auto k = static_cast<event_kind>(e.kind);
+    if (k == event_kind::send || k == event_kind::enqueue || k == event_kind::handler_begin ||
+        k == event_kind::handler_end || k == event_kind::drop || k == event_kind::unhandled ||
+        k == event_kind::timer_fire)
+      max_type = std::max<std::uint32_t>(max_type, e.type);
+  }
+
+  std::string blob;
+  blob.append("STRATATR", 8);
+  put<std::uint32_t>(blob, 1);                       // version
+  put<std::uint32_t>(blob, sizeof(record));          // record size
+  put<std::uint64_t>(blob, s.start_unix_ns);
+  put<std::uint64_t>(blob, events.size());
+  put<std::uint64_t>(blob, out.dropped);
+  put<std::uint32_t>(blob, static_cast<std::uint32_t>(strings.size()));
+  put<std::uint32_t>(blob, max_type);
+  for (const auto& str : strings) {
+    put<std::uint32_t>(blob, static_cast<std::uint32_t>(str.size()));
+    blob.append(str);
+  }
+  for (std::uint32_t id = 1; id <= max_type; ++id) {
+    std::string name = type_name(id);
+    put<std::uint32_t>(blob, static_cast<std::uint32_t>(name.size()));
+    blob.append(name);
+  }
+  blob.append(reinterpret_cast<const char*>(events.data()), events.size() * sizeof(record));
+
+  // Atomic replace: write a temporary file beside the target, fsync, rename.
+  std::string tmp = out.file + ".tmp." + std::to_string(::getpid());
+  std::FILE* f = std::fopen(tmp.c_str(), "wb");
+  if (f == nullptr) {
+    out.error = "cannot open trace file '" + tmp + "' for writing";
+    return out;
+  }
+  bool ok = std::fwrite(blob.data(), 1, blob.size(), f) == blob.size();
+  ok = std::fflush(f) == 0 && ok;
+  ok = ::fsync(fileno(f)) == 0 && ok;
+  ok = std::fclose(f) == 0 && ok;
+  if (!ok || std::rename(tmp.c_str(), out.file.c_str()) != 0) {
+    std::remove(tmp.c_str());
+    out.error = "cannot write trace file '" + out.file + "'";
+    return out;
+  }
+  out.written = true;
+  return out;
+}
+
+}  // namespace strata::trace

@@ -1,0 +1,158 @@
+// Contract tests: bounded mailboxes, dedicated threads, delayed and periodic sends.
+
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <set>
+#include <thread>
+
+#include "strata/strata.hpp"
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using strata::test::await;
+
+namespace {
+/// An actor blocked in its first handler until the gate opens, so that its mailbox fills.
+struct gated {
+  std::promise<void> entered;
+  std::promise<void> gate;
+  std::shared_future<void> gate_f = gate.get_future().share();
+  std::atomic<int> handled{0};
+};
+strata::actor_ref spawn_gated(strata::actor_system& sys, gated& g, strata::spawn_options opts) {
+  return sys.spawn_fn_with(std::move(opts), [&g](strata::actor&) -> strata::behavior {
+    return {[&g](int v) {
+      if (v == -1) {
+        g.entered.set_value();
+        g.gate_f.wait();
+        return;
+      }
+      g.handled.fetch_add(1);
+    }};
+  });
+}
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(mailboxes_and_timers)
+
+BOOST_AUTO_TEST_CASE(a_full_bounded_mailbox_with_policy_fail_refuses_the_send) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  gated g;
+  auto target = spawn_gated(sys, g, {.name = "bounded", .mailbox_capacity = 10, .overflow = strata::overflow_policy::fail});
+  BOOST_REQUIRE(sys.send(target, -1).has_value());
+  g.entered.get_future().wait();
+  int accepted = 0, refused = 0;
+  for (int i = 0; i < 25; ++i) {
+    auto r = sys.send(target, i);
+    if (r) ++accepted;
+    else {
+      ++refused;
+      BOOST_TEST(r.error().code() == strata::errc::mailbox_full);
+    }
+  }
+  BOOST_TEST(accepted == 10);
+  BOOST_TEST(refused == 15);
+  auto req = sys.request<void>(target, 5s, 99);  // refused at once, not timed out
+  auto r = await(req);
+  BOOST_TEST(r.error().code() == strata::errc::mailbox_full);
+  g.gate.set_value();
+  sys.shutdown();
+  BOOST_TEST(g.handled.load() == 10);
+  BOOST_TEST(sys.stats().mailbox_full == 16u);
+}
+
+BOOST_AUTO_TEST_CASE(a_full_bounded_mailbox_with_policy_drop_drops_and_counts) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  gated g;
+  auto target = spawn_gated(sys, g, {.mailbox_capacity = 5, .overflow = strata::overflow_policy::drop});
+  sys.send(target, -1);
+  g.entered.get_future().wait();
+  for (int i = 0; i < 20; ++i) BOOST_TEST(sys.send(target, i).has_value());
+  g.gate.set_value();
+  sys.shutdown();
+  BOOST_TEST(g.handled.load() == 5);
+  BOOST_TEST(sys.stats().dropped == 15u);
+}
+
+BOOST_AUTO_TEST_CASE(a_dedicated_thread_actor_always_runs_on_the_same_thread) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  auto threads = std::make_shared<std::set<std::thread::id>>();
+  auto target = sys.spawn_fn_with({.name = "gpu-owner", .dedicated_thread = true},
+                                  [threads](strata::actor&) -> strata::behavior {
+                                    threads->insert(std::this_thread::get_id());
+                                    return {[threads](int) { threads->insert(std::this_thread::get_id()); },
+                                            [threads](const std::string&) { return threads->size(); }};
+                                  });
+  // Messages from many threads and actors.
+  for (int i = 0; i < 200; ++i) sys.send(target, i);
+  for (int k = 0; k < 4; ++k)
+    sys.spawn([target](strata::actor& self) -> strata::behavior {
+      for (int i = 0; i < 100; ++i) self.send(target, i);
+      self.quit();
+      return {[](int) {}};
+    });
+  auto distinct = sys.request<std::size_t>(target, 5s, std::string("how many threads?"));
+  // make_behavior ran on the spawning thread; every handler on the dedicated one.
+  BOOST_TEST(await(distinct).value() == 2u);
+  BOOST_TEST(threads->count(std::this_thread::get_id()) == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(a_delayed_send_arrives_after_its_delay) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  strata::test::shared_promise<std::chrono::steady_clock::time_point> arrived;
+  auto f = arrived.future();
+  auto target = sys.spawn([p = arrived.p](strata::actor& self) -> strata::behavior {
+    return {[&self, p](int) {
+      p->set_value(std::chrono::steady_clock::now());
+      self.quit();
+    }};
+  });
+  auto start = std::chrono::steady_clock::now();
+  sys.delayed_send(target, 30ms, 1);
+  BOOST_TEST((await(f) - start >= 30ms));
+}
+
+BOOST_AUTO_TEST_CASE(a_cancelled_timer_delivers_nothing) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  auto count = std::make_shared<std::atomic<int>>(0);
+  auto target = sys.spawn([count](strata::actor&) -> strata::behavior { return {[count](int) { count->fetch_add(1); }}; });
+  auto t = sys.delayed_send(target, 40ms, 1);
+  BOOST_TEST(t.active());
+  t.cancel();
+  BOOST_TEST(!t.active());
+  std::this_thread::sleep_for(100ms);
+  BOOST_TEST(count->load() == 0);
+}
+
+BOOST_AUTO_TEST_CASE(a_periodic_send_repeats_until_cancelled) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  strata::test::shared_promise<int> done;
+  auto f = done.future();
+  sys.spawn([p = done.p](strata::actor& self) -> strata::behavior {
+    auto ticks = std::make_shared<int>(0);
+    auto timer = std::make_shared<strata::timer_handle>(self.periodic_send(self.self(), 5ms, std::string("tick")));
+    return {[&self, ticks, timer, p](const std::string&) {
+      if (++*ticks == 5) {
+        timer->cancel();
+        self.delayed_send(self.self(), 50ms, 0);  // anything still in flight would arrive before this
+      }
+    },
+            [&self, ticks, p](int) {
+              p->set_value(*ticks);
+              self.quit();
+            }};
+  });
+  BOOST_TEST(await(f) == 5);
+}
+
+BOOST_AUTO_TEST_CASE(shutdown_cancels_pending_timers_and_reports_them) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  auto target = sys.spawn([](strata::actor&) -> strata::behavior { return {[](int) {}}; });
+  sys.delayed_send(target, 1h, 1);
+  sys.periodic_send(target, 1h, 2);
+  auto report = sys.shutdown();
+  BOOST_TEST(report.timers_cancelled == 2u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
