@@ -1,0 +1,80 @@
+#include "strata/kernels/elementwise.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <span>
+
+#include "kernel_support.hpp"
+
+namespace strata::kernels::cpu {
+
+void fill(std::size_t n, float value, float* x) {
+  if (n == 0) return;
+  detail::require(x != nullptr, "fill", "x must not be null when n > 0");
+  detail::parallel_blocks(n, detail::memory_grain,
+                          [&](std::size_t lo, std::size_t hi) { std::fill(x + lo, x + hi, value); });
+}
+
+void scale(std::size_t n, float alpha, float* x) {
+  if (n == 0) return;
+  detail::require(x != nullptr, "scale", "x must not be null when n > 0");
+  detail::parallel_blocks(n, detail::memory_grain, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) x[i] *= alpha;
+  });
+}
+
+void axpy(std::size_t n, float alpha, const float* x, float* y) {
+  if (n == 0) return;
+  detail::require(x != nullptr && y != nullptr, "axpy", "x and y must not be null when n > 0");
+  detail::parallel_blocks(n, detail::memory_grain, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t i = lo; i < hi; ++i) y[i] += alpha * x[i];
+  });
+}
+
+namespace {
+
+// Elements per block of sum_arrays: the partial sum lives in a 16 KiB stack buffer (L1), so
+// each input streams through once and out is written once, whatever K is.
+constexpr std::size_t sum_block = 4096;
+
+void add_into(float* __restrict acc, const float* __restrict x, std::size_t w) noexcept {
+  for (std::size_t i = 0; i < w; ++i) acc[i] += x[i];
+}
+
+void add_pair(float* __restrict acc, const float* __restrict x, const float* __restrict y,
+              std::size_t w) noexcept {
+  for (std::size_t i = 0; i < w; ++i) acc[i] = x[i] + y[i];
+}
+
+}  // namespace
+
+void sum_arrays(std::span<const float* const> inputs, std::size_t n, float* out) {
+  constexpr const char* where = "sum_arrays";
+  if (n == 0) return;
+  detail::require(out != nullptr, where, "out must not be null when n > 0");
+  for (const float* in : inputs) detail::require(in != nullptr, where, "no input may be null when n > 0");
+  const std::size_t k = inputs.size();
+  if (k == 0) {
+    fill(n, 0.0f, out);
+    return;
+  }
+  const std::size_t blocks = (n + sum_block - 1) / sum_block;
+  // At least 16 blocks (256 KiB of out) per task keeps oneTBB's overhead negligible.
+  detail::parallel_blocks(blocks, 16, [&](std::size_t b_lo, std::size_t b_hi) {
+    alignas(64) float acc[sum_block];
+    for (std::size_t blk = b_lo; blk < b_hi; ++blk) {
+      const std::size_t lo = blk * sum_block;
+      const std::size_t w = std::min(sum_block, n - lo);
+      if (k == 1) {
+        std::copy(inputs[0] + lo, inputs[0] + lo + w, acc);
+      } else {
+        add_pair(acc, inputs[0] + lo, inputs[1] + lo, w);
+        for (std::size_t j = 2; j < k; ++j) add_into(acc, inputs[j] + lo, w);
+      }
+      // Every input of this block is read before out is written, so out may be an input.
+      std::copy(acc, acc + w, out + lo);
+    }
+  });
+}
+
+}  // namespace strata::kernels::cpu

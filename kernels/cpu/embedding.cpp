@@ -1,0 +1,57 @@
+#include "strata/kernels/embedding.hpp"
+
+#include <algorithm>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include "kernel_support.hpp"
+
+namespace strata::kernels::cpu {
+namespace {
+
+void check_ids(const char* where, std::size_t vocab, std::size_t dim, std::size_t count,
+               const std::int32_t* ids, const void* in, const void* out) {
+  detail::require(vocab > 0 && dim > 0, where, "vocab and dim must be at least 1");
+  if (count == 0) return;
+  detail::require(ids != nullptr && in != nullptr && out != nullptr, where,
+                  "ids and the arrays must not be null when count > 0");
+  for (std::size_t n = 0; n < count; ++n) {
+    if (ids[n] < 0 || static_cast<std::size_t>(ids[n]) >= vocab) {
+      detail::fail(where, "ids[" + std::to_string(n) + "] = " + std::to_string(ids[n]) +
+                              " lies outside [0, " + std::to_string(vocab) + ")");
+    }
+  }
+}
+
+}  // namespace
+
+void embedding_forward(std::size_t vocab, std::size_t dim, const float* table, std::size_t count,
+                       const std::int32_t* ids, float* out) {
+  check_ids("embedding_forward", vocab, dim, count, ids, table, out);
+  const std::size_t grain = std::max<std::size_t>(1, detail::memory_grain / dim);
+  detail::parallel_blocks(count, grain, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t n = lo; n < hi; ++n) {
+      const float* src = table + static_cast<std::size_t>(ids[n]) * dim;
+      std::copy(src, src + dim, out + n * dim);
+    }
+  });
+}
+
+void embedding_backward(std::size_t vocab, std::size_t dim, std::size_t count,
+                        const std::int32_t* ids, const float* d_out, float* d_table) {
+  check_ids("embedding_backward", vocab, dim, count, ids, d_out, d_table);
+  // Each task owns a block of columns for all rows: repeated ids never race and every element
+  // sums its contributions in the order of n.
+  const std::size_t work = count * dim;
+  const std::size_t col_grain = work < detail::memory_grain ? dim : std::max<std::size_t>(16, dim / 8);
+  detail::parallel_blocks(dim, col_grain, [&](std::size_t lo, std::size_t hi) {
+    for (std::size_t n = 0; n < count; ++n) {
+      float* dst = d_table + static_cast<std::size_t>(ids[n]) * dim;
+      const float* src = d_out + n * dim;
+      for (std::size_t j = lo; j < hi; ++j) dst[j] += src[j];
+    }
+  });
+}
+
+}  // namespace strata::kernels::cpu

@@ -1,0 +1,142 @@
+#include "strata/kernels/linear_cross_entropy.hpp"
+
+#include <algorithm>
+#include <cmath>
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+#include <tbb/blocked_range.h>
+#include <tbb/parallel_reduce.h>
+
+#include "kernel_support.hpp"
+
+namespace strata::kernels::cpu {
+namespace {
+
+constexpr std::size_t lanes = 16;
+
+// max over x[0, n): 16 independent lanes so GCC vectorises it without reassociation flags.
+float row_max(const float* x, std::size_t n) noexcept {
+  float m[lanes];
+  std::fill(m, m + lanes, x[0]);
+  std::size_t j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    for (std::size_t l = 0; l < lanes; ++l) m[l] = std::max(m[l], x[j + l]);
+  }
+  float r = x[0];
+  for (; j < n; ++j) r = std::max(r, x[j]);
+  for (std::size_t l = 0; l < lanes; ++l) r = std::max(r, m[l]);
+  return r;
+}
+
+// x[j] = exp(x[j] - shift) in place; returns the sum (16 float lanes, combined in double).
+double exp_shift_sum(float* x, std::size_t n, float shift) noexcept {
+  float s[lanes] = {};
+  std::size_t j = 0;
+  for (; j + lanes <= n; j += lanes) {
+    for (std::size_t l = 0; l < lanes; ++l) {
+      const float e = detail::exp_approx(x[j + l] - shift);
+      x[j + l] = e;
+      s[l] += e;
+    }
+  }
+  double r = 0.0;
+  for (; j < n; ++j) {
+    const float e = detail::exp_approx(x[j] - shift);
+    x[j] = e;
+    r += static_cast<double>(e);
+  }
+  for (std::size_t l = 0; l < lanes; ++l) r += static_cast<double>(s[l]);
+  return r;
+}
+
+void check(const char* where, const linear_cross_entropy_dims& d, const linear_cross_entropy_inputs& in,
+           const float* workspace, std::size_t workspace_size) {
+  detail::require(d.rows > 0 && d.hidden > 0 && d.classes > 0, where,
+                  "dims.rows, dims.hidden and dims.classes must be at least 1");
+  detail::require(in.h != nullptr && in.w != nullptr && in.targets != nullptr, where,
+                  "inputs.h, inputs.w and inputs.targets must not be null");
+  detail::require(workspace != nullptr && workspace_size >= d.classes, where,
+                  "the workspace must hold at least dims.classes floats (one row of logits)");
+  for (std::size_t n = 0; n < d.rows; ++n) {
+    const std::int32_t t = in.targets[n];
+    if (t < 0 || static_cast<std::size_t>(t) >= d.classes) {
+      detail::fail(where, "targets[" + std::to_string(n) + "] = " + std::to_string(t) +
+                              " lies outside [0, " + std::to_string(d.classes) + ")");
+    }
+  }
+}
+
+double run(const char* where, const linear_cross_entropy_dims& d,
+           const linear_cross_entropy_inputs& in, const linear_cross_entropy_gradients* g,
+           float* workspace, std::size_t workspace_size) {
+  check(where, d, in, workspace, workspace_size);
+  const std::size_t v = d.classes;
+  const std::size_t hs = d.hidden;
+  const std::size_t block_rows = std::min(d.rows, workspace_size / v);
+  const bool backward = g != nullptr;
+  const float grad_scale =
+      in.reduction == loss_reduction::mean ? static_cast<float>(1.0 / static_cast<double>(d.rows)) : 1.0f;
+  double total = 0.0;
+  for (std::size_t r0 = 0; r0 < d.rows; r0 += block_rows) {
+    const std::size_t nb = std::min(block_rows, d.rows - r0);
+    const float* h_blk = in.h + r0 * hs;
+    float* logits = workspace;  // [nb, V]
+    detail::sgemm(transpose::no, transpose::yes, nb, v, hs, 1.0f, h_blk, hs, in.w, hs, 0.0f,
+                  logits, v);
+    // Per row: bias, log-sum-exp with max subtraction, loss; then (backward) the row becomes
+    // dlogits = (softmax - onehot) * grad_scale in place.
+    const std::size_t row_grain = std::max<std::size_t>(1, 16384 / v);
+    total += tbb::parallel_deterministic_reduce(
+        tbb::blocked_range<std::size_t>(0, nb, row_grain), 0.0,
+        [&](const tbb::blocked_range<std::size_t>& rr, double acc) {
+          for (std::size_t i = rr.begin(); i < rr.end(); ++i) {
+            float* row = logits + i * v;
+            if (in.b != nullptr) {
+              for (std::size_t j = 0; j < v; ++j) row[j] += in.b[j];
+            }
+            const auto target = static_cast<std::size_t>(in.targets[r0 + i]);
+            const float target_logit = row[target];
+            const float m = row_max(row, v);
+            const double sum = exp_shift_sum(row, v, m);
+            acc += static_cast<double>(m) + std::log(sum) - static_cast<double>(target_logit);
+            if (backward) {
+              const auto scale = static_cast<float>(static_cast<double>(grad_scale) / sum);
+              for (std::size_t j = 0; j < v; ++j) row[j] *= scale;
+              row[target] -= grad_scale;
+            }
+          }
+          return acc;
+        },
+        [](double x, double y) { return x + y; });
+    if (!backward) continue;
+    if (g->dh != nullptr) {
+      detail::sgemm(transpose::no, transpose::no, nb, hs, v, 1.0f, logits, v, in.w, hs, 0.0f,
+                    g->dh + r0 * hs, hs);
+    }
+    if (g->dw != nullptr) {
+      detail::sgemm(transpose::yes, transpose::no, v, hs, nb, 1.0f, logits, v, h_blk, hs, 1.0f,
+                    g->dw, hs);
+    }
+    if (g->db != nullptr) detail::add_column_sums(nb, v, logits, g->db, nullptr);
+  }
+  return in.reduction == loss_reduction::mean ? total / static_cast<double>(d.rows) : total;
+}
+
+}  // namespace
+
+double linear_cross_entropy_forward(const linear_cross_entropy_dims& d,
+                                    const linear_cross_entropy_inputs& in, float* workspace,
+                                    std::size_t workspace_size) {
+  return run("linear_cross_entropy_forward", d, in, nullptr, workspace, workspace_size);
+}
+
+double linear_cross_entropy_forward_backward(const linear_cross_entropy_dims& d,
+                                             const linear_cross_entropy_inputs& in,
+                                             const linear_cross_entropy_gradients& g,
+                                             float* workspace, std::size_t workspace_size) {
+  return run("linear_cross_entropy_forward_backward", d, in, &g, workspace, workspace_size);
+}
+
+}  // namespace strata::kernels::cpu

@@ -1,0 +1,17 @@
+// The Boost.Test module of strata::kernels; the suites live in the *_test.cpp files.
+#define BOOST_TEST_MODULE strata_kernels
+#include <boost/test/unit_test.hpp>
+
+#include "strata/kernels/blas.hpp"
+
+namespace {
+
+// The configuration docs/kernels.md recommends: OpenBLAS single-threaded, oneTBB parallel.
+// (gemm_test also runs the OpenBLAS-threaded path explicitly.)
+struct blas_single_threaded {
+  blas_single_threaded() { strata::kernels::cpu::set_blas_threads(1); }
+};
+
+}  // namespace
+
+BOOST_TEST_GLOBAL_FIXTURE(blas_single_threaded);
