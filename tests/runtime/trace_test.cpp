@@ -38,7 +38,7 @@ T take(const std::string& blob, std::size_t& pos) {
   return v;
 }
 
-parsed_trace read_trace(const std::string& path) {
+[[maybe_unused]] parsed_trace read_trace(const std::string& path) {
   std::ifstream in(path, std::ios::binary);
   BOOST_REQUIRE(in.good());
   std::string blob((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
@@ -82,6 +82,8 @@ struct token {
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(tracing)
+
+#ifndef STRATA_TRACE_COMPILED_OUT
 
 BOOST_AUTO_TEST_CASE(a_traced_run_records_spawn_send_enqueue_handlers_and_exit_with_linked_ids) {
   const std::string path = temp_path("strata-trace-test");
@@ -163,6 +165,18 @@ BOOST_AUTO_TEST_CASE(the_strata_trace_variable_turns_tracing_on_and_the_limit_bo
   BOOST_TEST(t.dropped > 1000u);
   BOOST_TEST(report.trace_events_dropped == t.dropped);
 }
+
+#else
+BOOST_AUTO_TEST_CASE(with_tracing_compiled_out_no_trace_is_written) {
+  const std::string path = temp_path("strata-trace-off");
+  strata::actor_system sys(strata::system_config{.worker_threads = 1, .trace_file = path});
+  auto sink = sys.spawn([](strata::actor&) -> strata::behavior { return {[](int) {}}; });
+  sys.send(sink, 1);
+  auto report = sys.shutdown();
+  BOOST_TEST(report.trace_file.empty());
+  BOOST_TEST(!std::filesystem::exists(path));
+}
+#endif
 
 BOOST_AUTO_TEST_CASE(without_a_trace_file_nothing_is_recorded) {
   strata::actor_system sys(strata::system_config{.worker_threads = 1});
