@@ -1,0 +1,20 @@
+# The device layer's sources, included by runtime/CMakeLists.txt (paths relative to runtime/).
+# C++ sources for every build; CUDA sources only when STRATA_CUDA is ON (the runtime target then
+# defines STRATA_HAS_CUDA=1 and links CUDA::cudart).
+set(STRATA_DEVICE_SOURCES
+  src/device/device.cpp
+  src/device/device_manager.cpp
+  src/device/event.cpp
+  src/device/spec.cpp
+  src/device/stream.cpp
+  src/device/tensor.cpp
+  src/device/cpu_backend.cpp
+  src/device/sim_backend.cpp
+)
+set(STRATA_DEVICE_CUDA_SOURCES
+  src/device/cuda_backend.cpp
+)
+set(STRATA_DEVICE_LINK_LIBRARIES "")
+if(STRATA_CUDA)
+  list(APPEND STRATA_DEVICE_LINK_LIBRARIES CUDA::cublas)
+endif()

@@ -1,0 +1,97 @@
+#pragma once
+/// \file
+/// device: one compute device (a cpu arena, a GPU or a share of one, or a modelled device).
+
+#include <cstddef>
+#include <memory>
+#include <optional>
+#include <string>
+
+#include "strata/device/buffer.hpp"
+#include "strata/device/event.hpp"
+#include "strata/device/kind.hpp"
+#include "strata/device/sim_profile.hpp"
+#include "strata/device/stream.hpp"
+#include "strata/device/work.hpp"
+
+namespace strata {
+
+namespace device_detail {
+class device_impl;
+}
+
+/// What a device is and can do. Fixed at creation.
+struct device_properties {
+  device_kind kind = device_kind::cpu;
+  int index = 0;                  ///< position in the device set it was created with
+  std::string name;               ///< "cpu:0", "sim:3", "cuda:1", or "cuda:0#2" for shares of a GPU
+  std::size_t total_memory = 0;   ///< cpu: physical host memory; cuda: the GPU's; sim: the profile's
+  int concurrency = 1;            ///< cpu: arena threads; cuda: SM count; sim: 1
+  int gpu_ordinal = -1;           ///< cuda: CUDA device ordinal
+  int share_index = 0;            ///< cuda: which share of the GPU this device is
+  int share_count = 1;            ///< cuda: how many devices share the GPU
+  std::string hardware;           ///< cuda: the GPU's name; cpu: "host"; sim: the profile's name
+  std::optional<sim_profile> sim; ///< sim: the rates in force
+};
+
+/// A compute device: creates streams and events, owns a stream-ordered memory pool and copies
+/// between memories. Created by device_manager::create() / make_devices().
+///
+/// - Handle with shared ownership; the device lives while any handle, stream, event or buffer of
+///   it does. All member functions are thread-safe.
+/// - Backends: cpu (a oneTBB task_arena; streams run their items one at a time inside it), sim
+///   (no math; modelled time on the sim clock thread), cuda (a GPU or a share of one).
+///
+///     auto devices = strata::make_devices("cpu:2");
+///     strata::stream s = devices[0].create_stream();
+///     strata::buffer b = devices[0].allocate(1 << 20, s);
+///     s.launch({.name = "zero", .bytes = 1 << 20, .cpu = [p = b.data()] { std::memset(p, 0, 1 << 20); }});
+///     s.synchronize();
+class device {
+ public:
+  device() noexcept = default;
+
+  device_kind kind() const noexcept;
+  int index() const noexcept;
+  const std::string& name() const noexcept;
+  const device_properties& properties() const noexcept;
+
+  /// A new stream on this device.
+  /// \throws device_error (backend_failure) if the backend cannot create one.
+  stream create_stream(stream_priority priority = stream_priority::normal);
+
+  /// A new, unrecorded event. `timing` enables elapsed_ms on cuda (cpu and sim always time).
+  event create_event(bool timing = false);
+
+  /// Allocates `bytes` (>= 0; 0 gives a valid empty buffer) ordered on `s`: the memory may be used
+  /// by work submitted to `s` after this call (other streams: record_stream or an event). Alignment
+  /// is at least 256 bytes. cpu: caching allocator; cuda: cudaMallocAsync from the GPU's pool;
+  /// sim: counts bytes against the profile's capacity.
+  /// \throws device_error (out_of_memory, invalid_argument if `s` is another device's).
+  buffer allocate(std::size_t bytes, const stream& s);
+
+  /// Same as `s.copy(dst, src, bytes)`; `s` must belong to this device.
+  void copy(const buffer& dst, const buffer& src, const stream& s, std::size_t bytes = SIZE_MAX);
+
+  /// Snapshot of the memory pool's counters.
+  memory_stats memory() const;
+
+  /// Returns cached free blocks to the system (cpu) or trims the pool (cuda).
+  void trim_memory();
+
+  /// Installs (or, with an empty function, removes) the hook called for every completed work item.
+  void set_work_observer(work_observer observer);
+
+  bool valid() const noexcept { return impl_ != nullptr; }
+  explicit operator bool() const noexcept { return valid(); }
+  friend bool operator==(const device& a, const device& b) noexcept { return a.impl_ == b.impl_; }
+
+  /// Implementation access for backends.
+  const std::shared_ptr<device_detail::device_impl>& impl() const noexcept { return impl_; }
+  explicit device(std::shared_ptr<device_detail::device_impl> impl) noexcept : impl_(std::move(impl)) {}
+
+ private:
+  std::shared_ptr<device_detail::device_impl> impl_;
+};
+
+}  // namespace strata

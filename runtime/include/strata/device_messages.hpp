@@ -1,0 +1,53 @@
+#pragma once
+/// \file
+/// Device completion as actor messages: an actor never blocks on device work; it asks to be told.
+
+#include <exception>
+#include <string>
+#include <utility>
+
+#include "strata/actor.hpp"
+#include "strata/actor_ref.hpp"
+#include "strata/device/stream.hpp"
+#include "strata/message.hpp"
+
+namespace strata {
+
+/// Delivered instead of the completion message when work on the stream failed.
+struct device_failure {
+  std::string what;  ///< The failed work item's error text.
+};
+
+/// Sends `msg` to `to` once all work submitted to `s` so far has completed; if that work failed,
+/// sends `device_failure` instead. The message is posted from the backend's completion thread
+/// (see `stream::on_complete`) without blocking it; order with other messages from that thread is
+/// submission order.
+///
+/// Example, inside a stage actor's handler:
+/// \code
+///   stream_.launch(forward_work);                       // asynchronous
+///   strata::send_on_complete(stream_, self(), forward_done{micro_batch});
+///   // ... the handler returns; forward_done arrives as a message when the device is done.
+/// \endcode
+template <class T>
+void send_on_complete(stream& s, const actor_ref& to, T msg) {
+  s.on_complete([to, msg = std::move(msg)](std::exception_ptr failure) mutable {
+    detail::envelope* e = nullptr;
+    if (!failure) {
+      e = new detail::typed_envelope<T>(std::move(msg));
+    } else {
+      std::string what = "device work failed";
+      try {
+        std::rethrow_exception(failure);
+      } catch (const std::exception& ex) {
+        what = ex.what();
+      } catch (...) {
+      }
+      e = new detail::typed_envelope<device_failure>(device_failure{std::move(what)});
+    }
+    e->msg_id = detail::next_message_id();
+    (void)detail::deliver(to.cell(), e);
+  });
+}
+
+}  // namespace strata

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One-shot check for a GPU machine lent for a few minutes: build with CUDA (Release), run the cuda
+# tests, run whatever GPU benchmarks exist, print a short table. Reads the card, changes nothing
+# (no nvidia-smi settings, no clocks, no MIG, no resets).
+#   usage: tools/gpu-check.sh [build-dir]     (default build-gpu; JOBS=16 by default)
+set -u
+cd "$(dirname "$0")/.."
+build=${1:-build-gpu}
+jobs=${JOBS:-16}
+declare -a rows=()
+row() { rows+=("$(printf '%-28s %-8s %s' "$1" "$2" "$3")"); }
+elapsed() { echo "$(( $(date +%s) - $1 ))s"; }
+
+echo "== GPU"
+if command -v nvidia-smi >/dev/null 2>&1; then
+  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader || true
+else
+  echo "nvidia-smi not found"
+fi
+
+t=$(date +%s)
+if cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON >"$build.configure.log" 2>&1; then
+  row configure ok "$(elapsed "$t")"
+else
+  row configure FAILED "see $build.configure.log"; tail -30 "$build.configure.log"
+  printf '\n== summary\n'; printf '%s\n' "${rows[@]}"; exit 1
+fi
+
+t=$(date +%s)
+if cmake --build "$build" -j"$jobs" >"$build.build.log" 2>&1; then
+  row build ok "$(elapsed "$t")"
+else
+  row build FAILED "see $build.build.log"; grep -E 'error' "$build.build.log" | head -30
+  printf '\n== summary\n'; printf '%s\n' "${rows[@]}"; exit 1
+fi
+
+t=$(date +%s)
+ctest --test-dir "$build" -R cuda --output-on-failure --timeout 300 2>&1 | tee "$build.ctest.log"
+rc=${PIPESTATUS[0]}
+line=$(grep -E 'tests passed|tests failed' "$build.ctest.log" | tail -1)
+row "ctest -R cuda" "$( [ "$rc" = 0 ] && echo ok || echo FAILED )" "${line:-no tests} ($(elapsed "$t"))"
+
+echo "== benchmarks"
+found=0
+for bench in $(find "$build" -type f -perm -u+x \( -name 'bench*' -o -name '*_bench' -o -name '*benchmark*' \) 2>/dev/null | sort); do
+  case "$bench" in *CMakeFiles*) continue ;; esac
+  found=1
+  name=$(basename "$bench")
+  t=$(date +%s)
+  echo "-- $name"
+  if timeout 120 "$bench" >"$build.$name.log" 2>&1; then
+    row "$name" ok "$(tail -1 "$build.$name.log" | cut -c1-60) ($(elapsed "$t"))"
+  else
+    row "$name" FAILED "see $build.$name.log"
+  fi
+  tail -5 "$build.$name.log"
+done
+[ "$found" = 0 ] && row benchmarks skipped "none built"
+
+printf '\n== summary\n%-28s %-8s %s\n' step result detail
+printf '%s\n' "${rows[@]}"
