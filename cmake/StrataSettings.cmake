@@ -3,7 +3,8 @@ include_guard(GLOBAL)
 
 set(STRATA_CXX_WARNINGS -Wall -Wextra -Wpedantic -Wshadow -Wnon-virtual-dtor
     -Wold-style-cast -Wcast-align -Wunused -Woverloaded-virtual
-    -Wno-missing-field-initializers)  # C++20 designated initializers leave members at their defaults on purpose
+    -Wno-missing-field-initializers  # C++20 designated initializers leave members at their defaults on purpose
+    -Wno-restrict)                   # GCC 12 misfires on std::string concatenation at -O3 (GCC bug 105329)
 
 ## strata_target_settings(<target>)
 # C++20, the shared warning set (errors when STRATA_WERROR is ON), the same host

@@ -1,0 +1,216 @@
+#pragma once
+/// \file
+/// The KVStore actor: MXNet's init/push/pull parameter store as one strata actor, plus
+/// `kvstore_client`, a handle for code outside actors.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "strata/actor.hpp"
+#include "strata/actor_ref.hpp"
+#include "strata/actor_system.hpp"
+#include "strata/device/device.hpp"
+#include "strata/device/tensor.hpp"
+#include "strata/error.hpp"
+#include "strata/kernels/optimizers.hpp"
+#include "strata/message.hpp"
+
+namespace strata {
+
+/// A key of a kvstore: an integer or a string. One store holds keys of one kind only (the kind
+/// of the first key it was given), as in MXNet.
+class kvstore_key {
+public:
+  kvstore_key(int key) : value_(static_cast<std::int64_t>(key)) {}  // NOLINT: implicit on purpose
+  kvstore_key(std::int64_t key) : value_(key) {}                      // NOLINT
+  kvstore_key(std::string key) : value_(std::move(key)) {}            // NOLINT
+  kvstore_key(const char* key) : value_(std::string(key)) {}          // NOLINT
+
+  bool is_int() const noexcept { return value_.index() == 0; }
+  bool is_string() const noexcept { return value_.index() == 1; }
+  /// `5` or `"5"` (quoted), for error texts.
+  std::string to_string() const;
+
+  friend bool operator==(const kvstore_key& a, const kvstore_key& b) noexcept { return a.value_ == b.value_; }
+  friend bool operator<(const kvstore_key& a, const kvstore_key& b) noexcept { return a.value_ < b.value_; }
+  const std::variant<std::int64_t, std::string>& value() const noexcept { return value_; }
+
+private:
+  std::variant<std::int64_t, std::string> value_;
+};
+
+/// Where a store merges and keeps its values.
+enum class kvstore_kind : std::uint8_t {
+  local,   ///< On the host: the store owns a one-thread cpu device of its own.
+  device,  ///< On `kvstore_options::merge_device` (a cpu or sim device).
+};
+
+/// A user update rule, run inside the store: `stored` is the key's value, `merged` the sum of
+/// the values pushed. Runs as a work item on the store's stream (for cpu stores on its arena
+/// thread, with the data of both tensors ready and host-accessible), one key at a time, in
+/// push order. It must not block; an exception fails that push with the exception's text.
+using kvstore_updater = std::function<void(const kvstore_key& key, const tensor& merged, tensor& stored)>;
+
+/// Settings of a store. Every field has a working default (a local, asynchronous store).
+struct kvstore_options {
+  kvstore_kind kind = kvstore_kind::local;
+  /// For `kvstore_kind::device`: the device that merges and keeps the values.
+  device merge_device;
+  /// Synchronous mode when > 0: a key expects this many pushed values per version; the update
+  /// applies when all have arrived (values pushed beyond that start the next version). 0: every
+  /// push call applies its own update at once (asynchronous mode).
+  std::size_t contributions_per_version = 0;
+  /// Actor name (traces, error texts).
+  std::string name = "kvstore";
+};
+
+// ---- messages (use them with `actor::request` inside actors) --------------------------------
+
+/// Stores `values[i]` as the initial value of `keys[i]`. Reply: `unit` (request<void>).
+/// Fails if a key exists, repeats, or a value is not float32.
+struct kvstore_init {
+  std::vector<kvstore_key> keys;
+  std::vector<tensor> values;
+};
+/// Pushes `values[i]` to `keys[i]`; values of the same key are summed, then the updater runs.
+/// Reply: `unit` once the update has been applied (in synchronous mode: once the values are
+/// accumulated).
+struct kvstore_push {
+  std::vector<kvstore_key> keys;
+  std::vector<tensor> values;
+};
+/// Copies the value of `keys[i]` into `outs[i]` (a key may repeat, outputs may live on several
+/// devices). Reply: `std::vector<tensor>`, the outputs with their ready events, once the copies
+/// are done. With `min_version` > 0 the reply waits until every key has had that many updates.
+struct kvstore_pull {
+  std::vector<kvstore_key> keys;
+  std::vector<tensor> outs;
+  std::uint64_t min_version = 0;
+};
+/// A push followed by a pull, as one message (one round trip). The pull's `min_version` is
+/// ignored: it sees the push. Reply as pull.
+struct kvstore_pushpull {
+  kvstore_push push;
+  kvstore_pull pull;
+};
+/// Replaces the update rule (an empty function restores the default: assign). Reply: `unit`.
+struct kvstore_set_updater {
+  kvstore_updater updater;
+};
+/// Installs SGD (momentum, weight decay) or Adam/AdamW as the update rule, with per-key state
+/// created at a key's first update (`merged` is the gradient). Reply: `unit`.
+struct kvstore_set_optimizer {
+  std::variant<kernels::sgd_options, kernels::adam_options> options;
+};
+/// The number of updates applied to `key` so far. Reply: `std::uint64_t`.
+struct kvstore_version {
+  kvstore_key key;
+};
+
+/// Writes every key's value, version and optimizer state to `path`, after the work queued before
+/// it: atomically (a temporary file beside it, fsync, rename), so `path` holds either the old or
+/// the new checkpoint. The update rule itself is not saved. cpu stores only. Reply: `unit`.
+struct kvstore_save {
+  std::string path;
+};
+/// Replaces the store's keys with those of a checkpoint written by `kvstore_save`. The whole file
+/// is read and checked (format, size, checksum) before anything changes: a truncated or corrupt
+/// file fails with one sentence and leaves the store as it was. Reply: `unit`.
+struct kvstore_load {
+  std::string path;
+};
+
+/// Spawns a store. \throws std::invalid_argument for a `device` store without a cpu or sim
+/// `merge_device`.
+actor_ref spawn_kvstore(actor_system& system, kvstore_options options = {});
+
+/// A handle on a store for code outside actors: each call sends one message and returns a future
+/// of `expected<...>` (failed replies carry one sentence naming the key and what was wrong).
+///
+/// Calls made through one client reach the store in call order, so a pull issued after a push
+/// sees that push (the client forwards through one session actor; `actor_system::request` alone
+/// would not keep the order). Thread-safe; calls from several threads are ordered per thread.
+///
+/// \code
+///   strata::actor_system sys;
+///   auto devs = strata::make_devices("cpu:2");
+///   strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+///   kv.init("w", ones).get().value();
+///   kv.push("w", {g0, g1});                   // summed, then assigned
+///   auto out = kv.pull("w", out_tensor).get().value();
+/// \endcode
+class kvstore_client {
+public:
+  using done = std::future<expected<unit_t>>;
+  using tensors = std::future<expected<std::vector<tensor>>>;
+
+  kvstore_client(actor_system& system, actor_ref store, std::chrono::nanoseconds timeout = std::chrono::seconds(60));
+  /// Lets the session actor finish the calls in flight, then stop.
+  ~kvstore_client();
+  kvstore_client(const kvstore_client&) = delete;
+  kvstore_client& operator=(const kvstore_client&) = delete;
+
+  const actor_ref& store() const noexcept { return store_; }
+
+  done init(kvstore_key key, tensor value);
+  done init(std::vector<kvstore_key> keys, std::vector<tensor> values);
+
+  done push(kvstore_key key, tensor value);
+  /// Several values for one key (e.g. one per device): summed.
+  done push(kvstore_key key, std::vector<tensor> values);
+  done push(std::vector<kvstore_key> keys, std::vector<tensor> values);
+
+  tensors pull(kvstore_key key, tensor out, std::uint64_t min_version = 0);
+  /// One key into several outputs.
+  tensors pull(kvstore_key key, std::vector<tensor> outs, std::uint64_t min_version = 0);
+  tensors pull(std::vector<kvstore_key> keys, std::vector<tensor> outs, std::uint64_t min_version = 0);
+
+  tensors pushpull(kvstore_key key, std::vector<tensor> values, std::vector<tensor> outs);
+  tensors pushpull(std::vector<kvstore_key> keys, std::vector<tensor> values, std::vector<tensor> outs);
+
+  done set_updater(kvstore_updater updater);
+  done set_optimizer(kernels::sgd_options options);
+  done set_optimizer(kernels::adam_options options);
+  std::future<expected<std::uint64_t>> version(kvstore_key key);
+  done save(std::string path);
+  done load(std::string path);
+
+private:
+  template <class R, class M>
+  std::future<expected<R>> call(M msg);
+
+  actor_system* system_;
+  actor_ref store_;
+  actor_ref session_;
+  std::chrono::nanoseconds timeout_;
+};
+
+namespace detail {
+/// A call forwarded by a `kvstore_client`'s session actor (runtime-internal).
+template <class R, class M>
+struct kvstore_call {
+  M msg;
+  std::shared_ptr<std::promise<expected<R>>> promise;
+};
+/// Asks a session actor to stop once its calls in flight are answered.
+struct kvstore_session_close {};
+}  // namespace detail
+
+template <class R, class M>
+std::future<expected<R>> kvstore_client::call(M msg) {
+  auto promise = std::make_shared<std::promise<expected<R>>>();
+  auto future = promise->get_future();
+  auto sent = system_->send(session_, detail::kvstore_call<R, M>{std::move(msg), promise});
+  if (!sent) promise->set_value(expected<R>(sent.error()));
+  return future;
+}
+
+}  // namespace strata

@@ -1,0 +1,48 @@
+#include "support.hpp"
+
+#include <stdexcept>
+#include <string>
+
+namespace strata::kernels::cuda::detail {
+
+void fail(const char* where, const std::string& what) {
+  throw std::invalid_argument(std::string("cuda::") + where + ": " + what + ".");
+}
+
+std::string error_message(const char* call, const char* status_name, const char* status_text) {
+  return std::string("strata::kernels::cuda: ") + call + " failed: " + status_name + " (" +
+         status_text + ")";
+}
+
+void check(cudaError_t status, const char* call) {
+  if (status == cudaSuccess) return;
+  throw cuda_error(call, static_cast<int>(status),
+                   error_message(call, cudaGetErrorName(status), cudaGetErrorString(status)));
+}
+
+void check(cublasStatus_t status, const char* call) {
+  if (status == CUBLAS_STATUS_SUCCESS) return;
+  throw cuda_error(call, static_cast<int>(status),
+                   error_message(call, cublasGetStatusName(status), cublasGetStatusString(status)));
+}
+
+cublasHandle_t blas_on_stream(const cuda_context& ctx, const char* where) {
+  require(ctx.blas != nullptr, where, "ctx.blas must not be null (matrix products need a cuBLAS handle)");
+  cudaStream_t bound = nullptr;
+  check(cublasGetStream(ctx.blas, &bound), "cublasGetStream");
+  if (bound != ctx.stream) check(cublasSetStream(ctx.blas, ctx.stream), "cublasSetStream");
+  return ctx.blas;
+}
+
+void copy_or_zero(cudaStream_t s, const float* src, float* dst, std::size_t n) {
+  if (n == 0) return;
+  if (src != nullptr) {
+    if (src != dst) {
+      check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, s), "cudaMemcpyAsync");
+    }
+  } else {
+    check(cudaMemsetAsync(dst, 0, n * sizeof(float), s), "cudaMemsetAsync");
+  }
+}
+
+}  // namespace strata::kernels::cuda::detail

@@ -1,0 +1,213 @@
+// Host-side logic of the CUDA kernels, checked without a GPU: the row-major -> column-major
+// GEMM mapping (executed by a column-major reference and compared with cpu::gemm), workspace
+// sizes, argument checks (which run before anything touches the device) and error messages.
+#include "strata/kernels/cuda.hpp"
+
+#include <climits>
+#include <cstddef>
+#include <cstdint>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <boost/test/unit_test.hpp>
+
+#include "cuda_test_support.hpp"
+#include "strata/kernels/cpu.hpp"
+#include "support.hpp"
+
+namespace sk = strata::kernels;
+namespace kc = strata::kernels::cuda;
+using kc::test::random_source;
+using sk::transpose;
+
+namespace {
+
+// What cuBLAS computes for a column-major call: C = alpha op(first) op(second) + beta C, with
+// element (i, j) of a column-major matrix X at X[i + j * ld].
+void column_major_reference(const kc::column_major_gemm& g, float alpha, const float* first,
+                            const float* second, float beta, float* c) {
+  for (std::size_t j = 0; j < g.n; ++j) {
+    for (std::size_t i = 0; i < g.m; ++i) {
+      double acc = 0.0;
+      for (std::size_t l = 0; l < g.k; ++l) {
+        const float x = g.op_first == transpose::yes ? first[l + i * g.ld_first] : first[i + l * g.ld_first];
+        const float y = g.op_second == transpose::yes ? second[j + l * g.ld_second] : second[l + j * g.ld_second];
+        acc += static_cast<double>(x) * static_cast<double>(y);
+      }
+      float& out = c[i + j * g.ldc];
+      out = static_cast<float>(alpha * acc + (beta == 0.0f ? 0.0 : static_cast<double>(beta) * out));
+    }
+  }
+}
+
+// A context with no stream and no cuBLAS handle: enough for calls that fail their checks.
+const kc::cuda_context no_device{};
+
+template <class F>
+void expect_invalid(const F& call, const std::string& message) {
+  try {
+    call();
+    BOOST_ERROR("expected std::invalid_argument: " << message);
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == message);
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(host_logic)
+
+BOOST_AUTO_TEST_CASE(column_major_mapping_reproduces_the_row_major_product_for_all_transposes) {
+  random_source rng(7);
+  const std::size_t shapes[][3] = {{1, 1, 1}, {7, 13, 5}, {13, 7, 1}, {1, 9, 30}, {33, 17, 29}};
+  for (const auto& s : shapes) {
+    const std::size_t m = s[0], n = s[1], k = s[2];
+    for (int mode = 0; mode < 4; ++mode) {
+      const transpose ta = (mode & 1) != 0 ? transpose::yes : transpose::no;
+      const transpose tb = (mode & 2) != 0 ? transpose::yes : transpose::no;
+      const std::size_t lda = (ta == transpose::yes ? m : k) + 3;
+      const std::size_t ldb = (tb == transpose::yes ? k : n) + 1;
+      const std::size_t ldc = n + 2;
+      const auto a = rng.values((ta == transpose::yes ? k : m) * lda);
+      const auto b = rng.values((tb == transpose::yes ? n : k) * ldb);
+      const auto c0 = rng.values(m * ldc);
+      auto expected = c0;
+      sk::cpu::gemm(ta, tb, m, n, k, 0.75f, a.data(), lda, b.data(), ldb, -0.5f, expected.data(), ldc);
+      const kc::column_major_gemm g = kc::to_column_major(ta, tb, m, n, k, lda, ldb, ldc);
+      BOOST_TEST((g.m == n && g.n == m && g.k == k));
+      BOOST_TEST((g.op_first == tb && g.op_second == ta));
+      BOOST_TEST((g.ld_first == ldb && g.ld_second == lda && g.ldc == ldc));
+      auto got = c0;
+      column_major_reference(g, 0.75f, b.data(), a.data(), -0.5f, got.data());
+      // Padding columns of C (j >= n) are untouched by both.
+      BOOST_TEST_INFO("m=" << m << " n=" << n << " k=" << k << " mode=" << mode);
+      BOOST_TEST(kc::test::relative_error(got, expected) <= kc::test::k_fp32_tol);
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(column_major_mapping_turns_zero_leading_dimensions_into_one) {
+  const kc::column_major_gemm g = kc::to_column_major(transpose::no, transpose::no, 0, 0, 0, 0, 0, 0);
+  BOOST_TEST((g.ld_first == 1 && g.ld_second == 1 && g.ldc == 1));
+}
+
+BOOST_AUTO_TEST_CASE(workspace_sizes_match_the_cpu_kernels_where_the_layout_allows) {
+  const sk::lstm_dims d{.steps = 35, .batch = 20, .input = 13, .hidden = 7};
+  BOOST_TEST(kc::lstm_reserve_size(d) == sk::lstm_reserve_size(d));
+  BOOST_TEST(kc::lstm_backward_workspace_size(d) == sk::lstm_backward_workspace_size(d));
+  const sk::linear_cross_entropy_dims x{.rows = 13, .hidden = 7, .classes = 29};
+  BOOST_TEST(kc::linear_cross_entropy_device_workspace_size(x, 5) == sk::linear_cross_entropy_workspace_size(x, 5) + 2 * 13);
+  BOOST_TEST(kc::global_norm_workspace_size(0) == 2u);
+  BOOST_TEST(kc::global_norm_workspace_size(3) == 2 * (3 * kc::norm_partials_per_tensor + 1));
+}
+
+BOOST_AUTO_TEST_CASE(bad_gemm_arguments_throw_before_anything_reaches_the_device) {
+  float x[16] = {};
+  expect_invalid([&] { kc::gemm(no_device, transpose::no, transpose::no, 2, 3, 4, 1.0f, x, 4, x, 3, 0.0f, x, 2); },
+                 "cuda::gemm: ldc must be at least n.");
+  expect_invalid([&] { kc::gemm(no_device, transpose::yes, transpose::no, 2, 3, 4, 1.0f, x, 1, x, 3, 0.0f, x, 3); },
+                 "cuda::gemm: lda must be at least the stored column count of A (k, or m when transposed).");
+  expect_invalid([&] { kc::gemm(no_device, transpose::no, transpose::no, 2, 3, 4, 1.0f, nullptr, 4, x, 3, 0.0f, x, 3); },
+                 "cuda::gemm: a and b must not be null when m, n and k are positive.");
+  expect_invalid([&] { kc::gemm(no_device, transpose::no, transpose::no, std::size_t{INT_MAX} + 1, 1, 1, 1.0f, x, 1, x, 1, 0.0f, x, 1); },
+                 "cuda::gemm: m, n, k and the leading dimensions must fit in a 32-bit BLAS integer.");
+  // Valid shapes but no cuBLAS handle.
+  expect_invalid([&] { kc::gemm(no_device, transpose::no, transpose::no, 2, 3, 4, 1.0f, x, 4, x, 3, 0.0f, x, 3); },
+                 "cuda::gemm: ctx.blas must not be null (matrix products need a cuBLAS handle).");
+  expect_invalid([&] {
+    kc::gemm_strided_batched(no_device, transpose::no, transpose::no, 2, 3, 4, 1.0f, x, 4, 8, x, 3, 12, 0.0f, x, 3, 5, 2);
+  }, "cuda::gemm_strided_batched: stride_c must be at least (m - 1) * ldc + n so that the C matrices do not overlap.");
+  // Empty products and batches are valid no-ops that need no device.
+  kc::gemm(no_device, transpose::no, transpose::no, 0, 3, 4, 1.0f, nullptr, 4, nullptr, 3, 0.0f, nullptr, 3);
+  kc::gemm_strided_batched(no_device, transpose::no, transpose::no, 2, 3, 4, 1.0f, nullptr, 4, 0, nullptr, 3, 0, 0.0f,
+                           nullptr, 3, 0, 0);
+}
+
+BOOST_AUTO_TEST_CASE(bad_lstm_and_decoder_arguments_throw_before_anything_reaches_the_device) {
+  alignas(16) float x[64] = {};
+  const sk::lstm_weights w{.w_ih = x, .w_hh = x};
+  expect_invalid([&] { kc::lstm_forward(no_device, {.steps = 2, .batch = 0, .input = 3, .hidden = 4}, w, {}); },
+                 "cuda::lstm_forward: dims.batch must be at least 1.");
+  expect_invalid([&] { kc::lstm_forward(no_device, {.steps = 2, .batch = 1, .input = 3, .hidden = 4}, w, {.y = x, .reserve = x}); },
+                 "cuda::lstm_forward: args.x must not be null when dims.steps > 0.");
+  expect_invalid([&] {
+    kc::lstm_backward(no_device, {.steps = 2, .batch = 1, .input = 3, .hidden = 4}, w, {.x = x, .reserve = x}, {});
+  }, "cuda::lstm_backward: args.workspace must not be null when dims.steps > 0.");
+  expect_invalid([&] {
+    kc::lstm_backward(no_device, {.steps = 2, .batch = 1, .input = 3, .hidden = 4}, {.w_hh = x}, {.reserve = x, .dx = x, .workspace = x}, {});
+  }, "cuda::lstm_backward: weights.w_ih must not be null when args.dx is wanted.");
+
+  const sk::linear_cross_entropy_dims d{.rows = 3, .hidden = 4, .classes = 5};
+  const std::int32_t targets[3] = {0, 1, 2};
+  const sk::linear_cross_entropy_inputs in{.h = x, .w = x, .targets = targets};
+  double loss_slot = 0.0;
+  expect_invalid([&] { kc::linear_cross_entropy_forward(no_device, d, in, x, 10, &loss_slot); },
+                 "cuda::linear_cross_entropy_forward: the workspace must hold at least "
+                 "cuda::linear_cross_entropy_device_workspace_size(dims, 1) floats.");
+  expect_invalid([&] { kc::linear_cross_entropy_forward(no_device, d, in, x, 64, nullptr); },
+                 "cuda::linear_cross_entropy_forward: loss must not be null.");
+  expect_invalid([&] { kc::linear_cross_entropy_forward(no_device, d, in, x + 1, 60, &loss_slot); },
+                 "cuda::linear_cross_entropy_forward: the workspace must be 8-byte aligned.");
+  expect_invalid([&] { kc::linear_cross_entropy_forward_backward(no_device, {.rows = 0, .hidden = 4, .classes = 5}, in, {}, x, 64, nullptr); },
+                 "cuda::linear_cross_entropy_forward_backward: dims.rows, dims.hidden and dims.classes must be at least 1.");
+}
+
+BOOST_AUTO_TEST_CASE(bad_elementwise_optimiser_and_norm_arguments_throw_before_anything_reaches_the_device) {
+  float x[16] = {};
+  const std::int32_t ids[2] = {0, 1};
+  expect_invalid([&] { kc::embedding_forward(no_device, 0, 4, x, 2, ids, x); },
+                 "cuda::embedding_forward: vocab and dim must be at least 1.");
+  expect_invalid([&] { kc::embedding_backward(no_device, 4, 4, 2, nullptr, x, x); },
+                 "cuda::embedding_backward: ids and the arrays must not be null when count > 0.");
+  expect_invalid([&] { kc::sgd_step(no_device, 4, x, x, nullptr, {.lr = 0.1, .momentum = 0.9}); },
+                 "cuda::sgd_step: momentum_buffer must not be null when momentum != 0.");
+  expect_invalid([&] { kc::adam_step(no_device, 4, x, x, x, x, 0, {}); },
+                 "cuda::adam_step: step must be at least 1 (steps count from 1).");
+  expect_invalid([&] { kc::fill(no_device, 4, 1.0f, nullptr); }, "cuda::fill: x must not be null when n > 0.");
+  expect_invalid([&] { kc::axpy(no_device, 4, 1.0f, nullptr, x); }, "cuda::axpy: x and y must not be null when n > 0.");
+
+  std::vector<const float*> inputs(300, x);
+  float out[16] = {};
+  inputs[299] = out;
+  expect_invalid([&] { kc::sum_arrays(no_device, inputs, 16, out); },
+                 "cuda::sum_arrays: out may be one of the first 256 inputs only (later launches read out as the "
+                 "partial sum).");
+
+  const std::span<const float> t[2] = {{x, 16}, {x, 3}};
+  double norm = 0.0;
+  expect_invalid([&] { kc::global_norm(no_device, t, x, kc::global_norm_workspace_size(2) - 1, &norm); },
+                 "cuda::global_norm: the workspace must hold cuda::global_norm_workspace_size(tensor count) floats.");
+  const std::span<float> g[1] = {{x, 16}};
+  expect_invalid([&] { kc::clip_grad_norm(no_device, g, -1.0, x, 16, nullptr); },
+                 "cuda::clip_grad_norm: max_norm must be a non-negative number.");
+  // n == 0 is a no-op that needs no device.
+  kc::fill(no_device, 0, 1.0f, nullptr);
+  kc::sum_arrays(no_device, {}, 0, nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(failed_cuda_and_cublas_calls_become_cuda_errors_naming_the_call) {
+  namespace detail = strata::kernels::cuda::detail;
+  try {
+    detail::check(cudaErrorInvalidValue, "cudaMemcpyAsync");
+    BOOST_ERROR("expected cuda_error");
+  } catch (const kc::cuda_error& e) {
+    BOOST_TEST(e.call() == "cudaMemcpyAsync");
+    BOOST_TEST(e.status() == static_cast<int>(cudaErrorInvalidValue));
+    BOOST_TEST(std::string(e.what()).starts_with(
+        "strata::kernels::cuda: cudaMemcpyAsync failed: cudaErrorInvalidValue ("));
+  }
+  try {
+    detail::check(CUBLAS_STATUS_NOT_INITIALIZED, "cublasGemmEx");
+    BOOST_ERROR("expected cuda_error");
+  } catch (const kc::cuda_error& e) {
+    BOOST_TEST(e.call() == "cublasGemmEx");
+    BOOST_TEST(std::string(e.what()).starts_with(
+        "strata::kernels::cuda: cublasGemmEx failed: CUBLAS_STATUS_NOT_INITIALIZED ("));
+  }
+  BOOST_CHECK_NO_THROW(detail::check(cudaSuccess, "cudaMemsetAsync"));
+  BOOST_CHECK_NO_THROW(detail::check(CUBLAS_STATUS_SUCCESS, "cublasSetStream"));
+}
+
+BOOST_AUTO_TEST_SUITE_END()
