@@ -1,0 +1,74 @@
+#pragma once
+/// \file
+/// Model-parallel training of the LSTM language model: one stage actor per device, activations
+/// forward and gradients backward as messages, a plan (GPipe, 1F1B, wavefront) per stage.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "strata/actor_system.hpp"
+#include "strata/actors/lm_config.hpp"
+#include "strata/actors/pipeline/plan.hpp"
+#include "strata/device/device.hpp"
+#include "strata/error.hpp"
+
+namespace strata::lm {
+
+/// What one training step did.
+struct step_result {
+  double loss = 0;                   ///< Mean next-token cross-entropy of the global batch.
+  double grad_norm = 0;              ///< Global L2 norm of the gradients before clipping.
+  double step_ms = 0;                ///< Wall time of the step.
+  std::vector<double> stage_busy_ms; ///< Per stage: device busy time during the step.
+};
+
+/// A named parameter, PyTorch's name and row-major values.
+struct named_parameter {
+  std::string name;
+  std::vector<float> values;
+};
+
+/// The pipeline: spawns one stage actor per device and a driver that runs steps.
+///
+/// Stage s owns LSTM layers per `layer_counts` (the embedding on stage 0, the decoder and loss on
+/// the last); each stage runs its plan's actions in order on its device's stream, sending its
+/// output activation (with the event that makes it ready) to stage s+1 and its input gradient to
+/// stage s-1; nothing waits on the host except the step boundary (the global gradient norm
+/// for clipping needs every stage). Results equal one device's on the same global batch.
+///
+/// Thread-safety: one caller at a time.
+class lm_pipeline {
+public:
+  lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
+              pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts);
+  ~lm_pipeline();
+  lm_pipeline(const lm_pipeline&) = delete;
+  lm_pipeline& operator=(const lm_pipeline&) = delete;
+
+  /// One step on tokens and next-token targets, both [seq, batch] row-major (seq-major).
+  expected<step_result> train_step(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets,
+                                   std::chrono::milliseconds timeout = std::chrono::minutes(10));
+
+  /// Every parameter, gathered from the stages, in PyTorch's order.
+  expected<std::vector<named_parameter>> parameters(std::chrono::milliseconds timeout = std::chrono::minutes(1));
+  /// Overwrites parameters by name (unknown names are an error; nothing changes then).
+  expected<void> set_parameters(const std::vector<named_parameter>& params,
+                                std::chrono::milliseconds timeout = std::chrono::minutes(1));
+
+  const pipeline::plan& plan() const noexcept;
+  const lm_config& config() const noexcept;
+  std::size_t stages() const noexcept;
+  /// Stage s's device time per (micro-batch) forward and backward, averaged over the last step
+  /// (for the plan's ideal step time).
+  std::vector<std::pair<double, double>> measured_stage_times_ms() const;
+
+private:
+  struct state;
+  std::unique_ptr<state> state_;
+};
+
+}  // namespace strata::lm

@@ -1,0 +1,421 @@
+#include "strata/actors/lm_pipeline.hpp"
+
+#include <algorithm>
+#include <atomic>
+#include <cmath>
+#include <map>
+#include <mutex>
+#include <stdexcept>
+
+#include "lm_stage.hpp"
+#include "strata/device/event.hpp"
+#include "strata/device/stream.hpp"
+#include "strata/device_messages.hpp"
+#include "strata/trace.hpp"
+
+namespace strata::lm {
+
+namespace {
+
+// ---- messages between the driver and the stages ------------------------------------------------
+
+struct wire_stage {
+  actor_ref prev, next, driver;
+};
+struct begin_step {
+  std::uint64_t step;
+  std::vector<std::vector<std::int32_t>> tokens;   // per micro-batch [T, Bm] (first stage)
+  std::vector<std::vector<std::int32_t>> targets;  // per micro-batch [T, Bm] (last stage)
+};
+/// An activation (forward) or a gradient (backward) of one (micro-batch, chunk) unit: the
+/// producer's buffer, valid for the whole step, and the event after which it is ready.
+struct unit_tensor {
+  std::uint64_t step;
+  int micro_batch;
+  int chunk;
+  const float* data;
+  event ready;
+};
+struct activation_msg {
+  unit_tensor t;
+};
+struct gradient_msg {
+  unit_tensor t;
+};
+struct norm_done {
+  std::uint64_t step;
+};
+struct stage_norm {
+  int stage;
+  double sq_norm;
+  double loss_sum;
+};
+struct apply_update {
+  std::uint64_t step;
+  double scale;
+};
+struct update_done {
+  std::uint64_t step;
+};
+struct stage_updated {
+  int stage;
+};
+struct get_parameters {};
+struct put_parameters {
+  std::vector<named_parameter> params;
+};
+struct run_step {
+  std::vector<std::int32_t> tokens, targets;
+};
+
+/// Device time spent per kind of work, filled by the device's work observer.
+struct stage_clock {
+  std::atomic<std::int64_t> forward_ns{0}, backward_ns{0}, other_ns{0};
+  std::atomic<std::int64_t> forward_items{0}, backward_items{0};
+  void reset() {
+    forward_ns = backward_ns = other_ns = 0;
+    forward_items = backward_items = 0;
+  }
+  double busy_ms() const { return static_cast<double>(forward_ns + backward_ns + other_ns) / 1e6; }
+};
+
+// ---- the stage actor ---------------------------------------------------------------------------
+
+class stage_actor final : public actor {
+public:
+  stage_actor(int index, std::shared_ptr<lm_stage> model, device dev, std::vector<pipeline::action> actions,
+              std::size_t chunks, double lr)
+      : index_(index), model_(std::move(model)), dev_(std::move(dev)), stream_(dev_.create_stream()),
+        chunks_(chunks), lr_(lr) {
+    for (const auto& a : actions)
+      if (pipeline::is_compute(a.kind)) actions_.push_back(a);
+  }
+
+  behavior make_behavior() override {
+    return {
+        [this](wire_stage& w) {
+          prev_ = std::move(w.prev);
+          next_ = std::move(w.next);
+          driver_ = std::move(w.driver);
+        },
+        [this](begin_step& b) {
+          step_ = b.step;
+          for (std::size_t mb = 0; mb < b.tokens.size(); ++mb) model_->set_tokens(mb, std::move(b.tokens[mb]));
+          for (std::size_t mb = 0; mb < b.targets.size(); ++mb) model_->set_targets(mb, std::move(b.targets[mb]));
+          pos_ = 0;
+          running_ = true;
+          advance();
+        },
+        [this](activation_msg& m) {
+          auto u = unit(m.t);
+          model_->set_input(static_cast<std::size_t>(m.t.micro_batch), static_cast<std::size_t>(m.t.chunk), m.t.data);
+          forward_ready_[u] = std::move(m.t.ready);
+          advance();
+        },
+        [this](gradient_msg& m) {
+          auto u = unit(m.t);
+          model_->set_output_grad(static_cast<std::size_t>(m.t.micro_batch), static_cast<std::size_t>(m.t.chunk),
+                                  m.t.data);
+          backward_ready_[u] = std::move(m.t.ready);
+          advance();
+        },
+        [this](const norm_done&) { send(driver_, stage_norm{index_, model_->sq_norm(), model_->loss_sum()}); },
+        [this](const apply_update& u) {
+          stream_.launch(model_->update_work(u.scale, lr_));
+          send_on_complete(stream_, self(), update_done{u.step});
+        },
+        [this](const update_done&) { send(driver_, stage_updated{index_}); },
+        [this](const device_failure& f) {
+          throw std::runtime_error("stage " + std::to_string(index_) + " device work failed: " + f.what);
+        },
+        [this](const get_parameters&) {
+          std::vector<named_parameter> out;
+          if (!model_->computes()) return out;
+          for (std::size_t i = 0; i < model_->names().size(); ++i) out.push_back({model_->names()[i], model_->value(i)});
+          return out;
+        },
+        [this](put_parameters& p) -> expected<void> {
+          if (!model_->computes()) return {};
+          for (auto& np : p.params) {
+            for (std::size_t i = 0; i < model_->names().size(); ++i) {
+              if (model_->names()[i] != np.name) continue;
+              if (np.values.size() != model_->value(i).size())
+                return error(errc::invalid_argument, "parameter '" + np.name + "' has " + std::to_string(np.values.size()) +
+                                                         " values; the model expects " + std::to_string(model_->value(i).size()));
+              model_->value(i) = np.values;
+            }
+          }
+          return {};
+        },
+    };
+  }
+
+private:
+  std::size_t unit(const unit_tensor& t) const {
+    return static_cast<std::size_t>(t.micro_batch) * chunks_ + static_cast<std::size_t>(t.chunk);
+  }
+
+  /// Submits the plan's actions in order as far as their inputs have arrived. Submission is
+  /// asynchronous: the stream waits for each input's event, not this actor.
+  void advance() {
+    while (running_ && pos_ < actions_.size()) {
+      const auto& a = actions_[pos_];
+      const auto mb = static_cast<std::size_t>(a.micro_batch), ch = static_cast<std::size_t>(a.chunk);
+      const std::size_t u = mb * chunks_ + ch;
+      if (a.kind == pipeline::action_kind::forward) {
+        if (prev_) {
+          auto it = forward_ready_.find(u);
+          if (it == forward_ready_.end()) return;
+          stream_.wait(it->second);
+          forward_ready_.erase(it);
+        }
+        stream_.launch(model_->forward_work(mb, ch));
+        if (next_) send(next_, activation_msg{{step_, a.micro_batch, a.chunk, model_->computes() ? model_->output(mb, ch) : nullptr, stream_.record()}});
+      } else {
+        if (next_) {
+          auto it = backward_ready_.find(u);
+          if (it == backward_ready_.end()) return;
+          stream_.wait(it->second);
+          backward_ready_.erase(it);
+        }
+        stream_.launch(model_->backward_work(mb, ch));
+        if (prev_) send(prev_, gradient_msg{{step_, a.micro_batch, a.chunk, model_->computes() ? model_->input_grad(mb, ch) : nullptr, stream_.record()}});
+      }
+      ++pos_;
+    }
+    if (running_ && pos_ == actions_.size()) {
+      running_ = false;
+      stream_.launch(model_->norm_work());
+      send_on_complete(stream_, self(), norm_done{step_});
+    }
+  }
+
+  int index_;
+  std::shared_ptr<lm_stage> model_;
+  device dev_;
+  stream stream_;
+  std::size_t chunks_;
+  double lr_;
+  std::vector<pipeline::action> actions_;
+  actor_ref prev_, next_, driver_;
+  std::uint64_t step_ = 0;
+  std::size_t pos_ = 0;
+  bool running_ = false;
+  std::map<std::size_t, event> forward_ready_, backward_ready_;
+};
+
+// ---- the driver: splits the batch, runs the step boundary (global norm, clip, update) ----------
+
+class driver_actor final : public actor {
+public:
+  driver_actor(lm_config config, std::vector<actor_ref> stages, std::vector<std::shared_ptr<stage_clock>> clocks)
+      : config_(config), stages_(std::move(stages)), clocks_(std::move(clocks)) {}
+
+  behavior make_behavior() override {
+    return {
+        [this](run_step& r) {
+          promise_ = make_response_promise<step_result>();
+          start_ = std::chrono::steady_clock::now();
+          for (auto& c : clocks_) c->reset();
+          const std::size_t T = config_.seq, B = config_.batch, M = config_.micro_batches, Bm = B / M;
+          begin_step first{++step_, {}, {}}, last{step_, {}, {}};
+          for (std::size_t mb = 0; mb < M; ++mb) {
+            std::vector<std::int32_t> tok(T * Bm), tgt(T * Bm);
+            for (std::size_t t = 0; t < T; ++t)
+              for (std::size_t b = 0; b < Bm; ++b) {
+                tok[t * Bm + b] = r.tokens[t * B + mb * Bm + b];
+                tgt[t * Bm + b] = r.targets[t * B + mb * Bm + b];
+              }
+            first.tokens.push_back(std::move(tok));
+            last.targets.push_back(std::move(tgt));
+          }
+          if (stages_.size() == 1) {
+            first.targets = std::move(last.targets);
+            send(stages_[0], std::move(first));
+          } else {
+            send(stages_.front(), std::move(first));
+            for (std::size_t s = 1; s + 1 < stages_.size(); ++s) send(stages_[s], begin_step{step_, {}, {}});
+            send(stages_.back(), std::move(last));
+          }
+          sq_ = 0;
+          loss_ = 0;
+          norms_ = 0;
+          updated_ = 0;
+        },
+        [this](const stage_norm& n) {
+          sq_ += n.sq_norm;
+          loss_ += n.loss_sum;
+          if (++norms_ < stages_.size()) return;
+          const double count = static_cast<double>(config_.seq * config_.batch);
+          norm_ = std::sqrt(sq_) / count;
+          const double coef = config_.clip / (norm_ + 1e-6);
+          const double scale = (coef < 1.0 ? coef : 1.0) / count;
+          for (auto& s : stages_) send(s, apply_update{step_, scale});
+        },
+        [this](const stage_updated&) {
+          if (++updated_ < stages_.size()) return;
+          step_result r;
+          r.loss = loss_ / static_cast<double>(config_.seq * config_.batch);
+          r.grad_norm = norm_;
+          r.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
+          for (auto& c : clocks_) r.stage_busy_ms.push_back(c->busy_ms());
+          promise_.deliver(std::move(r));
+        },
+    };
+  }
+
+private:
+  lm_config config_;
+  std::vector<actor_ref> stages_;
+  std::vector<std::shared_ptr<stage_clock>> clocks_;
+  response_promise<step_result> promise_;
+  std::chrono::steady_clock::time_point start_;
+  std::uint64_t step_ = 0;
+  double sq_ = 0, loss_ = 0, norm_ = 0;
+  std::size_t norms_ = 0, updated_ = 0;
+};
+
+}  // namespace
+
+struct lm_pipeline::state {
+  actor_system* system = nullptr;
+  lm_config config;
+  pipeline::plan plan;
+  std::vector<device> devices;
+  std::vector<std::shared_ptr<lm_stage>> models;
+  std::vector<std::shared_ptr<stage_clock>> clocks;
+  std::vector<actor_ref> stages;
+  actor_ref driver;
+};
+
+lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
+                         pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts)
+    : state_(std::make_unique<state>()) {
+  config.validate();
+  if (devices.empty()) throw std::invalid_argument("a pipeline needs at least one device");
+  if (layer_counts.size() != devices.size())
+    throw std::invalid_argument("the partition names " + std::to_string(layer_counts.size()) + " stages for " +
+                                std::to_string(devices.size()) + " devices");
+  auto spans = make_spans(config.layers, layer_counts);
+  auto& st = *state_;
+  st.system = &system;
+  st.config = config;
+  st.devices = std::move(devices);
+  st.plan = pipeline::make_plan(schedule, static_cast<int>(spans.size()), static_cast<int>(config.micro_batches),
+                                static_cast<int>(config.chunks));
+  for (std::size_t s = 0; s < spans.size(); ++s) {
+    st.models.push_back(std::make_shared<lm_stage>(config, spans[s], st.devices[s]));
+    auto clock = std::make_shared<stage_clock>();
+    st.clocks.push_back(clock);
+    std::uint32_t fwd_name = 0, bwd_name = 0;
+    if (trace::enabled()) {
+      fwd_name = trace::intern("forward");
+      bwd_name = trace::intern("backward");
+    }
+    const std::uint64_t device_track = 1'000'000'000ull + s;  // trace id of the device track
+    st.devices[s].set_work_observer([clock, fwd_name, bwd_name, device_track](const work_record& r) {
+      const auto ns = (r.end - r.start).count();
+      const std::string& name = *r.name;
+      if (name == "forward") {
+        clock->forward_ns += ns;
+        ++clock->forward_items;
+      } else if (name == "backward") {
+        clock->backward_ns += ns;
+        ++clock->backward_items;
+      } else {
+        clock->other_ns += ns;
+      }
+      if (trace::enabled()) {
+        std::uint32_t id = name == "forward" ? fwd_name : name == "backward" ? bwd_name : 0;
+        trace::emit(trace::event_kind::device_begin, device_track, r.stream_id, static_cast<std::uint64_t>(r.start.count()), 0, id);
+        trace::emit(trace::event_kind::device_end, device_track, r.stream_id, static_cast<std::uint64_t>(r.end.count()), 0, id);
+      }
+    });
+  }
+  for (std::size_t s = 0; s < spans.size(); ++s) {
+    st.stages.push_back(system.spawn_with<stage_actor>(
+        spawn_options{.name = "stage-" + std::to_string(s) + " (" + st.devices[s].name() + ")"}, static_cast<int>(s),
+        st.models[s], st.devices[s], st.plan.stages[s], config.chunks, config.lr));
+  }
+  st.driver = system.spawn_with<driver_actor>(spawn_options{.name = "pipeline-driver"}, config, st.stages, st.clocks);
+  for (std::size_t s = 0; s < st.stages.size(); ++s) {
+    system.send(st.stages[s], wire_stage{s > 0 ? st.stages[s - 1] : actor_ref{},
+                                         s + 1 < st.stages.size() ? st.stages[s + 1] : actor_ref{}, st.driver});
+  }
+}
+
+lm_pipeline::~lm_pipeline() {
+  if (!state_) return;
+  for (auto& s : state_->stages) state_->system->stop(s);
+  state_->system->stop(state_->driver);
+  for (auto& d : state_->devices) d.set_work_observer({});
+}
+
+expected<step_result> lm_pipeline::train_step(const std::vector<std::int32_t>& tokens,
+                                              const std::vector<std::int32_t>& targets,
+                                              std::chrono::milliseconds timeout) {
+  const auto& c = state_->config;
+  const std::size_t n = c.seq * c.batch;
+  if (tokens.size() != n || targets.size() != n)
+    return error(errc::invalid_argument, "a step needs " + std::to_string(n) + " tokens and targets ([seq " +
+                                             std::to_string(c.seq) + ", batch " + std::to_string(c.batch) + "])");
+  for (auto v : tokens)
+    if (v < 0 || static_cast<std::size_t>(v) >= c.vocab)
+      return error(errc::invalid_argument, "token id " + std::to_string(v) + " is outside the vocabulary [0, " +
+                                               std::to_string(c.vocab) + ")");
+  for (auto v : targets)
+    if (v < 0 || static_cast<std::size_t>(v) >= c.vocab)
+      return error(errc::invalid_argument, "target id " + std::to_string(v) + " is outside the vocabulary [0, " +
+                                               std::to_string(c.vocab) + ")");
+  auto f = state_->system->request<step_result>(state_->driver, timeout, run_step{tokens, targets});
+  return f.get();
+}
+
+expected<std::vector<named_parameter>> lm_pipeline::parameters(std::chrono::milliseconds timeout) {
+  std::map<std::string, std::vector<float>> all;
+  for (auto& s : state_->stages) {
+    auto part = state_->system->request<std::vector<named_parameter>>(s, timeout, get_parameters{}).get();
+    if (!part) return part.error();
+    for (auto& p : *part) all[p.name] = std::move(p.values);
+  }
+  std::vector<named_parameter> out;
+  for (const auto& name : parameter_names(state_->config)) {
+    auto it = all.find(name);
+    if (it != all.end()) out.push_back({name, std::move(it->second)});
+  }
+  return out;
+}
+
+expected<void> lm_pipeline::set_parameters(const std::vector<named_parameter>& params,
+                                           std::chrono::milliseconds timeout) {
+  auto names = parameter_names(state_->config);
+  for (const auto& p : params) {
+    if (std::find(names.begin(), names.end(), p.name) == names.end())
+      return error(errc::invalid_argument, "'" + p.name + "' is not a parameter of this model");
+    std::size_t n = 1;
+    for (auto d : parameter_shape(state_->config, p.name)) n *= d;
+    if (p.values.size() != n)
+      return error(errc::invalid_argument, "parameter '" + p.name + "' has " + std::to_string(p.values.size()) +
+                                               " values; the model expects " + std::to_string(n));
+  }
+  for (auto& s : state_->stages) {
+    auto r = state_->system->request<void>(s, timeout, put_parameters{params}).get();
+    if (!r) return r.error();
+  }
+  return {};
+}
+
+const pipeline::plan& lm_pipeline::plan() const noexcept { return state_->plan; }
+const lm_config& lm_pipeline::config() const noexcept { return state_->config; }
+std::size_t lm_pipeline::stages() const noexcept { return state_->stages.size(); }
+
+std::vector<std::pair<double, double>> lm_pipeline::measured_stage_times_ms() const {
+  std::vector<std::pair<double, double>> out;
+  const double units = static_cast<double>(state_->config.micro_batches);
+  for (auto& c : state_->clocks)
+    out.emplace_back(static_cast<double>(c->forward_ns.load()) / 1e6 / units,
+                     static_cast<double>(c->backward_ns.load()) / 1e6 / units);
+  return out;
+}
+
+}  // namespace strata::lm

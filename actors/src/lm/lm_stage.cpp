@@ -1,0 +1,212 @@
+#include "lm_stage.hpp"
+
+#include <algorithm>
+#include <stdexcept>
+
+#include "strata/kernels/embedding.hpp"
+#include "strata/kernels/linear_cross_entropy.hpp"
+#include "strata/kernels/lstm.hpp"
+
+namespace strata::lm {
+
+namespace k = strata::kernels;
+
+lm_stage::lm_stage(const lm_config& config, stage_span span, device dev)
+    : config_(config), span_(span), dev_(std::move(dev)) {
+  config_.validate();
+  if (dev_.kind() == device_kind::cuda)
+    throw std::invalid_argument("LSTM pipeline stages run on cpu and sim devices; cuda stages are not implemented yet");
+  computes_ = dev_.kind() == device_kind::cpu;
+  bm_ = config_.micro_batch_size();
+  tc_ = config_.chunk_steps();
+  const std::size_t H = config_.hidden, M = config_.micro_batches, C = config_.chunks;
+  const std::size_t units = M * C, nl = span_.last - span_.first;
+
+  if (span_.embedding) {
+    emb_index_ = names_.size();
+    names_.push_back("embedding.weight");
+  }
+  for (std::size_t l = span_.first; l < span_.last; ++l) {
+    layer_index_.push_back(names_.size());
+    for (const char* kind : {"weight_ih", "weight_hh", "bias_ih", "bias_hh"})
+      names_.push_back("lstm." + std::string(kind) + "_l" + std::to_string(l));
+  }
+  if (span_.decoder) {
+    dec_w_index_ = names_.size();
+    names_.push_back("decoder.weight");
+    dec_b_index_ = names_.size();
+    names_.push_back("decoder.bias");
+  }
+  tokens_.resize(M);
+  targets_.resize(M);
+  input_.assign(units, nullptr);
+  dout_.assign(units, nullptr);
+  unit_loss_.assign(units, 0.0);
+  if (!computes_) return;  // sim: costs only, no memory
+
+  for (const auto& name : names_) {
+    values_.push_back(initial_parameter(config_, name));
+    grads_.emplace_back(values_.back().size(), 0.f);
+  }
+  const std::size_t max_in = std::max(config_.embed, H);
+  emb_out_.resize(units);
+  y_.resize(units);
+  reserve_.resize(units);
+  h_.resize(units);
+  c_.resize(units);
+  dtop_.resize(units);
+  dx_out_.resize(units);
+  for (std::size_t u = 0; u < units; ++u) {
+    if (span_.embedding) emb_out_[u].assign(tc_ * bm_ * config_.embed, 0.f);
+    for (std::size_t l = span_.first; l < span_.last; ++l) {
+      y_[u].emplace_back(tc_ * bm_ * H, 0.f);
+      reserve_[u].emplace_back(k::lstm_reserve_size({tc_, bm_, layer_input(l), H}), 0.f);
+      h_[u].emplace_back(bm_ * H, 0.f);
+      c_[u].emplace_back(bm_ * H, 0.f);
+    }
+    if (span_.decoder) dtop_[u].assign(tc_ * bm_ * H, 0.f);
+    if (!span_.embedding) dx_out_[u].assign(tc_ * bm_ * layer_input(span_.first), 0.f);
+  }
+  carry_.resize(M * nl);
+  for (auto& c : carry_) c.assign(4, std::vector<float>(bm_ * H, 0.f));
+  dx_a_.assign(tc_ * bm_ * max_in, 0.f);
+  dx_b_.assign(tc_ * bm_ * max_in, 0.f);
+  workspace_.assign(k::lstm_backward_workspace_size({tc_, bm_, max_in, H}), 0.f);
+  if (span_.decoder) {
+    std::size_t block = std::min<std::size_t>(tc_ * bm_, 256);
+    ce_workspace_.assign(k::linear_cross_entropy_workspace_size({tc_ * bm_, H, config_.vocab}, block), 0.f);
+  }
+}
+
+void lm_stage::forward_math(std::size_t mb, std::size_t chunk) {
+  const std::size_t u = unit(mb, chunk), t0 = chunk * tc_, H = config_.hidden;
+  const float* x = nullptr;
+  if (span_.embedding) {
+    k::cpu::embedding_forward(config_.vocab, config_.embed, values_[emb_index_].data(), tc_ * bm_,
+                              tokens_[mb].data() + t0 * bm_, emb_out_[u].data());
+    x = emb_out_[u].data();
+  } else {
+    x = input_[u];
+  }
+  for (std::size_t kl = 0; kl < span_.last - span_.first; ++kl) {
+    const std::size_t l = span_.first + kl, p = layer_index_[kl];
+    const bool first_chunk = chunk == 0;
+    k::cpu::lstm_forward({tc_, bm_, layer_input(l), H},
+                         {values_[p].data(), values_[p + 1].data(), values_[p + 2].data(), values_[p + 3].data()},
+                         {x, first_chunk ? nullptr : h_[unit(mb, chunk - 1)][kl].data(),
+                          first_chunk ? nullptr : c_[unit(mb, chunk - 1)][kl].data(), y_[u][kl].data(),
+                          h_[u][kl].data(), c_[u][kl].data(), reserve_[u][kl].data()});
+    x = y_[u][kl].data();
+  }
+  if (span_.decoder) {
+    k::linear_cross_entropy_inputs in{x, values_[dec_w_index_].data(), values_[dec_b_index_].data(),
+                                      targets_[mb].data() + t0 * bm_, k::loss_reduction::sum};
+    unit_loss_[u] = k::cpu::linear_cross_entropy_forward_backward(
+        {tc_ * bm_, H, config_.vocab}, in,
+        {dtop_[u].data(), grads_[dec_w_index_].data(), grads_[dec_b_index_].data()}, ce_workspace_.data(),
+        ce_workspace_.size());
+  }
+}
+
+void lm_stage::backward_math(std::size_t mb, std::size_t chunk) {
+  const std::size_t u = unit(mb, chunk), t0 = chunk * tc_, H = config_.hidden, nl = span_.last - span_.first;
+  const float* dy = span_.decoder ? dtop_[u].data() : dout_[u];
+  float* scratch[2] = {dx_a_.data(), dx_b_.data()};
+  for (std::size_t kk = nl; kk-- > 0;) {
+    const std::size_t l = span_.first + kk, p = layer_index_[kk];
+    const float* x = kk > 0 ? y_[u][kk - 1].data() : (span_.embedding ? emb_out_[u].data() : input_[u]);
+    float* dx = (kk == 0 && !span_.embedding) ? dx_out_[u].data() : scratch[kk % 2];
+    auto& carry = carry_[mb * nl + kk];
+    const bool last_chunk = chunk + 1 == config_.chunks;
+    const std::size_t read = (chunk + 1) % 2, write = chunk % 2;
+    k::cpu::lstm_backward(
+        {tc_, bm_, layer_input(l), H},
+        {values_[p].data(), values_[p + 1].data(), values_[p + 2].data(), values_[p + 3].data()},
+        {x, reserve_[u][kk].data(), dy, last_chunk ? nullptr : carry[read].data(),
+         last_chunk ? nullptr : carry[2 + read].data(), dx, chunk == 0 ? nullptr : carry[write].data(),
+         chunk == 0 ? nullptr : carry[2 + write].data(), workspace_.data()},
+        {grads_[p].data(), grads_[p + 1].data(), grads_[p + 2].data(), grads_[p + 3].data()});
+    dy = dx;
+  }
+  if (span_.embedding)
+    k::cpu::embedding_backward(config_.vocab, config_.embed, tc_ * bm_, tokens_[mb].data() + t0 * bm_, dy,
+                               grads_[emb_index_].data());
+}
+
+namespace {
+double lstm_flops(std::size_t steps, std::size_t batch, std::size_t in, std::size_t hidden) {
+  return 2.0 * static_cast<double>(steps * batch * 4 * hidden * (in + hidden));
+}
+}  // namespace
+
+kernel_work lm_stage::forward_work(std::size_t mb, std::size_t chunk) {
+  double flops = 0, bytes = 0;
+  const std::size_t H = config_.hidden;
+  for (std::size_t l = span_.first; l < span_.last; ++l) {
+    flops += lstm_flops(tc_, bm_, layer_input(l), H);
+    bytes += 4.0 * static_cast<double>(tc_ * 4 * H * H + 4 * H * layer_input(l) + tc_ * bm_ * (layer_input(l) + 8 * H));
+  }
+  if (span_.decoder) {
+    flops += 3 * 2.0 * static_cast<double>(tc_ * bm_ * H * config_.vocab);
+    bytes += 4.0 * static_cast<double>(3 * config_.vocab * H + 2 * tc_ * bm_ * config_.vocab);
+  }
+  kernel_work w{.name = "forward", .kind = work_kind::matmul, .flops = flops, .bytes = bytes};
+  if (computes_) w.cpu = [this, mb, chunk] { forward_math(mb, chunk); };
+  return w;
+}
+
+kernel_work lm_stage::backward_work(std::size_t mb, std::size_t chunk) {
+  double flops = 0, bytes = 0;
+  const std::size_t H = config_.hidden;
+  for (std::size_t l = span_.first; l < span_.last; ++l) {
+    flops += 2 * lstm_flops(tc_, bm_, layer_input(l), H);
+    bytes += 8.0 * static_cast<double>(tc_ * 4 * H * H + 4 * H * layer_input(l) + tc_ * bm_ * (layer_input(l) + 8 * H));
+  }
+  kernel_work w{.name = "backward", .kind = work_kind::matmul, .flops = flops, .bytes = bytes};
+  if (computes_) w.cpu = [this, mb, chunk] { backward_math(mb, chunk); };
+  return w;
+}
+
+kernel_work lm_stage::norm_work() {
+  double n = 0;
+  for (const auto& name : names_) {
+    auto shape = parameter_shape(config_, name);
+    double e = 1;
+    for (auto d : shape) e *= static_cast<double>(d);
+    n += e;
+  }
+  kernel_work w{.name = "grad_norm", .kind = work_kind::pointwise, .flops = 2 * n, .bytes = 4 * n};
+  if (computes_) {
+    w.cpu = [this] {
+      double sq = 0;
+      for (const auto& g : grads_)
+        for (float v : g) sq += static_cast<double>(v) * v;
+      sq_norm_ = sq;
+      double loss = 0;
+      for (double l : unit_loss_) loss += l;
+      loss_sum_ = loss;
+    };
+  }
+  return w;
+}
+
+kernel_work lm_stage::update_work(double scale, double lr) {
+  double n = 0;
+  for (const auto& v : values_) n += static_cast<double>(v.size());
+  kernel_work w{.name = "sgd", .kind = work_kind::pointwise, .flops = 3 * n, .bytes = 12 * n};
+  if (computes_) {
+    w.cpu = [this, step = static_cast<float>(lr * scale)] {
+      for (std::size_t i = 0; i < values_.size(); ++i) {
+        float* p = values_[i].data();
+        float* g = grads_[i].data();
+        for (std::size_t j = 0, n2 = values_[i].size(); j < n2; ++j) {
+          p[j] -= step * g[j];
+          g[j] = 0.f;
+        }
+      }
+    };
+  }
+  return w;
+}
+
+}  // namespace strata::lm

@@ -1,0 +1,181 @@
+// The model-parallel LSTM LM: one device against PyTorch, every pipeline against one device.
+
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <fstream>
+#include <map>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "strata/actors/lm_pipeline.hpp"
+#include "strata/device/device_manager.hpp"
+#include "strata/strata.hpp"
+
+namespace {
+
+using strata::lm::lm_config;
+using strata::lm::lm_pipeline;
+using strata::lm::named_parameter;
+using strata::pipeline::schedule_kind;
+
+double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double num = 0, den = 0;
+  for (std::size_t i = 0; i < a.size(); ++i) {
+    num = std::max(num, std::abs(static_cast<double>(a[i]) - b[i]));
+    den = std::max(den, std::abs(static_cast<double>(b[i])));
+  }
+  return den > 0 ? num / den : num;
+}
+
+std::vector<float> floats(const nlohmann::json& t) { return t.at("data").get<std::vector<float>>(); }
+
+std::vector<std::size_t> even_counts(std::size_t layers, std::size_t stages) {
+  std::vector<std::size_t> c(stages, layers / stages);
+  for (std::size_t i = 0; i < layers % stages; ++i) ++c[i];
+  return c;
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(lm_pipeline_training)
+
+BOOST_AUTO_TEST_CASE(one_device_step_matches_the_step_recorded_with_pytorch) {
+  std::ifstream in(STRATA_SOURCE_DIR "/tests/fixtures/torch/lm_step.json");
+  BOOST_REQUIRE(in.good());
+  auto fx = nlohmann::json::parse(in);
+  const auto& cfg = fx.at("config");
+  lm_config c;
+  c.vocab = cfg.at("vocab_size");
+  c.embed = cfg.at("embed_size");
+  c.hidden = cfg.at("hidden_size");
+  c.layers = cfg.at("num_layers");
+  c.seq = cfg.at("seq_len");
+  c.batch = cfg.at("batch");
+  c.clip = cfg.at("max_norm");
+  c.lr = fx.at("sgd").at("optimizer").at("lr");
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  lm_pipeline p(sys, strata::make_devices("cpu:1"), c, schedule_kind::gpipe, {c.layers});
+  std::vector<named_parameter> params;
+  for (auto& [name, t] : fx.at("params").items()) params.push_back({name, floats(t)});
+  BOOST_REQUIRE(p.set_parameters(params).has_value());
+  auto tokens = fx.at("tokens").at("data").get<std::vector<std::int32_t>>();
+  auto targets = fx.at("targets").at("data").get<std::vector<std::int32_t>>();
+  auto r = p.train_step(tokens, targets);
+  BOOST_REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error().to_string()));
+  BOOST_TEST(r->loss == fx.at("sgd").at("loss").get<double>(), boost::test_tools::tolerance(1e-5));
+  BOOST_TEST(r->grad_norm == fx.at("sgd").at("grad_norm").get<double>(), boost::test_tools::tolerance(1e-4));
+  auto after = p.parameters();
+  BOOST_REQUIRE(after.has_value());
+  BOOST_REQUIRE(after->size() == fx.at("sgd").at("params_after").size());
+  for (const auto& np : *after) {
+    auto expected = floats(fx.at("sgd").at("params_after").at(np.name));
+    BOOST_TEST_CONTEXT(np.name) { BOOST_TEST(rel_diff(np.values, expected) <= 1e-4); }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(every_schedule_device_count_and_micro_batch_count_trains_like_one_device) {
+  lm_config c;
+  c.vocab = 17;
+  c.embed = 6;
+  c.hidden = 7;
+  c.layers = 4;
+  c.seq = 6;
+  c.batch = 4;
+  c.lr = 0.7;
+  c.clip = 0.5;  // clipping is active: the global norm crosses stages
+  c.seed = 11;
+  std::mt19937 rng(5);
+  std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(c.vocab) - 1);
+  std::vector<std::vector<std::int32_t>> tokens(2), targets(2);
+  for (int s = 0; s < 2; ++s)
+    for (std::size_t i = 0; i < c.seq * c.batch; ++i) {
+      tokens[s].push_back(id(rng));
+      targets[s].push_back(id(rng));
+    }
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  auto train = [&](const char* devices, std::size_t stages, schedule_kind kind, std::size_t mb, std::size_t chunks) {
+    lm_config cc = c;
+    cc.micro_batches = mb;
+    cc.chunks = chunks;
+    lm_pipeline p(sys, strata::make_devices(devices), cc, kind, even_counts(c.layers, stages));
+    std::vector<double> losses;
+    for (int s = 0; s < 2; ++s) {
+      auto r = p.train_step(tokens[s], targets[s]);
+      BOOST_REQUIRE_MESSAGE(r.has_value(), (r ? "" : r.error().to_string()));
+      losses.push_back(r->loss);
+    }
+    auto params = p.parameters();
+    BOOST_REQUIRE(params.has_value());
+    return std::pair{losses, *params};
+  };
+  auto [ref_losses, ref] = train("cpu:1", 1, schedule_kind::gpipe, 1, 1);
+  struct variant {
+    const char* devices;
+    std::size_t stages;
+    schedule_kind kind;
+    std::size_t mb, chunks;
+  };
+  const variant variants[] = {
+      {"cpu:2", 2, schedule_kind::gpipe, 1, 1},     {"cpu:2", 2, schedule_kind::gpipe, 4, 1},
+      {"cpu:2", 2, schedule_kind::one_f_one_b, 2, 1}, {"cpu:4", 4, schedule_kind::one_f_one_b, 4, 1},
+      {"cpu:3", 3, schedule_kind::one_f_one_b, 2, 1}, {"cpu:2", 2, schedule_kind::wavefront, 2, 3},
+      {"cpu:4", 4, schedule_kind::wavefront, 1, 2},   {"cpu:1", 1, schedule_kind::wavefront, 4, 6},
+  };
+  for (const auto& v : variants) {
+    auto [losses, params] = train(v.devices, v.stages, v.kind, v.mb, v.chunks);
+    BOOST_TEST_CONTEXT(v.devices << " " << strata::pipeline::to_string(v.kind) << " M=" << v.mb << " C=" << v.chunks) {
+      for (int s = 0; s < 2; ++s) BOOST_TEST(std::abs(losses[s] - ref_losses[s]) <= 1e-5 * std::abs(ref_losses[s]));
+      BOOST_REQUIRE(params.size() == ref.size());
+      for (std::size_t i = 0; i < params.size(); ++i) {
+        BOOST_TEST(params[i].name == ref[i].name);
+        BOOST_TEST(rel_diff(params[i].values, ref[i].values) <= 1e-5);
+      }
+    }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_sim_pipeline_runs_its_plan_with_modelled_device_time) {
+  lm_config c;
+  c.vocab = 1000;
+  c.embed = 64;
+  c.hidden = 128;
+  c.layers = 4;
+  c.seq = 8;
+  c.batch = 8;
+  c.micro_batches = 4;
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  lm_pipeline p(sys, strata::make_devices("sim:4:h200"), c, schedule_kind::one_f_one_b, {1, 1, 1, 1});
+  std::vector<std::int32_t> tokens(c.seq * c.batch, 3), targets(c.seq * c.batch, 4);
+  auto r = p.train_step(tokens, targets);
+  BOOST_REQUIRE(r.has_value());
+  BOOST_TEST(r->stage_busy_ms.size() == 4u);
+  for (double b : r->stage_busy_ms) BOOST_TEST(b > 0.0);
+}
+
+BOOST_AUTO_TEST_CASE(bad_steps_and_parameters_are_refused_with_one_sentence) {
+  lm_config c;
+  c.vocab = 5;
+  c.embed = 3;
+  c.hidden = 4;
+  c.layers = 2;
+  c.seq = 3;
+  c.batch = 2;
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  lm_pipeline p(sys, strata::make_devices("cpu:2"), c, schedule_kind::one_f_one_b, {1, 1});
+  auto short_batch = p.train_step({1, 2}, {1, 2});
+  BOOST_TEST(short_batch.error().code() == strata::errc::invalid_argument);
+  std::vector<std::int32_t> bad(6, 9), good(6, 1);
+  BOOST_TEST(p.train_step(bad, good).error().message().find("outside the vocabulary") != std::string::npos);
+  BOOST_TEST(p.set_parameters({{"lstm.weight_ih_l7", {}}}).error().message().find("not a parameter") != std::string::npos);
+  BOOST_TEST(p.set_parameters({{"decoder.bias", {1.f}}}).error().message().find("expects 5") != std::string::npos);
+  BOOST_CHECK_THROW(lm_pipeline(sys, strata::make_devices("cpu:2"), c, schedule_kind::one_f_one_b, {2, 0}),
+                    std::invalid_argument);
+  c.micro_batches = 3;
+  BOOST_CHECK_THROW(lm_pipeline(sys, strata::make_devices("cpu:1"), c, schedule_kind::gpipe, {2}), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

@@ -1,0 +1,340 @@
+// strata-bench-kernels: the seed LM training step on one CPU with strata's kernels, side by
+// side with PyTorch's (tools/bench/lm_step_torch.py, run as a subprocess) in the same run,
+// plus this machine's sgemm peak through the same GEMM path. Results: docs/perf.md.
+//
+//   strata-bench-kernels [--steps N] [--warmup N] [--torch-threads N] [--no-torch] [--json]
+
+#include <dlfcn.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <fstream>
+#include <optional>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+#include <tbb/task_arena.h>
+
+#include "lm_step.hpp"
+#include "strata/kernels/cpu.hpp"
+
+#ifndef STRATA_SOURCE_DIR
+#define STRATA_SOURCE_DIR "."
+#endif
+
+namespace {
+
+namespace kcpu = strata::kernels::cpu;
+using clock_type = std::chrono::steady_clock;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double ms_since(clock_type::time_point t0) {
+  return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();
+}
+
+// Resident set size in bytes (VmRSS), or 0 where /proc is missing.
+std::size_t resident_bytes() {
+  std::ifstream in("/proc/self/statm");
+  std::size_t pages_total = 0, pages_resident = 0;
+  if (!(in >> pages_total >> pages_resident)) return 0;
+  return pages_resident * static_cast<std::size_t>(sysconf(_SC_PAGESIZE));
+}
+
+// The OpenBLAS kernel family in use ("Haswell", "SkylakeX", ...), if OpenBLAS is the BLAS.
+std::string blas_core_name() {
+  using corename_fn = char* (*)();
+  auto fn = reinterpret_cast<corename_fn>(dlsym(RTLD_DEFAULT, "openblas_get_corename"));
+  if (fn == nullptr) return "unknown";
+  const char* s = fn();
+  return s != nullptr ? s : "unknown";
+}
+
+// OpenBLAS picks its kernels (AVX2 "Haswell", AVX-512 "SkylakeX"/"Cooperlake", ...) from the CPU
+// or from OPENBLAS_CORETYPE, once, when it is loaded. --blas-core sets that variable and
+// re-executes this program so that both strata and the PyTorch subprocess (which inherits the
+// environment) use the same kernels. Returns only if no re-exec happened.
+void select_blas_core(const std::string& wanted, char** argv) {
+  if (wanted.empty() || std::getenv("STRATA_BENCH_BLAS_REEXEC") != nullptr) return;
+  if (const char* env = std::getenv("OPENBLAS_CORETYPE"); env != nullptr && wanted == env) return;
+  setenv("OPENBLAS_CORETYPE", wanted.c_str(), 1);
+  setenv("STRATA_BENCH_BLAS_REEXEC", "1", 1);
+  execv("/proc/self/exe", argv);
+  std::fprintf(stderr, "note: could not re-execute with OPENBLAS_CORETYPE=%s (%s); using OpenBLAS's own choice.\n",
+               wanted.c_str(), std::strerror(errno));
+}
+
+// Best GFLOP/s of a square sgemm through kernels::cpu::gemm (the LM step's GEMM path).
+double sgemm_peak_gflops(std::size_t n, int repeats) {
+  std::vector<float> a(n * n), b(n * n), c(n * n);
+  std::mt19937 gen(7);
+  std::uniform_real_distribution<float> u(-1.0f, 1.0f);
+  for (auto& x : a) x = u(gen);
+  for (auto& x : b) x = u(gen);
+  const auto tr = strata::kernels::transpose::no;
+  kcpu::gemm(tr, tr, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);  // warm-up
+  double best_ms = 1e300;
+  for (int r = 0; r < repeats; ++r) {
+    const auto t0 = clock_type::now();
+    kcpu::gemm(tr, tr, n, n, n, 1.0f, a.data(), n, b.data(), n, 0.0f, c.data(), n);
+    best_ms = std::min(best_ms, ms_since(t0));
+  }
+  return 2.0 * static_cast<double>(n) * static_cast<double>(n) * static_cast<double>(n) / (best_ms * 1e6);
+}
+
+struct strata_result {
+  double step_ms = 0, min_ms = 0, max_ms = 0;
+  double first_loss = 0, last_loss = 0;
+  std::size_t buffer_bytes = 0, rss_growth_bytes = 0, parameters = 0;
+  strata::lm::lm_phase_times phases;  // medians per phase
+};
+
+strata_result run_strata(const strata::lm::lstm_lm_config& cfg, int warmup, int steps) {
+  strata_result r;
+  const std::size_t rss0 = resident_bytes();
+  strata::lm::lstm_lm model(cfg);
+  std::vector<std::int32_t> tokens(cfg.seq * cfg.batch), targets(cfg.seq * cfg.batch);
+  // One random sequence s of seq+1 rows: tokens = s[0:seq], targets = s[1:seq+1].
+  std::mt19937_64 gen(cfg.seed + 1);
+  std::vector<std::int32_t> s((cfg.seq + 1) * cfg.batch);
+  for (auto& x : s) x = static_cast<std::int32_t>(gen() % cfg.vocab);
+  std::copy(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(tokens.size()), tokens.begin());
+  std::copy(s.begin() + static_cast<std::ptrdiff_t>(cfg.batch), s.end(), targets.begin());
+
+  for (int i = 0; i < warmup; ++i) r.first_loss = model.step(tokens.data(), targets.data());
+  std::vector<double> ms;
+  std::vector<strata::lm::lm_phase_times> ph;
+  for (int i = 0; i < steps; ++i) {
+    const auto t0 = clock_type::now();
+    const float loss = model.step(tokens.data(), targets.data());
+    ms.push_back(ms_since(t0));
+    ph.push_back(model.last_phase_times());
+    if (i == 0 && warmup == 0) r.first_loss = loss;
+    r.last_loss = loss;
+  }
+  r.step_ms = median(ms);
+  r.min_ms = *std::min_element(ms.begin(), ms.end());
+  r.max_ms = *std::max_element(ms.begin(), ms.end());
+  auto phase_median = [&](double strata::lm::lm_phase_times::*f) {
+    std::vector<double> v;
+    for (const auto& p : ph) v.push_back(p.*f);
+    return median(v);
+  };
+  using pt = strata::lm::lm_phase_times;
+  for (auto f : {&pt::zero_grad, &pt::embedding_forward, &pt::lstm_forward, &pt::decoder, &pt::lstm_backward,
+                 &pt::embedding_backward, &pt::clip, &pt::sgd}) {
+    r.phases.*f = phase_median(f);
+  }
+  r.buffer_bytes = model.buffer_bytes();
+  const std::size_t rss1 = resident_bytes();
+  r.rss_growth_bytes = rss1 > rss0 ? rss1 - rss0 : 0;
+  r.parameters = model.parameter_count();
+  return r;
+}
+
+struct torch_result {
+  bool ok = false;
+  std::string why;  // when !ok
+  double step_ms = 0;
+  std::string version;
+};
+
+// Runs tools/bench/lm_step_torch.py with Debian's interpreter; never fails the benchmark.
+torch_result run_torch(int threads, int warmup, int steps) {
+  torch_result r;
+  const std::string python = "/usr/bin/python3";
+  const std::string script = std::string(STRATA_SOURCE_DIR) + "/tools/bench/lm_step_torch.py";
+  if (access(python.c_str(), X_OK) != 0) {
+    r.why = python + " is not installed";
+    return r;
+  }
+  if (access(script.c_str(), R_OK) != 0) {
+    r.why = script + " is missing";
+    return r;
+  }
+  const std::string cmd = python + " '" + script + "' --json --threads " + std::to_string(threads) +
+                          " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (p == nullptr) {
+    r.why = "could not start " + python;
+    return r;
+  }
+  std::string out;
+  char buf[4096];
+  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
+  const int status = pclose(p);
+  // The script prints one JSON line last; anything else is an error message (e.g. no torch).
+  std::string last;
+  std::size_t pos = 0;
+  while (pos < out.size()) {
+    const std::size_t nl = out.find('\n', pos);
+    const std::string line = out.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
+    if (!line.empty()) last = line;
+    if (nl == std::string::npos) break;
+    pos = nl + 1;
+  }
+  if (status == 0 && !last.empty() && last.front() == '{') {
+    try {
+      const auto j = nlohmann::json::parse(last);
+      r.step_ms = j.at("lm_step_ms").get<double>();
+      r.version = j.value("torch_version", "?");
+      r.ok = true;
+      return r;
+    } catch (const std::exception&) {
+    }
+  }
+  r.why = last.empty() ? "the PyTorch script printed nothing" : last;
+  return r;
+}
+
+std::string fmt(const char* f, double v) {
+  char b[64];
+  std::snprintf(b, sizeof b, f, v);
+  return b;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata-bench-kernels: the seed LM training step on one CPU, strata's kernels and PyTorch in the same run"};
+  int steps = 10;
+  int warmup = 2;
+  int torch_threads = 2;
+  int threads = static_cast<int>(std::max(1U, std::thread::hardware_concurrency()));
+  bool no_torch = false;
+  bool json = false;
+  std::size_t sgemm_size = 2048;
+  std::string blas_core;
+  strata::lm::lstm_lm_config cfg;
+  app.add_option("--steps", steps, "timed training steps; the median is reported")->check(CLI::Range(1, 100000));
+  app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 100000));
+  app.add_option("--threads", threads, "oneTBB threads for strata's kernels (default: all cores)")
+      ->check(CLI::Range(1, 1024));
+  app.add_option("--torch-threads", torch_threads, "torch.set_num_threads of the PyTorch run")->check(CLI::Range(1, 1024));
+  app.add_flag("--no-torch", no_torch, "measure strata only");
+  app.add_flag("--json", json, "print one JSON object on one line");
+  app.add_option("--layers", cfg.layers, "LSTM layers (a reduced model skips PyTorch)")->check(CLI::Range(1, 1024));
+  app.add_option("--hidden", cfg.hidden, "LSTM hidden size (a reduced model skips PyTorch)")->check(CLI::Range(1, 65536));
+  app.add_option("--sgemm-size", sgemm_size, "n of the square n x n x n sgemm peak measurement")
+      ->check(CLI::Range(64, 16384));
+  app.add_option("--blas-core", blas_core,
+                 "OpenBLAS kernels by OPENBLAS_CORETYPE name (e.g. Haswell, SkylakeX); default: the "
+                 "environment's or OpenBLAS's own choice; PyTorch inherits it");
+  CLI11_PARSE(app, argc, argv);
+
+  select_blas_core(blas_core, argv);
+  kcpu::set_blas_threads(1);  // oneTBB parallelism inside the kernels (docs/kernels.md)
+  const strata::lm::lstm_lm_config seed_cfg;
+  const bool seed_sizes = cfg.layers == seed_cfg.layers && cfg.hidden == seed_cfg.hidden;
+
+  tbb::task_arena arena(threads);
+  double peak = 0;
+  strata_result s;
+  arena.execute([&] {
+    // Measured before and after the steps, the best kept: a shared machine's noise only
+    // lowers a measurement, so the best is the closest to the machine's peak.
+    peak = sgemm_peak_gflops(sgemm_size, 5);
+    s = run_strata(cfg, warmup, steps);
+    peak = std::max(peak, sgemm_peak_gflops(sgemm_size, 5));
+  });
+  const double flops = strata::lm::step_gemm_flops(cfg);
+  const double tokens = static_cast<double>(cfg.batch * cfg.seq);
+  const double step_gflops = flops / (s.step_ms * 1e6);
+
+  torch_result t;
+  if (no_torch) {
+    t.why = "--no-torch";
+  } else if (!seed_sizes) {
+    t.why = "the PyTorch script runs the seed sizes only (layers 8, hidden 400)";
+  } else {
+    t = run_torch(torch_threads, warmup, steps);
+    if (!t.ok) std::fprintf(stderr, "PyTorch baseline not available (%s); reporting strata's figures only.\n", t.why.c_str());
+  }
+  const std::string core = blas_core_name();
+
+  if (json) {
+    nlohmann::json out = {
+        {"lm_step_ms", s.step_ms},
+        {"tokens_per_s", tokens / (s.step_ms / 1e3)},
+        {"torch_lm_step_ms", t.ok ? nlohmann::json(t.step_ms) : nlohmann::json(nullptr)},
+        {"torch_tokens_per_s", t.ok ? nlohmann::json(tokens / (t.step_ms / 1e3)) : nlohmann::json(nullptr)},
+        {"speedup_vs_torch", t.ok ? nlohmann::json(t.step_ms / s.step_ms) : nlohmann::json(nullptr)},
+        {"sgemm_peak_gflops", peak},
+        {"sgemm_size", sgemm_size},
+        {"step_gflops", step_gflops},
+        {"step_gflop_count", flops / 1e9},
+        {"fraction_of_sgemm_peak", step_gflops / peak},
+        {"peak_memory_bytes", s.buffer_bytes},
+        {"rss_growth_bytes", s.rss_growth_bytes},
+        {"parameters", s.parameters},
+        {"lm_step_min_ms", s.min_ms},
+        {"lm_step_max_ms", s.max_ms},
+        {"loss_first", s.first_loss},
+        {"loss_last", s.last_loss},
+        {"phases_ms",
+         {{"zero_grad", s.phases.zero_grad},
+          {"embedding_forward", s.phases.embedding_forward},
+          {"lstm_forward", s.phases.lstm_forward},
+          {"decoder", s.phases.decoder},
+          {"lstm_backward", s.phases.lstm_backward},
+          {"embedding_backward", s.phases.embedding_backward},
+          {"clip", s.phases.clip},
+          {"sgd", s.phases.sgd}}},
+        {"threads", threads},
+        {"torch_threads", torch_threads},
+        {"torch_version", t.ok ? nlohmann::json(t.version) : nlohmann::json(nullptr)},
+        {"torch_note", t.ok ? nlohmann::json(nullptr) : nlohmann::json(t.why)},
+        {"blas_core", core},
+        {"steps", steps},
+        {"warmup", warmup},
+        {"config",
+         {{"vocab", cfg.vocab}, {"embed", cfg.embed}, {"layers", cfg.layers}, {"hidden", cfg.hidden},
+          {"batch", cfg.batch}, {"seq", cfg.seq}, {"clip", cfg.clip}, {"lr", cfg.lr}}},
+    };
+    std::printf("%s\n", out.dump().c_str());
+    return 0;
+  }
+
+  std::printf("strata-bench-kernels: LM training step (V %zu, E %zu, %zu x LSTM %zu, B %zu, T %zu), %d timed steps after %d warm-up\n",
+              cfg.vocab, cfg.embed, cfg.layers, cfg.hidden, cfg.batch, cfg.seq, steps, warmup);
+  std::printf("OpenBLAS kernels: %s, 1 BLAS thread + %d oneTBB threads (strata); PyTorch: %d threads\n\n",
+              core.c_str(), threads, torch_threads);
+  const std::string tv = t.ok ? "PyTorch " + t.version : "PyTorch";
+  std::printf("%-28s %14s %16s %8s\n", "", "strata", tv.c_str(), "ratio");
+  auto row = [&](const char* what, double sv, double tval, const char* f, bool higher_better) {
+    const std::string ts = t.ok ? fmt(f, tval) : "n/a";
+    const std::string rs = t.ok ? fmt("%.2fx", higher_better ? sv / tval : tval / sv) : "n/a";
+    std::printf("%-28s %14s %16s %8s\n", what, fmt(f, sv).c_str(), ts.c_str(), rs.c_str());
+  };
+  row("step ms (median)", s.step_ms, t.step_ms, "%.1f", false);
+  row("tokens/s", tokens / (s.step_ms / 1e3), t.ok ? tokens / (t.step_ms / 1e3) : 0, "%.0f", true);
+  row("GEMM GFLOP/s achieved", step_gflops, t.ok ? flops / (t.step_ms * 1e6) : 0, "%.1f", true);
+  std::printf("\nstep: %.2f GFLOP in GEMMs; sgemm peak (%zu^3, same gemm path): %.1f GFLOP/s; step reaches %.0f %% of it\n",
+              flops / 1e9, sgemm_size, peak, 100.0 * step_gflops / peak);
+  std::printf("strata step min/median/max: %.1f / %.1f / %.1f ms; loss %.4f -> %.4f\n", s.min_ms, s.step_ms, s.max_ms,
+              s.first_loss, s.last_loss);
+  std::printf("memory per step: %.1f MiB of buffers (%zu parameters), RSS grew %.1f MiB\n",
+              static_cast<double>(s.buffer_bytes) / (1 << 20), s.parameters,
+              static_cast<double>(s.rss_growth_bytes) / (1 << 20));
+  const auto& p = s.phases;
+  std::printf("phases (median ms): zero_grad %.1f | embedding fwd %.1f | lstm fwd %.1f | decoder fwd+bwd %.1f | "
+              "lstm bwd %.1f | embedding bwd %.1f | clip %.1f | sgd %.1f\n",
+              p.zero_grad, p.embedding_forward, p.lstm_forward, p.decoder, p.lstm_backward, p.embedding_backward,
+              p.clip, p.sgd);
+  if (!t.ok) std::printf("PyTorch: n/a (%s)\n", t.why.c_str());
+  return 0;
+}

@@ -1,0 +1,137 @@
+#pragma once
+
+/// \file
+/// The seed language model's training step on one CPU, composed from strata::kernels::cpu:
+/// embedding -> `layers` stacked LSTMs (zero initial state) -> linear decoder + mean softmax
+/// cross-entropy, backward through all of it, clip_grad_norm, SGD. The PyTorch twin is
+/// tools/bench/lm_step_torch.py; tests/bench checks one step against tests/fixtures/torch.
+///
+/// Example:
+/// \code
+///   strata::kernels::cpu::set_blas_threads(1);   // oneTBB parallelism inside the kernels
+///   strata::lm::lstm_lm model({});                // the seed sizes, seed 0
+///   std::vector<std::int32_t> tokens(35 * 20), targets(35 * 20);  // [seq, batch], seq-major
+///   float loss = model.step(tokens.data(), targets.data());
+/// \endcode
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+namespace strata::lm {
+
+/// Sizes and hyper-parameters of the model (defaults: the seed LM of the benchmarks).
+struct lstm_lm_config {
+  std::size_t vocab = 10000;  ///< V: embedding rows and decoder classes
+  std::size_t embed = 200;    ///< E: embedding width, layer 0's input
+  std::size_t layers = 8;     ///< LSTM layers
+  std::size_t hidden = 400;   ///< H
+  std::size_t batch = 20;     ///< B
+  std::size_t seq = 35;       ///< T (sequences are seq-major: tokens [T, B])
+  double clip = 5.0;          ///< clip_grad_norm max_norm (L2 over all gradients)
+  double lr = 1.0;            ///< SGD learning rate (no momentum, no weight decay)
+  std::uint64_t seed = 0;     ///< initialisation seed
+};
+
+/// One parameter tensor, named and shaped as PyTorch's named_parameters() has it.
+struct lm_parameter {
+  std::string name;                ///< e.g. "lstm.weight_ih_l3"
+  std::vector<std::size_t> shape;  ///< e.g. {1600, 400}
+  std::span<float> value;          ///< the weights (row-major)
+  std::span<float> grad;           ///< its gradient after forward_backward() (clipped after clip())
+};
+
+/// Wall time of each phase of the last step, in milliseconds.
+struct lm_phase_times {
+  double zero_grad = 0;
+  double embedding_forward = 0;
+  double lstm_forward = 0;
+  double decoder = 0;  ///< fused linear + cross-entropy forward and backward
+  double lstm_backward = 0;
+  double embedding_backward = 0;
+  double clip = 0;
+  double sgd = 0;
+  [[nodiscard]] double total() const noexcept {
+    return zero_grad + embedding_forward + lstm_forward + decoder + lstm_backward +
+           embedding_backward + clip + sgd;
+  }
+};
+
+/// FLOPs of all matrix products of one training step (2·m·n·k each): per layer the input
+/// projection, T recurrent products forward and T backward, dx, dW_ih and dW_hh; the decoder's
+/// logits, dh and dW. Pointwise work, reductions and the optimiser are not counted.
+[[nodiscard]] double step_gemm_flops(const lstm_lm_config& c) noexcept;
+
+/// The model, its gradients and every buffer one training step needs, allocated once.
+///
+/// Parameters live in one contiguous block in named_parameters() order (each tensor starting
+/// on a 64-byte boundary), gradients in a second block of the same layout, so zeroing,
+/// clipping and the SGD update are single passes. step() allocates nothing.
+/// Not thread-safe: one step at a time; the kernels parallelise inside the caller's oneTBB
+/// arena.
+class lstm_lm {
+ public:
+  /// Allocates and initialises like PyTorch's defaults: embedding ~ N(0, 1), LSTM weights and
+  /// biases ~ U(-1/sqrt(H), 1/sqrt(H)), decoder weight and bias ~ U(-1/sqrt(H), 1/sqrt(H))
+  /// (kaiming_uniform with a = sqrt(5)), from a generator seeded with `config.seed`.
+  /// \throws std::invalid_argument if a size is 0 or clip/lr is negative.
+  explicit lstm_lm(const lstm_lm_config& config);
+  ~lstm_lm();
+  lstm_lm(const lstm_lm&) = delete;
+  lstm_lm& operator=(const lstm_lm&) = delete;
+
+  /// One training step: forward_backward(), clip() and sgd(). Returns the mean loss before
+  /// the update. tokens and targets are [seq, batch] ids in [0, vocab).
+  /// \throws std::invalid_argument (from the kernels, before any parameter changes) if an id
+  ///         lies outside [0, vocab).
+  float step(const std::int32_t* tokens, const std::int32_t* targets);
+
+  /// Zeroes the gradients, runs forward and backward, leaves the unclipped gradients in
+  /// parameters()[i].grad and returns the mean cross-entropy loss.
+  double forward_backward(const std::int32_t* tokens, const std::int32_t* targets);
+
+  /// clip_grad_norm(config.clip) over all gradients; returns the norm before clipping.
+  double clip();
+
+  /// params -= lr * grads.
+  void sgd();
+
+  [[nodiscard]] const lstm_lm_config& config() const noexcept { return config_; }
+  [[nodiscard]] std::span<const lm_parameter> parameters() const noexcept { return params_; }
+  /// The parameter called `name` (PyTorch's name). \throws std::out_of_range if none is.
+  [[nodiscard]] const lm_parameter& parameter(const std::string& name) const;
+  [[nodiscard]] std::size_t parameter_count() const noexcept;
+  /// Bytes of every buffer the model allocated (parameters, gradients, activations, reserves,
+  /// workspaces): the memory one step touches.
+  [[nodiscard]] std::size_t buffer_bytes() const noexcept { return arena_floats_ * sizeof(float); }
+  [[nodiscard]] const lm_phase_times& last_phase_times() const noexcept { return times_; }
+  [[nodiscard]] double last_grad_norm() const noexcept { return grad_norm_; }
+
+ private:
+  struct layer_buffers;
+  void carve();
+  void initialise();
+
+  lstm_lm_config config_;
+  std::size_t arena_floats_ = 0;
+  struct arena_deleter {
+    void operator()(float* p) const noexcept;
+  };
+  std::unique_ptr<float[], arena_deleter> arena_;
+  std::vector<lm_parameter> params_;
+  std::span<float> param_block_, grad_block_;
+  std::vector<layer_buffers> layers_;
+  float* embedded_ = nullptr;     // [T, B, E]
+  float* dtop_ = nullptr;         // [T, B, H] decoder's dh
+  float* dx_[2] = {};             // [T, B, max(E, H)] ping-pong input gradients
+  float* lstm_workspace_ = nullptr;
+  float* decoder_workspace_ = nullptr;
+  std::size_t lstm_workspace_size_ = 0, decoder_workspace_size_ = 0;
+  lm_phase_times times_;
+  double grad_norm_ = 0;
+};
+
+}  // namespace strata::lm
