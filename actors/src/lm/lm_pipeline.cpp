@@ -8,6 +8,7 @@
 #include <stdexcept>
 
 #include "lm_stage.hpp"
+#include "strata/actors/kvstore.hpp"
 #include "strata/device/event.hpp"
 #include "strata/device/stream.hpp"
 #include "strata/device_messages.hpp"
@@ -60,6 +61,9 @@ struct update_done {
 struct stage_updated {
   int stage;
 };
+struct use_store {
+  actor_ref store;
+};
 struct get_parameters {};
 struct put_parameters {
   std::vector<named_parameter> params;
@@ -83,10 +87,9 @@ struct stage_clock {
 
 class stage_actor final : public actor {
 public:
-  stage_actor(int index, std::shared_ptr<lm_stage> model, device dev, std::vector<pipeline::action> actions,
-              std::size_t chunks, double lr)
-      : index_(index), model_(std::move(model)), dev_(std::move(dev)), stream_(dev_.create_stream()),
-        chunks_(chunks), lr_(lr) {
+  stage_actor(int index, std::shared_ptr<lm_stage> model, device dev, stream s, std::vector<pipeline::action> actions,
+              std::size_t chunks)
+      : index_(index), model_(std::move(model)), dev_(std::move(dev)), stream_(std::move(s)), chunks_(chunks) {
     for (const auto& a : actions)
       if (pipeline::is_compute(a.kind)) actions_.push_back(a);
   }
@@ -120,9 +123,33 @@ public:
           advance();
         },
         [this](const norm_done&) { send(driver_, stage_norm{index_, model_->sq_norm(), model_->loss_sum()}); },
+        [this](use_store& m) { store_ = std::move(m.store); },
         [this](const apply_update& u) {
-          stream_.launch(model_->update_work(u.scale, lr_));
-          send_on_complete(stream_, self(), update_done{u.step});
+          // Scale by the clip coefficient / count, push to the kvstore (which applies SGD), pull the
+          // updated weights back into this stage's parameters, then zero the gradients.
+          stream_.launch(model_->scale_work(u.scale));
+          event ready = stream_.record();
+          kvstore_pushpull m;
+          for (std::size_t i = 0; i < model_->names().size(); ++i) {
+            tensor g = model_->grad(i);
+            g.set_ready_event(ready);
+            m.push.keys.emplace_back(model_->names()[i]);
+            m.push.values.push_back(std::move(g));
+            m.pull.keys.emplace_back(model_->names()[i]);
+            m.pull.outs.push_back(model_->value(i));
+          }
+          const auto step = u.step;
+          request<std::vector<tensor>>(store_, std::chrono::minutes(5), std::move(m))
+              .then(
+                  [this, step](std::vector<tensor>& pulled) {
+                    for (auto& t : pulled) stream_.wait(t.ready_event());
+                    stream_.launch(model_->zero_grad_work());
+                    send_on_complete(stream_, self(), update_done{step});
+                  },
+                  [this](const error& e) {
+                    throw std::runtime_error("stage " + std::to_string(index_) + " could not update its weights: " +
+                                             e.message());
+                  });
         },
         [this](const update_done&) { send(driver_, stage_updated{index_}); },
         [this](const device_failure& f) {
@@ -131,7 +158,10 @@ public:
         [this](const get_parameters&) {
           std::vector<named_parameter> out;
           if (!model_->computes()) return out;
-          for (std::size_t i = 0; i < model_->names().size(); ++i) out.push_back({model_->names()[i], model_->value(i)});
+          for (std::size_t i = 0; i < model_->names().size(); ++i) {
+            const float* p = model_->value_data(i);
+            out.push_back({model_->names()[i], std::vector<float>(p, p + model_->count(i))});
+          }
           return out;
         },
         [this](put_parameters& p) -> expected<void> {
@@ -139,10 +169,10 @@ public:
           for (auto& np : p.params) {
             for (std::size_t i = 0; i < model_->names().size(); ++i) {
               if (model_->names()[i] != np.name) continue;
-              if (np.values.size() != model_->value(i).size())
+              if (np.values.size() != model_->count(i))
                 return error(errc::invalid_argument, "parameter '" + np.name + "' has " + std::to_string(np.values.size()) +
-                                                         " values; the model expects " + std::to_string(model_->value(i).size()));
-              model_->value(i) = np.values;
+                                                         " values; the model expects " + std::to_string(model_->count(i)));
+              std::copy(np.values.begin(), np.values.end(), model_->value_data(i));
             }
           }
           return {};
@@ -195,8 +225,8 @@ private:
   device dev_;
   stream stream_;
   std::size_t chunks_;
-  double lr_;
   std::vector<pipeline::action> actions_;
+  actor_ref store_;
   actor_ref prev_, next_, driver_;
   std::uint64_t step_ = 0;
   std::size_t pos_ = 0;
@@ -212,9 +242,22 @@ public:
       : config_(config), stages_(std::move(stages)), clocks_(std::move(clocks)) {}
 
   behavior make_behavior() override {
+    for (auto& s : stages_) monitor(s);
     return {
+        [this](const down_msg& d) {
+          if (failure_) return;
+          std::size_t index = 0;
+          while (index < stages_.size() && stages_[index] != d.source) ++index;
+          failure_ = error(errc::runtime_failure, "pipeline stage " + std::to_string(index) + " failed during step " +
+                                                      std::to_string(step_) + ": " + d.reason.message());
+          if (promise_.pending()) promise_.deliver(failure_);
+        },
         [this](run_step& r) {
           promise_ = make_response_promise<step_result>();
+          if (failure_) {
+            promise_.deliver(failure_);
+            return;
+          }
           start_ = std::chrono::steady_clock::now();
           for (auto& c : clocks_) c->reset();
           const std::size_t T = config_.seq, B = config_.batch, M = config_.micro_batches, Bm = B / M;
@@ -269,6 +312,7 @@ private:
   std::vector<actor_ref> stages_;
   std::vector<std::shared_ptr<stage_clock>> clocks_;
   response_promise<step_result> promise_;
+  error failure_;
   std::chrono::steady_clock::time_point start_;
   std::uint64_t step_ = 0;
   double sq_ = 0, loss_ = 0, norm_ = 0;
@@ -284,8 +328,38 @@ struct lm_pipeline::state {
   std::vector<device> devices;
   std::vector<std::shared_ptr<lm_stage>> models;
   std::vector<std::shared_ptr<stage_clock>> clocks;
+  std::vector<stream> streams;
   std::vector<actor_ref> stages;
   actor_ref driver;
+  actor_ref store;         // holds the master weights and applies SGD
+  bool store_stale = true; // (re)build the store before the next step
+
+  /// Spawns a fresh kvstore holding the stages' current weights, with SGD(lr).
+  expected<void> rebuild_store() {
+    if (store) system->stop(store);
+    kvstore_options opts;
+    opts.name = "lm-kvstore";
+    if (devices.front().kind() == device_kind::sim) {
+      opts.kind = kvstore_kind::device;
+      opts.merge_device = devices.front();
+    }
+    store = spawn_kvstore(*system, opts);
+    kvstore_client client(*system, store);
+    kernels::sgd_options sgd;
+    sgd.lr = config.lr;
+    if (auto r = client.set_optimizer(sgd).get(); !r) return r.error();
+    std::vector<kvstore_key> keys;
+    std::vector<tensor> values;
+    for (auto& m : models)
+      for (std::size_t i = 0; i < m->names().size(); ++i) {
+        keys.emplace_back(m->names()[i]);
+        values.push_back(m->value(i));
+      }
+    if (auto r = client.init(std::move(keys), std::move(values)).get(); !r) return r.error();
+    for (auto& s : stages) system->send(s, use_store{store});
+    store_stale = false;
+    return {};
+  }
 };
 
 lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
@@ -304,7 +378,8 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
   st.plan = pipeline::make_plan(schedule, static_cast<int>(spans.size()), static_cast<int>(config.micro_batches),
                                 static_cast<int>(config.chunks));
   for (std::size_t s = 0; s < spans.size(); ++s) {
-    st.models.push_back(std::make_shared<lm_stage>(config, spans[s], st.devices[s]));
+    st.streams.push_back(st.devices[s].create_stream());
+    st.models.push_back(std::make_shared<lm_stage>(config, spans[s], st.devices[s], st.streams[s]));
     auto clock = std::make_shared<stage_clock>();
     st.clocks.push_back(clock);
     std::uint32_t fwd_name = 0, bwd_name = 0;
@@ -335,7 +410,7 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
   for (std::size_t s = 0; s < spans.size(); ++s) {
     st.stages.push_back(system.spawn_with<stage_actor>(
         spawn_options{.name = "stage-" + std::to_string(s) + " (" + st.devices[s].name() + ")"}, static_cast<int>(s),
-        st.models[s], st.devices[s], st.plan.stages[s], config.chunks, config.lr));
+        st.models[s], st.devices[s], st.streams[s], st.plan.stages[s], config.chunks));
   }
   st.driver = system.spawn_with<driver_actor>(spawn_options{.name = "pipeline-driver"}, config, st.stages, st.clocks);
   for (std::size_t s = 0; s < st.stages.size(); ++s) {
@@ -348,6 +423,7 @@ lm_pipeline::~lm_pipeline() {
   if (!state_) return;
   for (auto& s : state_->stages) state_->system->stop(s);
   state_->system->stop(state_->driver);
+  if (state_->store) state_->system->stop(state_->store);
   for (auto& d : state_->devices) d.set_work_observer({});
 }
 
@@ -367,6 +443,8 @@ expected<step_result> lm_pipeline::train_step(const std::vector<std::int32_t>& t
     if (v < 0 || static_cast<std::size_t>(v) >= c.vocab)
       return error(errc::invalid_argument, "target id " + std::to_string(v) + " is outside the vocabulary [0, " +
                                                std::to_string(c.vocab) + ")");
+  if (state_->store_stale)
+    if (auto r = state_->rebuild_store(); !r) return r.error();
   auto f = state_->system->request<step_result>(state_->driver, timeout, run_step{tokens, targets});
   return f.get();
 }
@@ -402,6 +480,7 @@ expected<void> lm_pipeline::set_parameters(const std::vector<named_parameter>& p
     auto r = state_->system->request<void>(s, timeout, put_parameters{params}).get();
     if (!r) return r.error();
   }
+  state_->store_stale = true;  // the store's master weights must follow
   return {};
 }
 

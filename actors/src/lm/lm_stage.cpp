@@ -11,7 +11,7 @@ namespace strata::lm {
 
 namespace k = strata::kernels;
 
-lm_stage::lm_stage(const lm_config& config, stage_span span, device dev)
+lm_stage::lm_stage(const lm_config& config, stage_span span, device dev, const stream& s)
     : config_(config), span_(span), dev_(std::move(dev)) {
   config_.validate();
   if (dev_.kind() == device_kind::cuda)
@@ -42,12 +42,19 @@ lm_stage::lm_stage(const lm_config& config, stage_span span, device dev)
   input_.assign(units, nullptr);
   dout_.assign(units, nullptr);
   unit_loss_.assign(units, 0.0);
-  if (!computes_) return;  // sim: costs only, no memory
-
   for (const auto& name : names_) {
-    values_.push_back(initial_parameter(config_, name));
-    grads_.emplace_back(values_.back().size(), 0.f);
+    std::vector<std::int64_t> shape;
+    for (auto d : parameter_shape(config_, name)) shape.push_back(static_cast<std::int64_t>(d));
+    values_.push_back(tensor::empty(shape, dtype::float32, dev_, s));
+    grads_.push_back(tensor::empty(shape, dtype::float32, dev_, s));
+    if (computes_) {
+      auto init = initial_parameter(config_, name);
+      std::copy(init.begin(), init.end(), values_.back().data<float>());
+      std::fill_n(grads_.back().data<float>(), init.size(), 0.f);
+    }
   }
+  if (!computes_) return;  // sim: costs only, no activation memory
+
   const std::size_t max_in = std::max(config_.embed, H);
   emb_out_.resize(units);
   y_.resize(units);
@@ -82,7 +89,7 @@ void lm_stage::forward_math(std::size_t mb, std::size_t chunk) {
   const std::size_t u = unit(mb, chunk), t0 = chunk * tc_, H = config_.hidden;
   const float* x = nullptr;
   if (span_.embedding) {
-    k::cpu::embedding_forward(config_.vocab, config_.embed, values_[emb_index_].data(), tc_ * bm_,
+    k::cpu::embedding_forward(config_.vocab, config_.embed, values_[emb_index_].data<float>(), tc_ * bm_,
                               tokens_[mb].data() + t0 * bm_, emb_out_[u].data());
     x = emb_out_[u].data();
   } else {
@@ -92,18 +99,18 @@ void lm_stage::forward_math(std::size_t mb, std::size_t chunk) {
     const std::size_t l = span_.first + kl, p = layer_index_[kl];
     const bool first_chunk = chunk == 0;
     k::cpu::lstm_forward({tc_, bm_, layer_input(l), H},
-                         {values_[p].data(), values_[p + 1].data(), values_[p + 2].data(), values_[p + 3].data()},
+                         {values_[p].data<float>(), values_[p + 1].data<float>(), values_[p + 2].data<float>(), values_[p + 3].data<float>()},
                          {x, first_chunk ? nullptr : h_[unit(mb, chunk - 1)][kl].data(),
                           first_chunk ? nullptr : c_[unit(mb, chunk - 1)][kl].data(), y_[u][kl].data(),
                           h_[u][kl].data(), c_[u][kl].data(), reserve_[u][kl].data()});
     x = y_[u][kl].data();
   }
   if (span_.decoder) {
-    k::linear_cross_entropy_inputs in{x, values_[dec_w_index_].data(), values_[dec_b_index_].data(),
+    k::linear_cross_entropy_inputs in{x, values_[dec_w_index_].data<float>(), values_[dec_b_index_].data<float>(),
                                       targets_[mb].data() + t0 * bm_, k::loss_reduction::sum};
     unit_loss_[u] = k::cpu::linear_cross_entropy_forward_backward(
         {tc_ * bm_, H, config_.vocab}, in,
-        {dtop_[u].data(), grads_[dec_w_index_].data(), grads_[dec_b_index_].data()}, ce_workspace_.data(),
+        {dtop_[u].data(), grads_[dec_w_index_].data<float>(), grads_[dec_b_index_].data<float>()}, ce_workspace_.data(),
         ce_workspace_.size());
   }
 }
@@ -121,16 +128,16 @@ void lm_stage::backward_math(std::size_t mb, std::size_t chunk) {
     const std::size_t read = (chunk + 1) % 2, write = chunk % 2;
     k::cpu::lstm_backward(
         {tc_, bm_, layer_input(l), H},
-        {values_[p].data(), values_[p + 1].data(), values_[p + 2].data(), values_[p + 3].data()},
+        {values_[p].data<float>(), values_[p + 1].data<float>(), values_[p + 2].data<float>(), values_[p + 3].data<float>()},
         {x, reserve_[u][kk].data(), dy, last_chunk ? nullptr : carry[read].data(),
          last_chunk ? nullptr : carry[2 + read].data(), dx, chunk == 0 ? nullptr : carry[write].data(),
          chunk == 0 ? nullptr : carry[2 + write].data(), workspace_.data()},
-        {grads_[p].data(), grads_[p + 1].data(), grads_[p + 2].data(), grads_[p + 3].data()});
+        {grads_[p].data<float>(), grads_[p + 1].data<float>(), grads_[p + 2].data<float>(), grads_[p + 3].data<float>()});
     dy = dx;
   }
   if (span_.embedding)
     k::cpu::embedding_backward(config_.vocab, config_.embed, tc_ * bm_, tokens_[mb].data() + t0 * bm_, dy,
-                               grads_[emb_index_].data());
+                               grads_[emb_index_].data<float>());
 }
 
 namespace {
@@ -179,8 +186,10 @@ kernel_work lm_stage::norm_work() {
   if (computes_) {
     w.cpu = [this] {
       double sq = 0;
-      for (const auto& g : grads_)
-        for (float v : g) sq += static_cast<double>(v) * v;
+      for (const auto& g : grads_) {
+        const float* p = g.data<float>();
+        for (std::int64_t i = 0; i < g.numel(); ++i) sq += static_cast<double>(p[i]) * p[i];
+      }
       sq_norm_ = sq;
       double loss = 0;
       for (double l : unit_loss_) loss += l;
@@ -192,18 +201,45 @@ kernel_work lm_stage::norm_work() {
 
 kernel_work lm_stage::update_work(double scale, double lr) {
   double n = 0;
-  for (const auto& v : values_) n += static_cast<double>(v.size());
+  for (const auto& v : values_) n += static_cast<double>(v.numel());
   kernel_work w{.name = "sgd", .kind = work_kind::pointwise, .flops = 3 * n, .bytes = 12 * n};
   if (computes_) {
     w.cpu = [this, step = static_cast<float>(lr * scale)] {
       for (std::size_t i = 0; i < values_.size(); ++i) {
-        float* p = values_[i].data();
-        float* g = grads_[i].data();
-        for (std::size_t j = 0, n2 = values_[i].size(); j < n2; ++j) {
+        float* p = values_[i].data<float>();
+        float* g = grads_[i].data<float>();
+        for (std::size_t j = 0, n2 = static_cast<std::size_t>(values_[i].numel()); j < n2; ++j) {
           p[j] -= step * g[j];
           g[j] = 0.f;
         }
       }
+    };
+  }
+  return w;
+}
+
+kernel_work lm_stage::scale_work(double scale) {
+  double n = 0;
+  for (const auto& g : grads_) n += static_cast<double>(g.numel());
+  kernel_work w{.name = "scale_gradients", .kind = work_kind::pointwise, .flops = n, .bytes = 8 * n};
+  if (computes_) {
+    w.cpu = [this, f = static_cast<float>(scale)] {
+      for (auto& g : grads_) {
+        float* p = g.data<float>();
+        for (std::int64_t i = 0; i < g.numel(); ++i) p[i] *= f;
+      }
+    };
+  }
+  return w;
+}
+
+kernel_work lm_stage::zero_grad_work() {
+  double n = 0;
+  for (const auto& g : grads_) n += static_cast<double>(g.numel());
+  kernel_work w{.name = "zero_gradients", .kind = work_kind::pointwise, .flops = 0, .bytes = 4 * n};
+  if (computes_) {
+    w.cpu = [this] {
+      for (auto& g : grads_) std::fill_n(g.data<float>(), g.numel(), 0.f);
     };
   }
   return w;

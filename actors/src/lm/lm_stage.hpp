@@ -11,21 +11,27 @@
 #include "strata/actors/lm_config.hpp"
 #include "strata/device/device.hpp"
 #include "strata/device/stream.hpp"
+#include "strata/device/tensor.hpp"
 #include "strata/device/work.hpp"
 
 namespace strata::lm {
 
 class lm_stage {
 public:
-  lm_stage(const lm_config& config, stage_span span, device dev);
+  /// Parameters and gradients are tensors on `dev`, allocated on `s` (cpu: filled at once).
+  lm_stage(const lm_config& config, stage_span span, device dev, const stream& s);
 
   const stage_span& span() const noexcept { return span_; }
   bool computes() const noexcept { return computes_; }  // false on sim devices (modelled only)
 
   /// Names of this stage's parameters, in PyTorch order.
   const std::vector<std::string>& names() const noexcept { return names_; }
-  std::vector<float>& value(std::size_t i) { return values_[i]; }
-  std::vector<float>& grad(std::size_t i) { return grads_[i]; }
+  tensor& value(std::size_t i) { return values_[i]; }
+  tensor& grad(std::size_t i) { return grads_[i]; }
+  /// Host pointers (cpu devices only).
+  float* value_data(std::size_t i) { return values_[i].data<float>(); }
+  float* grad_data(std::size_t i) { return grads_[i].data<float>(); }
+  std::size_t count(std::size_t i) const { return static_cast<std::size_t>(values_[i].numel()); }
 
   /// Tokens and targets of micro-batch `mb` for this step ([T, Bm], seq-major), stage 0 / last.
   void set_tokens(std::size_t mb, std::vector<std::int32_t> tokens) { tokens_[mb] = std::move(tokens); }
@@ -46,6 +52,10 @@ public:
   /// Sum of squared gradients into `sq_norm()`; zero gradients; apply `scale` and SGD.
   kernel_work norm_work();
   kernel_work update_work(double scale, double lr);
+  /// Multiplies every gradient by `scale` (before a push to the kvstore).
+  kernel_work scale_work(double scale);
+  /// Zeroes every gradient (after the kvstore applied them).
+  kernel_work zero_grad_work();
   double sq_norm() const noexcept { return sq_norm_; }
   double loss_sum() const noexcept { return loss_sum_; }  // last stage: summed cross-entropy of the step
 
@@ -62,7 +72,7 @@ private:
   std::size_t bm_, tc_;
 
   std::vector<std::string> names_;
-  std::vector<std::vector<float>> values_, grads_;
+  std::vector<tensor> values_, grads_;
   std::size_t emb_index_ = 0, dec_w_index_ = 0, dec_b_index_ = 0;
   std::vector<std::size_t> layer_index_;  // first of the four parameters of each stage layer
 
