@@ -79,6 +79,11 @@ void put(std::string& out, T value) {
 
 void detail::emit_slow(event_kind kind, std::uint64_t actor, std::uint64_t peer, std::uint64_t msg,
                        std::uint32_t type, std::uint32_t arg) noexcept {
+  emit_at_slow(std::chrono::steady_clock::now(), kind, actor, peer, msg, type, arg);
+}
+
+void detail::emit_at_slow(std::chrono::steady_clock::time_point when, event_kind kind, std::uint64_t actor,
+                          std::uint64_t peer, std::uint64_t msg, std::uint32_t type, std::uint32_t arg) noexcept {
   session& s = the_session();
   thread_buffer* buf = tls_buffer;
   if (buf == nullptr || tls_generation != s.generation) {
@@ -102,9 +107,9 @@ void detail::emit_slow(event_kind kind, std::uint64_t actor, std::uint64_t peer,
     }
     buf->used = 0;
   }
-  auto now = std::chrono::steady_clock::now() - s.start;
+  auto since = std::chrono::duration_cast<std::chrono::nanoseconds>(when - s.start).count();
   record& r = buf->chunks.back()[buf->used++];
-  r.ts_ns = static_cast<std::uint64_t>(std::chrono::duration_cast<std::chrono::nanoseconds>(now).count());
+  r.ts_ns = since > 0 ? static_cast<std::uint64_t>(since) : 0;
   r.actor = actor;
   r.peer = peer;
   r.msg = msg;

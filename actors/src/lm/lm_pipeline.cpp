@@ -97,6 +97,8 @@ public:
   behavior make_behavior() override {
     return {
         [this](wire_stage& w) {
+          if (trace::enabled())
+            trace::emit(trace::event_kind::tag, id(), 0, trace::intern("pipeline.stage"), 0, static_cast<std::uint32_t>(index_));
           prev_ = std::move(w.prev);
           next_ = std::move(w.next);
           driver_ = std::move(w.driver);
@@ -382,13 +384,14 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
     st.models.push_back(std::make_shared<lm_stage>(config, spans[s], st.devices[s], st.streams[s]));
     auto clock = std::make_shared<stage_clock>();
     st.clocks.push_back(clock);
-    std::uint32_t fwd_name = 0, bwd_name = 0;
+    std::uint32_t fwd_name = 0, bwd_name = 0, other_name = 0;
     if (trace::enabled()) {
       fwd_name = trace::intern("forward");
       bwd_name = trace::intern("backward");
+      other_name = trace::intern("update");
     }
     const std::uint64_t device_track = 1'000'000'000ull + s;  // trace id of the device track
-    st.devices[s].set_work_observer([clock, fwd_name, bwd_name, device_track](const work_record& r) {
+    st.devices[s].set_work_observer([clock, fwd_name, bwd_name, other_name, device_track](const work_record& r) {
       const auto ns = (r.end - r.start).count();
       const std::string& name = *r.name;
       if (name == "forward") {
@@ -400,10 +403,14 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
       } else {
         clock->other_ns += ns;
       }
-      if (trace::enabled()) {
-        std::uint32_t id = name == "forward" ? fwd_name : name == "backward" ? bwd_name : 0;
-        trace::emit(trace::event_kind::device_begin, device_track, r.stream_id, static_cast<std::uint64_t>(r.start.count()), 0, id);
-        trace::emit(trace::event_kind::device_end, device_track, r.stream_id, static_cast<std::uint64_t>(r.end.count()), 0, id);
+      if (trace::enabled() && !r.modelled) {  // cpu: real steady-clock times; sim times are modelled
+        static std::atomic<std::uint64_t> work_ids{1};
+        const std::uint64_t work = work_ids.fetch_add(1, std::memory_order_relaxed);
+        const std::uint32_t id = name == "forward" ? fwd_name : name == "backward" ? bwd_name : other_name;
+        const std::chrono::steady_clock::time_point start{std::chrono::duration_cast<std::chrono::steady_clock::duration>(r.start)};
+        const std::chrono::steady_clock::time_point end{std::chrono::duration_cast<std::chrono::steady_clock::duration>(r.end)};
+        trace::emit_at(start, trace::event_kind::device_begin, device_track, r.stream_id, work, 0, id);
+        trace::emit_at(end, trace::event_kind::device_end, device_track, r.stream_id, work, 0, id);
       }
     });
   }

@@ -8,6 +8,7 @@
 /// documented in docs/trace-format.md.
 
 #include <atomic>
+#include <chrono>
 #include <cstddef>
 #include <cstdint>
 #include <string>
@@ -48,6 +49,8 @@ namespace detail {
 extern std::atomic<bool> enabled_flag;
 void emit_slow(event_kind kind, std::uint64_t actor, std::uint64_t peer, std::uint64_t msg,
                std::uint32_t type, std::uint32_t arg) noexcept;
+void emit_at_slow(std::chrono::steady_clock::time_point when, event_kind kind, std::uint64_t actor,
+                  std::uint64_t peer, std::uint64_t msg, std::uint32_t type, std::uint32_t arg) noexcept;
 }  // namespace detail
 
 /// True while recording; one relaxed load.
@@ -67,6 +70,18 @@ inline void emit(event_kind kind, std::uint64_t actor, std::uint64_t peer, std::
     detail::emit_slow(kind, actor, peer, msg, type, arg);
 #else
   (void)kind, (void)actor, (void)peer, (void)msg, (void)type, (void)arg;
+#endif
+}
+
+/// Like `emit`, stamped with `when` instead of now: for what is observed after the fact, such as
+/// a device work item's start and end reported on completion.
+inline void emit_at(std::chrono::steady_clock::time_point when, event_kind kind, std::uint64_t actor,
+                    std::uint64_t peer, std::uint64_t msg, std::uint32_t type, std::uint32_t arg = 0) noexcept {
+#ifndef STRATA_TRACE_COMPILED_OUT
+  if (enabled()) [[unlikely]]
+    detail::emit_at_slow(when, kind, actor, peer, msg, type, arg);
+#else
+  (void)when, (void)kind, (void)actor, (void)peer, (void)msg, (void)type, (void)arg;
 #endif
 }
 

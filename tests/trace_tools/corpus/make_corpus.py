@@ -1,0 +1,49 @@
+#!/usr/bin/env python3
+"""Derives the invalid seed traces from valid-small.seed (itself written by
+`make_sample_trace valid-small.seed --small` from a real actor_system run).
+
+Run from this folder: python3 make_corpus.py. The files are checked in; the bad-input tests in
+../CMakeLists.txt and tools/trace/fuzz.sh use them."""
+import struct
+
+good = open("valid-small.seed", "rb").read()
+magic, version, record_size, start, count, dropped, nstrings, ntypes = struct.unpack_from("<8sIIQQQII", good, 0)
+assert magic == b"STRATATR" and version == 1 and record_size == 40
+# Offset of the first event: skip both length-prefixed tables.
+pos = 48
+for _ in range(nstrings + ntypes):
+    (n,) = struct.unpack_from("<I", good, pos)
+    pos += 4 + n
+events_at = pos
+assert len(good) - events_at == count * 40
+
+
+def patch(data, offset, fmt, value):
+    b = bytearray(data)
+    struct.pack_into(fmt, b, offset, value)
+    return bytes(b)
+
+
+def first_event(kind):
+    for i in range(count):
+        if good[events_at + i * 40 + 38] == kind:
+            return events_at + i * 40
+    raise SystemExit(f"no event of kind {kind}")
+
+
+files = {
+    "empty.seed": b"",
+    "truncated-header.seed": good[:30],
+    "truncated-events.seed": good[: events_at + 40 * (count // 2) + 17],
+    "wrong-magic.seed": b"STRATATX" + good[8:],
+    "wrong-version.seed": patch(good, 8, "<I", 7),
+    # The first string's length runs past the end of the file.
+    "string-past-end.seed": patch(good, 48, "<I", len(good)),
+    # A spawn event naming a string the table does not have.
+    "bad-string-id.seed": patch(good, first_event(1) + 32, "<I", nstrings + 5),
+    # Two events swapped out of time order: the later one first.
+    "unsorted.seed": patch(good, events_at, "<Q", struct.unpack_from("<Q", good, events_at + 40 * (count - 1))[0] + 1),
+}
+for name, data in files.items():
+    open(name, "wb").write(data)
+    print(f"{name}: {len(data)} bytes")

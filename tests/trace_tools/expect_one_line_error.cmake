@@ -1,0 +1,22 @@
+# Runs a command that must reject its input: exit status non-zero but not from a signal
+# (< 128), exactly one line on stderr, matching EXPECT when given.
+#   cmake -DCMD="prog;arg;..." [-DEXPECT=regex] -P expect_one_line_error.cmake
+execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 30)
+if(NOT rc MATCHES "^[0-9]+$")
+  message(FATAL_ERROR "the command did not exit normally: ${rc}\nstderr: ${err}")
+endif()
+if(rc EQUAL 0)
+  message(FATAL_ERROR "the command accepted bad input (exit 0)\nstderr: ${err}")
+endif()
+if(rc GREATER_EQUAL 128)
+  message(FATAL_ERROR "the command died (exit ${rc})\nstderr: ${err}")
+endif()
+string(REGEX MATCHALL "\n" newlines "${err}")
+list(LENGTH newlines lines)
+if(NOT lines EQUAL 1 OR NOT err MATCHES "\n$")
+  message(FATAL_ERROR "expected exactly one line on stderr, got ${lines}:\n${err}")
+endif()
+if(DEFINED EXPECT AND NOT err MATCHES "${EXPECT}")
+  message(FATAL_ERROR "stderr does not match '${EXPECT}':\n${err}")
+endif()
+message(STATUS "rejected as expected (exit ${rc}): ${err}")

@@ -1,0 +1,317 @@
+// strata-trace on a real traced run: the reader, the summary figures, the Chrome export's
+// structural guarantees, the timeline and the message graph; and the reader's rejections.
+
+#define BOOST_TEST_MODULE strata_trace_tools
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <map>
+#include <set>
+#include <unistd.h>
+
+#include <nlohmann/json.hpp>
+
+#include "sample_workload.hpp"
+#include "trace_model.hpp"
+#include "trace_reader.hpp"
+#include "trace_views.hpp"
+
+namespace tt = strata::trace_tools;
+using nlohmann::json;
+
+namespace {
+
+/// The sample trace, recorded once per test run.
+struct sample {
+  std::string path;
+  std::string bytes;
+  tt::trace_file file;
+  sample() {
+    path = (std::filesystem::temp_directory_path() / ("strata-trace-tools-" + std::to_string(::getpid()) + ".strace")).string();
+    auto err = tt::test::write_sample_trace(path);
+    if (!err.empty()) throw std::runtime_error(err);
+    std::ifstream in(path, std::ios::binary);
+    bytes.assign(std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>());
+    auto r = tt::read_trace(path);
+    if (!r.ok()) throw std::runtime_error(r.error);
+    file = std::move(r.trace);
+  }
+  ~sample() { std::filesystem::remove(path); }
+};
+
+const sample& the_sample() {
+  static sample s;
+  return s;
+}
+
+const json* find_by(const json& array, const char* key, const std::string& value) {
+  for (const auto& e : array)
+    if (e.contains(key) && e[key] == value) return &e;
+  return nullptr;
+}
+
+const json* find_type(const json& types, const std::string& short_name) {
+  for (const auto& t : types)
+    if (tt::short_type_name(t["type"].get<std::string>()) == short_name) return &t;
+  return nullptr;
+}
+
+std::int64_t ns_of(const json& us) { return std::llround(us.get<double>() * 1000.0); }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(reader)
+
+BOOST_AUTO_TEST_CASE(the_reader_parses_a_recorded_trace_and_names_every_spawned_actor) {
+  const auto& f = the_sample().file;
+  BOOST_TEST(f.version == 1u);
+  BOOST_TEST(f.dropped == 0u);
+  BOOST_TEST(f.events.size() > 1000u);
+  auto m = tt::build_model(f);
+  std::set<std::string> names;
+  for (const auto& [id, a] : m.actors) names.insert(a.name);
+  for (const char* n : {"ponger", "pinger", "squarer", "client", "collector", "producer-0", "stage-0", "stage-2", "trainer"})
+    BOOST_TEST(names.count(n) == 1u, n);
+}
+
+BOOST_AUTO_TEST_CASE(every_truncation_of_a_valid_trace_is_rejected_with_a_sentence_naming_the_file) {
+  const auto& bytes = the_sample().bytes;
+  // Every prefix up to the tables and then a spread of lengths inside the events.
+  std::vector<std::size_t> lengths;
+  for (std::size_t n = 0; n < 400 && n < bytes.size(); ++n) lengths.push_back(n);
+  for (std::size_t n = 400; n < bytes.size(); n += 997) lengths.push_back(n);
+  lengths.push_back(bytes.size() - 1);
+  for (auto n : lengths) {
+    auto r = tt::parse_trace(std::string_view(bytes).substr(0, n), "cut.strace");
+    BOOST_REQUIRE_MESSAGE(!r.ok(), "a trace cut to " << n << " bytes was accepted");
+    BOOST_TEST(r.error.rfind("cut.strace: ", 0) == 0u);
+    BOOST_TEST(r.error.find('\n') == std::string::npos);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(a_corrupt_header_or_table_is_rejected_with_what_is_wrong) {
+  const auto& good = the_sample().bytes;
+  auto patch32 = [&](std::size_t at, std::uint32_t v) {
+    std::string b = good;
+    std::memcpy(b.data() + at, &v, 4);
+    return b;
+  };
+  auto patch64 = [&](std::size_t at, std::uint64_t v) {
+    std::string b = good;
+    std::memcpy(b.data() + at, &v, 8);
+    return b;
+  };
+  struct bad_case {
+    std::string bytes;
+    std::string expected;
+  };
+  std::string trailing = good + "x";
+  std::string magic = good;
+  magic[0] = 'X';
+  std::vector<bad_case> cases = {
+      {"", "the file is empty"},
+      {magic, "not a strata trace"},
+      {patch32(8, 2), "trace format version 2 is not supported (this strata-trace reads version 1)"},
+      {patch32(12, 48), "record size of 48"},
+      {patch64(24, 0xffffffffffffffffull), "truncated: the header announces"},
+      {patch64(24, 1), "unexpected data follow"},
+      {patch32(40, 0x7fffffff), "the string table claims 2147483647 entries"},
+      {patch32(48, 0x7fffffff), "string 0 claims 2147483647 bytes"},
+      {trailing, "1 bytes of unexpected data"},
+  };
+  for (const auto& c : cases) {
+    auto r = tt::parse_trace(c.bytes, "bad.strace");
+    BOOST_TEST_REQUIRE(!r.ok());
+    BOOST_TEST(r.error.find(c.expected) != std::string::npos, r.error << " (expected: " << c.expected << ")");
+  }
+}
+
+BOOST_AUTO_TEST_CASE(missing_files_and_directories_are_named_as_such) {
+  auto r = tt::read_trace("/nonexistent/strata.strace");
+  BOOST_TEST(r.error == "/nonexistent/strata.strace: no such file");
+  r = tt::read_trace(std::filesystem::temp_directory_path().string());
+  BOOST_TEST(r.error.find("is a directory") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(summary)
+
+BOOST_AUTO_TEST_CASE(the_summary_counts_what_the_workload_did) {
+  const tt::test::sample_counts n;
+  auto m = tt::build_model(the_sample().file);
+  auto s = tt::summary_json(m);
+  const auto& actors = s["actors"];
+  auto ponger = find_by(actors, "name", "ponger");
+  BOOST_REQUIRE(ponger);
+  BOOST_TEST((*ponger)["handled"].get<int>() == n.round_trips);
+  BOOST_TEST((*ponger)["messages_out"].get<int>() == n.round_trips);
+  auto collector = find_by(actors, "name", "collector");
+  BOOST_REQUIRE(collector);
+  BOOST_TEST((*collector)["handled"].get<int>() == n.producers * n.readings_per_producer);
+  BOOST_TEST((*collector)["unhandled"].get<int>() == 1);
+  BOOST_TEST((*collector)["mailbox_depth_max"].get<int>() >= 1);
+  BOOST_TEST((*collector)["mailbox_wait_ns"]["count"].get<int>() == n.producers * n.readings_per_producer);
+  auto squarer = find_by(actors, "name", "squarer");
+  BOOST_REQUIRE(squarer);
+  BOOST_TEST((*squarer)["handled"].get<int>() == n.requests);
+  for (const auto& a : actors) {
+    BOOST_TEST(a["busy_percent"].get<double>() >= 0.0);
+    BOOST_TEST(a["busy_percent"].get<double>() <= 100.0);
+    if (a["handler_ns"]["count"].get<int>() > 0)
+      BOOST_TEST(a["handler_ns"]["p50"].get<std::uint64_t>() <= a["handler_ns"]["p99"].get<std::uint64_t>());
+  }
+  auto stage0 = find_by(actors, "name", "stage-0");
+  BOOST_REQUIRE(stage0);
+  // Each stage spins 300 us forward and 500 us backward per micro-batch.
+  BOOST_TEST((*stage0)["busy_ns"].get<std::uint64_t>() >= std::uint64_t(n.micro_batches) * 800'000u);
+
+  auto reading = find_type(s["message_types"], "reading");
+  BOOST_REQUIRE(reading);
+  BOOST_TEST((*reading)["sent"].get<int>() == n.producers * n.readings_per_producer);
+  BOOST_TEST((*reading)["latency_ns"]["count"].get<int>() == n.producers * n.readings_per_producer);
+
+  BOOST_TEST(s["device_streams"].size() == std::size_t(n.stages));
+  for (const auto& d : s["device_streams"]) {
+    BOOST_TEST(d["work_items"].get<int>() == 2 * n.micro_batches);
+    BOOST_TEST(d["utilisation_percent"].get<double>() > 0.0);
+    BOOST_TEST(d["utilisation_percent"].get<double>() <= 100.0);
+  }
+
+  BOOST_TEST(s["drops"]["by_reason"]["unhandled_message"].get<int>() == 1);
+  BOOST_TEST(s["drops"]["by_reason"]["target_terminated"].get<int>() >= 1);
+
+  const auto& p = s["pipeline"];
+  BOOST_REQUIRE(!p.is_null());
+  BOOST_TEST(p["stages"].get<int>() == n.stages);
+  BOOST_TEST(p["micro_batches"].get<int>() == n.micro_batches);
+  BOOST_TEST(p["bubble"].get<double>() > 0.0);
+  BOOST_TEST(p["bubble"].get<double>() < 1.0);
+  BOOST_TEST(p["ideal_bubble"].get<double>() == 2.0 / 6.0, boost::test_tools::tolerance(1e-5));
+  for (const auto& st : p["per_stage"]) {
+    BOOST_TEST(st["forward_slices"].get<int>() == n.micro_batches);
+    BOOST_TEST(st["backward_slices"].get<int>() == n.micro_batches);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_text_summary_has_a_row_per_actor_and_the_pipeline_line) {
+  auto m = tt::build_model(the_sample().file);
+  std::ostringstream out;
+  tt::print_summary(tt::summary_json(m), out);
+  const auto text = out.str();
+  for (const char* s : {"ponger", "collector", "stage-1", "measured bubble", "device streams", "target_terminated"})
+    BOOST_TEST(text.find(s) != std::string::npos, s);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(chrome_export)
+
+BOOST_AUTO_TEST_CASE(the_export_has_named_tracks_nested_slices_and_flows_with_both_ends_inside_slices) {
+  auto m = tt::build_model(the_sample().file);
+  // Through text, as a viewer reads it.
+  const std::string text = tt::chrome_trace(m).dump();
+  const json doc = json::parse(text);
+  BOOST_TEST(doc["displayTimeUnit"] == "ns");
+  const auto& events = doc["traceEvents"];
+  BOOST_REQUIRE(events.is_array());
+
+  using track = std::pair<int, std::uint64_t>;
+  struct slice {
+    std::int64_t begin, end;
+  };
+  std::set<track> named;
+  std::map<track, std::vector<slice>> slices;
+  struct flow_end {
+    track where;
+    std::int64_t ts;
+  };
+  std::map<std::uint64_t, std::vector<flow_end>> starts, finishes;
+  std::size_t counters = 0;
+  for (const auto& e : events) {
+    const std::string ph = e["ph"];
+    track t{e["pid"].get<int>(), e["tid"].get<std::uint64_t>()};
+    if (ph == "M" && e["name"] == "thread_name") {
+      BOOST_TEST(!e["args"]["name"].get<std::string>().empty());
+      named.insert(t);
+    } else if (ph == "X") {
+      BOOST_TEST(e["dur"].get<double>() >= 0.0);
+      BOOST_TEST(!e["name"].get<std::string>().empty());
+      slices[t].push_back({ns_of(e["ts"]), ns_of(e["ts"]) + ns_of(e["dur"])});
+    } else if (ph == "s") {
+      starts[e["id"].get<std::uint64_t>()].push_back({t, ns_of(e["ts"])});
+    } else if (ph == "f") {
+      BOOST_TEST(e["bp"] == "e");
+      finishes[e["id"].get<std::uint64_t>()].push_back({t, ns_of(e["ts"])});
+    } else if (ph == "C") {
+      ++counters;
+      BOOST_TEST(e["args"]["depth"].get<int>() >= 0);
+    }
+  }
+  BOOST_TEST(counters > 0u);
+  // Tracks: every actor with handled messages, the external track, three device streams.
+  BOOST_TEST(slices.size() >= 10u);
+  std::size_t device_tracks = 0;
+  for (const auto& [t, v] : slices) {
+    BOOST_TEST(named.count(t) == 1u, "track " << t.first << "/" << t.second << " has no name");
+    device_tracks += t.first == 2;
+    // Per track: start times increase, and slices nest or are disjoint (never partially overlap).
+    std::vector<std::int64_t> open_ends;
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      if (i > 0) BOOST_TEST_REQUIRE(v[i].begin >= v[i - 1].begin);
+      while (!open_ends.empty() && open_ends.back() <= v[i].begin) open_ends.pop_back();
+      if (!open_ends.empty())
+        BOOST_TEST_REQUIRE(v[i].end <= open_ends.back(), "partial overlap on track " << t.second);
+      open_ends.push_back(v[i].end);
+    }
+  }
+  BOOST_TEST(device_tracks == 3u);
+
+  // Flows: exactly one start and one finish per id, each inside a slice on its own track.
+  BOOST_TEST(starts.size() >= 900u);  // 200 ping + 200 pong + 50 + 50 request/response + 400 readings + ...
+  BOOST_TEST(starts.size() == finishes.size());
+  auto inside_a_slice = [&](const flow_end& p) {
+    for (const auto& s : slices[p.where])
+      if (s.begin <= p.ts && p.ts <= s.end) return true;
+    return false;
+  };
+  for (const auto& [id, s] : starts) {
+    BOOST_TEST_REQUIRE(s.size() == 1u);
+    auto f = finishes.find(id);
+    BOOST_TEST_REQUIRE((f != finishes.end() && f->second.size() == 1u), "flow " << id << " has no single finish");
+    BOOST_TEST_REQUIRE(inside_a_slice(s[0]), "flow " << id << " starts outside any slice");
+    BOOST_TEST_REQUIRE(inside_a_slice(f->second[0]), "flow " << id << " ends outside any slice");
+    BOOST_TEST(s[0].ts <= f->second[0].ts);
+  }
+  // The external track exists: producers and micro-batches were started from outside actors.
+  BOOST_TEST(named.count({1, 0}) == 1u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+BOOST_AUTO_TEST_SUITE(pictures)
+
+BOOST_AUTO_TEST_CASE(the_timeline_has_a_labelled_row_per_busy_actor_and_stream_an_axis_and_a_legend) {
+  auto m = tt::build_model(the_sample().file);
+  const auto svg = tt::timeline_svg(m);
+  BOOST_TEST(svg.rfind("<svg", 0) == 0u);
+  BOOST_TEST(svg.find("</svg>") != std::string::npos);
+  for (const char* s : {">ponger #", ">collector #", "(stage 0)", ">device 0 stream 0<", "forward, micro-batch 0",
+                        "backward, micro-batch 3", "ms</text>", ">reading<"})
+    BOOST_TEST(svg.find(s) != std::string::npos, s);
+}
+
+BOOST_AUTO_TEST_CASE(the_message_graph_names_actors_and_counts_messages_on_edges) {
+  const tt::test::sample_counts n;
+  auto m = tt::build_model(the_sample().file);
+  const auto dot = tt::message_graph_dot(m);
+  BOOST_TEST(dot.find("digraph") != std::string::npos);
+  BOOST_TEST(dot.find("\"ponger\\n#") != std::string::npos);
+  BOOST_TEST(dot.find("ping x" + std::to_string(n.round_trips)) != std::string::npos);
+  BOOST_TEST(dot.find("reading x" + std::to_string(n.readings_per_producer)) != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

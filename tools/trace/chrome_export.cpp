@@ -1,0 +1,211 @@
+// Chrome Trace Event JSON (the "JSON Object Format" read by Perfetto and chrome://tracing).
+//
+// Tracks: pid 1 holds one thread per actor (tid = actor id) plus tid 0 "external" for sends
+// from outside actors; pid 2 holds one thread per device stream. Slices never partially
+// overlap on a track, every flow has both ends, and each end lies strictly inside a slice on
+// its track (flow ends bind to the enclosing slice), so both viewers draw every arrow.
+
+#include <algorithm>
+#include <map>
+
+#include "trace_views.hpp"
+
+namespace strata::trace_tools {
+
+using nlohmann::json;
+
+namespace {
+
+constexpr int actor_pid = 1;
+constexpr int device_pid = 2;
+constexpr std::uint64_t anchor_ns = 1000;  // length of the small slice that holds an outside send
+
+double us(std::uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
+
+struct span {
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  json event;  // the "X" event, without ts/dur
+};
+
+/// A point strictly inside [b, e] when the slice is long enough (viewers bind flow ends to the
+/// slice enclosing them; a point on a boundary could bind to a neighbour).
+std::uint64_t inside(std::uint64_t ts, std::uint64_t b, std::uint64_t e) {
+  if (e - b < 2) return b;
+  return std::clamp(ts, b + 1, e - 1);
+}
+
+/// Index of the slice containing ts (begin <= ts <= end) in sorted, disjoint `spans`.
+std::optional<std::size_t> enclosing(const std::vector<span>& spans, std::uint64_t ts) {
+  auto it = std::upper_bound(spans.begin(), spans.end(), ts, [](std::uint64_t t, const span& s) { return t < s.begin; });
+  if (it == spans.begin()) return std::nullopt;
+  --it;
+  if (ts <= it->end) return static_cast<std::size_t>(it - spans.begin());
+  return std::nullopt;
+}
+
+/// Makes sorted spans disjoint (a slice starting before the previous one ended is clipped).
+void make_disjoint(std::vector<span>& spans) {
+  std::stable_sort(spans.begin(), spans.end(), [](const span& a, const span& b) { return a.begin < b.begin; });
+  std::uint64_t prev_end = 0;
+  bool first = true;
+  for (auto& s : spans) {
+    if (!first && s.begin < prev_end) {
+      s.begin = prev_end;
+      s.end = std::max(s.end, s.begin);
+    }
+    prev_end = s.end;
+    first = false;
+  }
+}
+
+/// Adds small "send" slices at `points` (sorted, distinct, none inside `spans`), each ending
+/// before the next point or slice.
+void add_anchors(std::vector<span>& spans, const std::vector<std::uint64_t>& points, const std::string& name) {
+  std::vector<span> added;
+  for (std::size_t i = 0; i < points.size(); ++i) {
+    std::uint64_t t = points[i];
+    std::uint64_t limit = t + anchor_ns;
+    if (i + 1 < points.size()) limit = std::min(limit, points[i + 1] - 1);
+    auto next = std::upper_bound(spans.begin(), spans.end(), t, [](std::uint64_t v, const span& s) { return v < s.begin; });
+    if (next != spans.end()) limit = std::min(limit, next->begin - 1);
+    span s;
+    s.begin = t;
+    s.end = std::max(limit, t);
+    s.event = {{"name", name}, {"cat", "send"}};
+    added.push_back(std::move(s));
+  }
+  spans.insert(spans.end(), added.begin(), added.end());
+  std::stable_sort(spans.begin(), spans.end(), [](const span& a, const span& b) { return a.begin < b.begin; });
+}
+
+}  // namespace
+
+json chrome_trace(const trace_model& m) {
+  const trace_file& f = *m.file;
+  json events = json::array();
+  auto meta = [&](const char* what, int pid, std::uint64_t tid, json args) {
+    events.push_back({{"name", what}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}});
+  };
+  meta("process_name", actor_pid, 0, {{"name", "strata actors"}});
+  meta("process_sort_index", actor_pid, 0, {{"sort_index", 1}});
+
+  // Handler slices per actor.
+  std::map<std::uint64_t, std::vector<span>> tracks;
+  for (const auto& [id, a] : m.actors) {
+    auto& spans = tracks[id];
+    for (const auto& s : a.slices) {
+      json args = {{"msg", s.msg}, {"sender", m.actor_name(s.sender)}, {"sender_id", s.sender}};
+      if (s.threw) args["threw"] = true;
+      if (s.unfinished) args["unfinished"] = true;
+      if (s.phase != pipeline_phase::none) {
+        args["pipeline"] = s.phase == pipeline_phase::forward ? "forward" : "backward";
+        args["micro_batch"] = s.micro_batch;
+      }
+      spans.push_back({s.begin, s.end, {{"name", f.type_name(s.type)}, {"cat", "handler"}, {"args", std::move(args)}}});
+    }
+    make_disjoint(spans);
+  }
+  // Sends outside any handler on the sender's track get a small slice of their own.
+  std::map<std::uint64_t, std::vector<std::uint64_t>> outside;
+  for (const auto& fl : m.flows) {
+    auto& spans = tracks[fl.sender];
+    if (!enclosing(spans, fl.send_ts)) outside[fl.sender].push_back(fl.send_ts);
+  }
+  for (auto& [id, points] : outside) {
+    std::sort(points.begin(), points.end());
+    points.erase(std::unique(points.begin(), points.end()), points.end());
+    add_anchors(tracks[id], points, id == 0 ? "send" : "send (outside a handler)");
+  }
+
+  // Track names.
+  int sort_index = 0;
+  for (auto& [id, spans] : tracks) {
+    if (spans.empty() && id != 0 && m.actors.count(id) == 0) continue;
+    std::string name = id == 0 ? "external (outside actors)" : m.actor_name(id) + " #" + std::to_string(id);
+    meta("thread_name", actor_pid, id, {{"name", name}});
+    meta("thread_sort_index", actor_pid, id, {{"sort_index", id == 0 ? 0 : ++sort_index}});
+  }
+
+  // Slices.
+  auto emit_spans = [&](int pid, std::uint64_t tid, const std::vector<span>& spans) {
+    for (const auto& s : spans) {
+      json e = s.event;
+      e["ph"] = "X";
+      e["pid"] = pid;
+      e["tid"] = tid;
+      e["ts"] = us(s.begin);
+      e["dur"] = us(s.end - s.begin);
+      events.push_back(std::move(e));
+    }
+  };
+  for (const auto& [id, spans] : tracks) emit_spans(actor_pid, id, spans);
+
+  // Flow arrows: both ends present by construction (flows are sends whose handler_begin is in the trace).
+  std::uint64_t flow_id = 0;
+  for (const auto& fl : m.flows) {
+    const auto& from = tracks[fl.sender];
+    const auto& to = tracks[fl.receiver];
+    auto s_idx = enclosing(from, fl.send_ts);
+    auto f_idx = enclosing(to, fl.handle_ts);
+    if (!s_idx || !f_idx) continue;  // a clipped slice no longer covers the point
+    const auto& fs = from[*s_idx];
+    const auto& ts = to[*f_idx];
+    ++flow_id;
+    std::string name = short_type_name(f.type_name(fl.type));
+    events.push_back({{"name", name}, {"cat", "message"}, {"ph", "s"}, {"id", flow_id}, {"pid", actor_pid},
+                      {"tid", fl.sender}, {"ts", us(inside(fl.send_ts, fs.begin, fs.end))}});
+    events.push_back({{"name", name}, {"cat", "message"}, {"ph", "f"}, {"bp", "e"}, {"id", flow_id},
+                      {"pid", actor_pid}, {"tid", fl.receiver}, {"ts", us(inside(fl.handle_ts, ts.begin, ts.end))}});
+  }
+
+  // Mailbox depth counters.
+  for (const auto& [id, a] : m.actors) {
+    if (a.depth.empty()) continue;
+    std::string name = "mailbox " + a.name + " #" + std::to_string(id);
+    for (const auto& d : a.depth)
+      events.push_back({{"name", name}, {"ph", "C"}, {"pid", actor_pid}, {"tid", id}, {"ts", us(d.ts)},
+                        {"args", {{"depth", d.depth}}}});
+  }
+
+  // Drops and exits as instants on the receiver's track.
+  for (const auto& d : m.drops) {
+    if (tracks.count(d.receiver) == 0) continue;
+    events.push_back({{"name", "drop " + errc_name(d.reason)}, {"ph", "i"}, {"s", "t"}, {"pid", actor_pid},
+                      {"tid", d.receiver}, {"ts", us(d.ts)},
+                      {"args", {{"type", f.type_name(d.type)}, {"sender", m.actor_name(d.sender)}}}});
+  }
+  for (const auto& [id, a] : m.actors) {
+    if (!a.exit_ts) continue;
+    events.push_back({{"name", "exit " + errc_name(a.exit_code)}, {"ph", "i"}, {"s", "t"}, {"pid", actor_pid},
+                      {"tid", id}, {"ts", us(*a.exit_ts)}, {"args", {{"reason", a.exit_reason}}}});
+  }
+
+  // Device streams.
+  if (!m.streams.empty()) {
+    meta("process_name", device_pid, 0, {{"name", "strata devices"}});
+    meta("process_sort_index", device_pid, 0, {{"sort_index", 2}});
+    std::uint64_t tid = 0;
+    for (const auto& [key, slices] : m.streams) {
+      ++tid;
+      meta("thread_name", device_pid, tid,
+           {{"name", "device " + std::to_string(key.first) + " stream " + std::to_string(key.second)}});
+      meta("thread_sort_index", device_pid, tid, {{"sort_index", tid}});
+      std::vector<span> spans;
+      for (const auto& s : slices) {
+        json args = {{"work", s.work}};
+        if (s.unfinished) args["unfinished"] = true;
+        const auto& wname = f.string_at(s.name);
+        spans.push_back({s.begin, s.end, {{"name", wname.empty() ? "work" : wname}, {"cat", "device"}, {"args", args}}});
+      }
+      make_disjoint(spans);
+      emit_spans(device_pid, tid, spans);
+    }
+  }
+
+  return {{"traceEvents", std::move(events)},
+          {"displayTimeUnit", "ns"},
+          {"otherData", {{"source", f.name}, {"format_version", f.version}, {"start_unix_ns", f.start_unix_ns}}}};
+}
+
+}  // namespace strata::trace_tools

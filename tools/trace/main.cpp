@@ -1,0 +1,110 @@
+// strata-trace: summaries, Perfetto/Chrome export, SVG timelines and message graphs from a
+// strata trace file (docs/trace-tools.md).
+
+#include <CLI/CLI.hpp>
+
+#include <cerrno>
+#include <cstring>
+#include <fstream>
+#include <iostream>
+#include <string>
+
+#include "trace_model.hpp"
+#include "trace_reader.hpp"
+#include "trace_views.hpp"
+
+namespace tt = strata::trace_tools;
+
+namespace {
+
+/// Prints one sentence to stderr and returns the exit code for bad input.
+int complain(const std::string& sentence) {
+  std::cerr << "strata-trace: " << sentence << '\n';
+  return 1;
+}
+
+/// Writes `text` to `path`; an error sentence when it cannot.
+std::string write_file(const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary | std::ios::trunc);
+  if (!out) return "cannot open " + path + " for writing (" + std::strerror(errno) + ")";
+  out.write(text.data(), static_cast<std::streamsize>(text.size()));
+  out.close();
+  if (!out) return "cannot write " + path + " (" + std::strerror(errno) + ")";
+  return {};
+}
+
+std::string dump(const nlohmann::json& j, int indent) {
+  // Names come from the file: replace invalid UTF-8 instead of throwing.
+  return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata-trace: read a strata trace file (docs/trace-format.md) and summarise, export or draw it"};
+  app.require_subcommand(1);
+  std::string file, out;
+  bool json = false;
+  int width = 1600;
+
+  auto* summary = app.add_subcommand("summary", "Per-actor, per-message-type, per-stream and pipeline figures");
+  summary->add_option("FILE", file, "Trace file")->required();
+  summary->add_flag("--json", json, "Machine-readable JSON instead of tables");
+
+  auto* exp = app.add_subcommand("export", "Chrome Trace Event JSON for Perfetto (ui.perfetto.dev) and chrome://tracing");
+  exp->add_option("FILE", file, "Trace file")->required();
+  exp->add_option("-o,--output", out, "Output .json file")->required();
+
+  auto* timeline = app.add_subcommand("timeline", "SVG timeline: a row per actor and device stream");
+  timeline->add_option("FILE", file, "Trace file")->required();
+  timeline->add_option("-o,--output", out, "Output .svg file")->required();
+  timeline->add_option("--width", width, "Picture width in pixels")->check(CLI::Range(400, 20000));
+
+  auto* dot = app.add_subcommand("dot", "Graphviz message graph: actors as nodes, edges weighted by message count");
+  dot->add_option("FILE", file, "Trace file")->required();
+  dot->add_option("-o,--output", out, "Output .dot file")->required();
+
+  // CLI11 would call an unknown word "a subcommand is required"; name it instead.
+  if (argc > 1 && argv[1][0] != '-') {
+    const std::string word = argv[1];
+    if (word != "summary" && word != "export" && word != "timeline" && word != "dot")
+      return complain("unknown subcommand '" + word + "' (expected summary, export, timeline or dot)");
+  }
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp&) {
+    return app.exit(CLI::CallForHelp());
+  } catch (const CLI::CallForAllHelp&) {
+    return app.exit(CLI::CallForAllHelp());
+  } catch (const CLI::ParseError& e) {
+    if (e.get_exit_code() == 0) return app.exit(e);  // --help of a subcommand, --version
+    std::string what = e.what();
+    while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+    for (auto& c : what)
+      if (c == '\n') c = ' ';
+    return complain(what + " (run strata-trace --help for usage)");
+  }
+
+  auto read = tt::read_trace(file);
+  if (!read.ok()) return complain(read.error);
+  try {
+    const auto model = tt::build_model(read.trace);
+    if (*summary) {
+      auto s = tt::summary_json(model);
+      if (json) std::cout << dump(s, 2) << '\n';
+      else tt::print_summary(s, std::cout);
+      return 0;
+    }
+    std::string text;
+    if (*exp) text = dump(tt::chrome_trace(model), -1);
+    else if (*timeline) text = tt::timeline_svg(model, {.width = width});
+    else text = tt::message_graph_dot(model);
+    if (auto err = write_file(out, text); !err.empty()) return complain(err);
+    std::cerr << "strata-trace: wrote " << out << " (" << text.size() << " bytes)\n";
+  } catch (const std::bad_alloc&) {
+    return complain(file + ": not enough memory to process the trace");
+  } catch (const std::exception& e) {
+    return complain(file + ": " + e.what());
+  }
+  return 0;
+}

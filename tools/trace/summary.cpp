@@ -1,0 +1,331 @@
+#include <algorithm>
+#include <cstdio>
+#include <iomanip>
+#include <map>
+#include <sstream>
+
+#include "trace_views.hpp"
+
+namespace strata::trace_tools {
+
+using nlohmann::json;
+
+namespace {
+
+json quantiles(std::vector<std::uint64_t>& v) {
+  if (v.empty()) return json{{"count", 0}, {"p50", nullptr}, {"p99", nullptr}, {"max", nullptr}};
+  return json{{"count", v.size()}, {"p50", percentile(v, 0.50)}, {"p99", percentile(v, 0.99)}, {"max", percentile(v, 1.0)}};
+}
+
+double ratio(double a, double b) { return b > 0 ? a / b : 0.0; }
+
+/// Length of the union of [begin, end) intervals sorted by begin.
+template <class Slices>
+std::uint64_t union_length(const Slices& slices) {
+  std::uint64_t total = 0, cur_begin = 0, cur_end = 0;
+  bool open = false;
+  for (const auto& s : slices) {
+    if (!open || s.begin > cur_end) {
+      if (open) total += cur_end - cur_begin;
+      cur_begin = s.begin;
+      cur_end = s.end;
+      open = true;
+    } else {
+      cur_end = std::max(cur_end, s.end);
+    }
+  }
+  if (open) total += cur_end - cur_begin;
+  return total;
+}
+
+std::string format_ns(const json& v) {
+  if (v.is_null()) return "-";
+  double ns = v.get<double>();
+  char buf[32];
+  if (ns < 1e3) std::snprintf(buf, sizeof buf, "%.0f ns", ns);
+  else if (ns < 1e6) std::snprintf(buf, sizeof buf, "%.2f us", ns / 1e3);
+  else if (ns < 1e9) std::snprintf(buf, sizeof buf, "%.2f ms", ns / 1e6);
+  else std::snprintf(buf, sizeof buf, "%.3f s", ns / 1e9);
+  return buf;
+}
+
+std::string format_fixed(double v, int digits) {
+  std::ostringstream s;
+  s << std::fixed << std::setprecision(digits) << v;
+  return s.str();
+}
+
+/// A plain-text table: columns sized to their widest cell, first column left-aligned.
+class text_table {
+public:
+  explicit text_table(std::vector<std::string> header) { rows_.push_back(std::move(header)); }
+  void add(std::vector<std::string> row) { rows_.push_back(std::move(row)); }
+  void print(std::ostream& out) const {
+    std::vector<std::size_t> width;
+    for (const auto& r : rows_)
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        if (width.size() <= i) width.push_back(0);
+        width[i] = std::max(width[i], display_width(r[i]));
+      }
+    for (const auto& r : rows_) {
+      out << "  ";
+      for (std::size_t i = 0; i < r.size(); ++i) {
+        std::size_t pad = width[i] - display_width(r[i]);
+        if (i == 0) out << r[i] << std::string(pad, ' ');
+        else out << "  " << std::string(pad, ' ') << r[i];
+      }
+      out << '\n';
+    }
+  }
+
+private:
+  static std::size_t display_width(const std::string& s) {
+    std::size_t n = 0;
+    for (unsigned char c : s) n += (c & 0xC0) != 0x80;
+    return n;
+  }
+  std::vector<std::vector<std::string>> rows_;
+};
+
+}  // namespace
+
+json summary_json(const trace_model& m) {
+  const trace_file& f = *m.file;
+  json out;
+  out["file"] = f.name;
+  out["format_version"] = f.version;
+  out["start_unix_ns"] = f.start_unix_ns;
+  out["events"] = f.events.size();
+  out["events_lost_by_recorder"] = f.dropped;
+  out["unknown_events_skipped"] = m.unknown_events;
+  out["span_ns"] = m.span();
+
+  // Mailbox waits per receiving actor, latencies per type.
+  std::map<std::uint64_t, std::vector<std::uint64_t>> waits;
+  std::map<std::uint32_t, std::vector<std::uint64_t>> latency;
+  for (const auto& fl : m.flows) {
+    if (fl.enqueue_ts != 0 && fl.handle_ts >= fl.enqueue_ts) waits[fl.receiver].push_back(fl.handle_ts - fl.enqueue_ts);
+    if (fl.handle_ts >= fl.send_ts) latency[fl.type].push_back(fl.handle_ts - fl.send_ts);
+  }
+
+  json actors = json::array();
+  for (const auto& [id, a] : m.actors) {
+    if (id == 0) continue;
+    std::vector<std::uint64_t> durations;
+    std::uint64_t busy = 0;
+    for (const auto& s : a.slices) {
+      durations.push_back(s.end - s.begin);
+      busy += s.end - s.begin;
+    }
+    const std::uint64_t life_end = a.lifetime_end(m.end);
+    const std::uint64_t lifetime = life_end > a.first_ts ? life_end - a.first_ts : 0;
+    // Time-weighted mean depth over the lifetime.
+    std::uint32_t max_depth = 0;
+    double area = 0;
+    std::uint64_t prev_ts = a.first_ts;
+    std::uint32_t prev_depth = 0;
+    for (const auto& d : a.depth) {
+      max_depth = std::max(max_depth, d.depth);
+      std::uint64_t ts = std::clamp(d.ts, a.first_ts, life_end);
+      if (ts > prev_ts) area += static_cast<double>(prev_depth) * static_cast<double>(ts - prev_ts);
+      prev_ts = std::max(prev_ts, ts);
+      prev_depth = d.depth;
+    }
+    if (life_end > prev_ts) area += static_cast<double>(prev_depth) * static_cast<double>(life_end - prev_ts);
+    json j;
+    j["id"] = id;
+    j["name"] = a.name;
+    j["lifetime_ns"] = lifetime;
+    j["exited"] = a.exit_ts.has_value();
+    j["exit_reason"] = a.exit_ts ? json(errc_name(a.exit_code)) : json(nullptr);
+    j["messages_in"] = a.enqueued;
+    j["handled"] = a.handled;
+    j["messages_out"] = a.sent;
+    j["unhandled"] = a.unhandled;
+    j["busy_ns"] = busy;
+    j["busy_percent"] = 100.0 * ratio(static_cast<double>(busy), static_cast<double>(lifetime));
+    j["mailbox_depth_max"] = max_depth;
+    j["mailbox_depth_mean"] = lifetime > 0 ? area / static_cast<double>(lifetime) : 0.0;
+    j["handler_ns"] = quantiles(durations);
+    j["mailbox_wait_ns"] = quantiles(waits[id]);
+    if (a.pipeline_stage >= 0) j["pipeline_stage"] = a.pipeline_stage;
+    actors.push_back(std::move(j));
+  }
+  out["actors"] = std::move(actors);
+
+  std::map<std::uint32_t, std::pair<std::uint64_t, std::uint64_t>> type_counts;  // sent, handled
+  for (const auto& s : m.sends) ++type_counts[s.type].first;
+  for (const auto& [id, a] : m.actors)
+    for (const auto& s : a.slices) ++type_counts[s.type].second;
+  json types = json::array();
+  for (auto& [type, counts] : type_counts) {
+    types.push_back({{"type", f.type_name(type)},
+                     {"sent", counts.first},
+                     {"handled", counts.second},
+                     {"latency_ns", quantiles(latency[type])}});
+  }
+  out["message_types"] = std::move(types);
+
+  json streams = json::array();
+  for (const auto& [key, slices] : m.streams) {
+    std::uint64_t busy = union_length(slices);
+    std::uint64_t first = slices.empty() ? 0 : slices.front().begin, last = 0;
+    for (const auto& s : slices) last = std::max(last, s.end);
+    streams.push_back({{"device", key.first},
+                       {"stream", key.second},
+                       {"work_items", slices.size()},
+                       {"busy_ns", busy},
+                       {"utilisation_percent", 100.0 * ratio(static_cast<double>(busy), static_cast<double>(m.span()))},
+                       {"active_utilisation_percent",
+                        100.0 * ratio(static_cast<double>(busy), static_cast<double>(last > first ? last - first : 0))}});
+  }
+  out["device_streams"] = std::move(streams);
+
+  std::map<std::string, std::uint64_t> by_reason;
+  std::map<std::tuple<std::string, std::string, std::string>, std::uint64_t> by_detail;
+  for (const auto& d : m.drops) {
+    ++by_reason[errc_name(d.reason)];
+    ++by_detail[{m.actor_name(d.receiver), f.type_name(d.type), errc_name(d.reason)}];
+  }
+  json details = json::array();
+  for (const auto& [k, n] : by_detail)
+    details.push_back({{"receiver", std::get<0>(k)}, {"type", std::get<1>(k)}, {"reason", std::get<2>(k)}, {"count", n}});
+  out["drops"] = {{"total", m.drops.size()}, {"by_reason", by_reason}, {"details", details}};
+
+  // Pipeline bubble: 1 - sum(stage busy) / (stages x wall).
+  std::vector<const actor_info*> stages;
+  for (const auto& [id, a] : m.actors)
+    if (a.pipeline_stage >= 0) stages.push_back(&a);
+  if (stages.empty()) {
+    out["pipeline"] = nullptr;
+  } else {
+    std::sort(stages.begin(), stages.end(),
+              [](const actor_info* a, const actor_info* b) { return a->pipeline_stage < b->pipeline_stage; });
+    bool tagged = false;
+    for (const auto* a : stages)
+      for (const auto& s : a->slices) tagged |= s.phase != pipeline_phase::none;
+    std::uint64_t wall_begin = UINT64_MAX, wall_end = 0, busy_total = 0;
+    std::int64_t max_mb = -1;
+    json per_stage = json::array();
+    for (const auto* a : stages) {
+      std::uint64_t busy = 0, fwd = 0, bwd = 0;
+      for (const auto& s : a->slices) {
+        if (tagged && s.phase == pipeline_phase::none) continue;
+        wall_begin = std::min(wall_begin, s.begin);
+        wall_end = std::max(wall_end, s.end);
+        busy += s.end - s.begin;
+        fwd += s.phase == pipeline_phase::forward;
+        bwd += s.phase == pipeline_phase::backward;
+        max_mb = std::max(max_mb, s.micro_batch);
+      }
+      busy_total += busy;
+      per_stage.push_back({{"stage", a->pipeline_stage}, {"actor", a->name}, {"busy_ns", busy},
+                           {"forward_slices", fwd}, {"backward_slices", bwd}});
+    }
+    std::uint64_t wall = wall_end > wall_begin ? wall_end - wall_begin : 0;
+    json p;
+    p["stages"] = stages.size();
+    p["micro_batches"] = max_mb + 1;
+    p["counted_slices"] = tagged ? "tagged forward/backward handler slices" : "all handler slices of stage actors";
+    p["wall_ns"] = wall;
+    p["busy_ns"] = busy_total;
+    p["bubble"] = wall > 0 ? 1.0 - static_cast<double>(busy_total) / (static_cast<double>(stages.size()) * static_cast<double>(wall))
+                           : 0.0;
+    p["ideal_bubble"] = m.ideal_bubble ? json(*m.ideal_bubble) : json(nullptr);
+    p["per_stage"] = std::move(per_stage);
+    out["pipeline"] = std::move(p);
+  }
+  return out;
+}
+
+void print_summary(const json& s, std::ostream& out) {
+  out << "trace " << s["file"].get<std::string>() << ": " << s["events"] << " events over "
+      << format_ns(s["span_ns"]) << " (format version " << s["format_version"] << ")";
+  if (s["events_lost_by_recorder"].get<std::uint64_t>() > 0)
+    out << "; " << s["events_lost_by_recorder"] << " events lost to the recording limit";
+  if (s["unknown_events_skipped"].get<std::uint64_t>() > 0)
+    out << "; " << s["unknown_events_skipped"] << " events of unknown kinds skipped";
+  out << "\n\nactors\n";
+  text_table actors({"actor", "id", "in", "handled", "out", "busy %", "depth max", "depth mean", "handler p50",
+                     "handler p99", "wait p50", "wait p99", "exit"});
+  for (const auto& a : s["actors"]) {
+    actors.add({a["name"].get<std::string>(), std::to_string(a["id"].get<std::uint64_t>()),
+                std::to_string(a["messages_in"].get<std::uint64_t>()), std::to_string(a["handled"].get<std::uint64_t>()),
+                std::to_string(a["messages_out"].get<std::uint64_t>()), format_fixed(a["busy_percent"].get<double>(), 1),
+                std::to_string(a["mailbox_depth_max"].get<std::uint64_t>()),
+                format_fixed(a["mailbox_depth_mean"].get<double>(), 2), format_ns(a["handler_ns"]["p50"]),
+                format_ns(a["handler_ns"]["p99"]), format_ns(a["mailbox_wait_ns"]["p50"]),
+                format_ns(a["mailbox_wait_ns"]["p99"]),
+                a["exit_reason"].is_null() ? "-" : a["exit_reason"].get<std::string>()});
+  }
+  actors.print(out);
+
+  out << "\nmessage types (latency: send -> handler start)\n";
+  text_table types({"type", "sent", "handled", "latency p50", "latency p99"});
+  for (const auto& t : s["message_types"])
+    types.add({short_type_name(t["type"].get<std::string>()), std::to_string(t["sent"].get<std::uint64_t>()),
+               std::to_string(t["handled"].get<std::uint64_t>()), format_ns(t["latency_ns"]["p50"]),
+               format_ns(t["latency_ns"]["p99"])});
+  types.print(out);
+
+  if (!s["device_streams"].empty()) {
+    out << "\ndevice streams (utilisation over the trace span / over the stream's active window)\n";
+    text_table streams({"device", "stream", "work items", "busy", "util %", "active util %"});
+    for (const auto& d : s["device_streams"])
+      streams.add({std::to_string(d["device"].get<std::uint64_t>()), std::to_string(d["stream"].get<std::uint64_t>()),
+                   std::to_string(d["work_items"].get<std::uint64_t>()), format_ns(d["busy_ns"]),
+                   format_fixed(d["utilisation_percent"].get<double>(), 1),
+                   format_fixed(d["active_utilisation_percent"].get<double>(), 1)});
+    streams.print(out);
+  }
+
+  const auto& drops = s["drops"];
+  out << "\ndrops and unhandled messages: " << drops["total"] << "\n";
+  if (!drops["details"].empty()) {
+    text_table t({"receiver", "type", "reason", "count"});
+    for (const auto& d : drops["details"])
+      t.add({d["receiver"].get<std::string>(), short_type_name(d["type"].get<std::string>()),
+             d["reason"].get<std::string>(), std::to_string(d["count"].get<std::uint64_t>())});
+    t.print(out);
+  }
+
+  if (!s["pipeline"].is_null()) {
+    const auto& p = s["pipeline"];
+    out << "\npipeline: " << p["stages"] << " stages, " << p["micro_batches"] << " micro-batches, wall "
+        << format_ns(p["wall_ns"]) << ", measured bubble " << format_fixed(100.0 * p["bubble"].get<double>(), 1)
+        << " %";
+    if (!p["ideal_bubble"].is_null())
+      out << " (schedule's ideal " << format_fixed(100.0 * p["ideal_bubble"].get<double>(), 1) << " %)";
+    out << "\n";
+    text_table t({"stage", "actor", "busy", "forward", "backward"});
+    for (const auto& st : p["per_stage"])
+      t.add({std::to_string(st["stage"].get<std::int64_t>()), st["actor"].get<std::string>(), format_ns(st["busy_ns"]),
+             std::to_string(st["forward_slices"].get<std::uint64_t>()),
+             std::to_string(st["backward_slices"].get<std::uint64_t>())});
+    t.print(out);
+  }
+}
+
+std::string short_type_name(const std::string& type) {
+  // Drop template arguments, then namespaces.
+  std::string base;
+  int depth = 0;
+  bool had_args = false;
+  for (char c : type) {
+    if (c == '<') {
+      if (depth++ == 0) had_args = true;
+      continue;
+    }
+    if (c == '>') {
+      if (depth > 0) --depth;
+      continue;
+    }
+    if (depth == 0) base += c;
+  }
+  auto colon = base.rfind("::");
+  if (colon != std::string::npos) base = base.substr(colon + 2);
+  if (base.empty()) return type;
+  return had_args ? base + "<...>" : base;
+}
+
+}  // namespace strata::trace_tools

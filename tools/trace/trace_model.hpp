@@ -1,0 +1,132 @@
+#pragma once
+/// \file
+/// What a trace says, assembled from its events: actors with their handler slices and mailbox
+/// depth over time, device stream work, message flows (send -> handling), drops and pipeline
+/// tags. Every view of strata-trace (summary, export, timeline, dot) reads this model.
+///
+/// Pipeline tag convention (docs/trace-tools.md): a `tag` event named
+///   - `pipeline.stage`, value = stage index: marks the recording actor as a pipeline stage;
+///   - `pipeline.forward` / `pipeline.backward`, value = micro-batch: recorded inside a handler,
+///     marks that handler slice as forward / backward work of that micro-batch;
+///   - `pipeline.ideal_bubble_ppm`, value = the schedule's ideal bubble in millionths.
+
+#include <cstdint>
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "trace_reader.hpp"
+
+namespace strata::trace_tools {
+
+/// The pipeline role of a handler slice, from `pipeline.forward` / `pipeline.backward` tags.
+enum class pipeline_phase : std::uint8_t { none, forward, backward };
+
+/// One handled message on an actor: handler_begin .. handler_end.
+struct handler_slice {
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  std::uint64_t msg = 0;
+  std::uint32_t type = 0;
+  std::uint64_t sender = 0;
+  bool threw = false;
+  bool unfinished = false;  ///< No handler_end before the trace ended; closed at the trace end.
+  pipeline_phase phase = pipeline_phase::none;
+  std::int64_t micro_batch = -1;
+};
+
+/// One piece of device work on a stream: device_begin .. device_end.
+struct device_slice {
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  std::uint64_t work = 0;
+  std::uint32_t name = 0;  ///< String id of the work name.
+  bool unfinished = false;
+};
+
+/// Mailbox depth after an event at `ts`.
+struct depth_sample {
+  std::uint64_t ts = 0;
+  std::uint32_t depth = 0;
+};
+
+struct actor_info {
+  std::uint64_t id = 0;
+  std::string name;                       ///< From the spawn event; "actor-<id>" if none was recorded.
+  bool spawn_seen = false;
+  std::uint64_t first_ts = 0;             ///< Spawn, or the first event about the actor.
+  std::optional<std::uint64_t> exit_ts;
+  std::string exit_reason;
+  std::uint32_t exit_code = 0;
+  std::vector<handler_slice> slices;      ///< In time order; never overlapping.
+  std::vector<depth_sample> depth;        ///< Every change of the mailbox depth.
+  std::uint64_t enqueued = 0;             ///< Messages put into its mailbox.
+  std::uint64_t handled = 0;              ///< Handler slices.
+  std::uint64_t sent = 0;                 ///< Messages it sent.
+  std::uint64_t unhandled = 0;            ///< Messages it had no handler for.
+  std::int64_t pipeline_stage = -1;       ///< From a `pipeline.stage` tag.
+  std::uint64_t lifetime_end(std::uint64_t trace_end) const { return exit_ts ? *exit_ts : trace_end; }
+};
+
+/// A send whose handling is in the trace: the two ends of a message-flow arrow.
+struct message_flow {
+  std::uint64_t msg = 0;
+  std::uint32_t type = 0;
+  std::uint64_t send_ts = 0;
+  std::uint64_t sender = 0;       ///< 0: sent from outside any actor.
+  std::uint64_t receiver = 0;
+  std::uint64_t enqueue_ts = 0;   ///< 0 when no enqueue was recorded.
+  std::uint64_t handle_ts = 0;    ///< handler_begin.
+};
+
+struct send_record {
+  std::uint64_t ts = 0;
+  std::uint64_t sender = 0;
+  std::uint64_t receiver = 0;
+  std::uint32_t type = 0;
+};
+
+struct tag_record {
+  std::uint64_t ts = 0;
+  std::uint64_t actor = 0;
+  std::string name;
+  std::uint32_t value = 0;
+};
+
+/// Drops and unhandled messages, by reason.
+struct drop_record {
+  std::uint64_t ts = 0;
+  std::uint64_t receiver = 0;
+  std::uint64_t sender = 0;
+  std::uint32_t type = 0;
+  std::uint32_t reason = 0;  ///< errc
+};
+
+struct trace_model {
+  const trace_file* file = nullptr;
+  std::uint64_t begin = 0;  ///< First event.
+  std::uint64_t end = 0;    ///< Last event.
+  std::map<std::uint64_t, actor_info> actors;
+  std::map<std::pair<std::uint64_t, std::uint64_t>, std::vector<device_slice>> streams;  ///< (device, stream)
+  std::vector<send_record> sends;                          ///< Every send, in time order.
+  std::map<std::uint64_t, std::size_t> send_by_msg;        ///< msg id -> index into `sends`
+  std::vector<message_flow> flows;                         ///< Sends whose handler_begin is in the trace.
+  std::vector<drop_record> drops;
+  std::vector<tag_record> tags;
+  std::uint64_t unknown_events = 0;                        ///< Kinds this reader does not know (skipped).
+  std::optional<double> ideal_bubble;                      ///< From `pipeline.ideal_bubble_ppm`.
+
+  std::uint64_t span() const { return end - begin; }
+  /// "name" of an actor id ("external" for 0).
+  std::string actor_name(std::uint64_t id) const;
+};
+
+/// Builds the model from a parsed trace. The trace must outlive the model.
+trace_model build_model(const trace_file& file);
+
+/// Nearest-rank percentile (p in [0,1]) of `values`, which it sorts; 0 for no values.
+std::uint64_t percentile(std::vector<std::uint64_t>& values, double p);
+
+}  // namespace strata::trace_tools
