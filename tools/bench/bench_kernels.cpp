@@ -25,6 +25,7 @@
 #include <tbb/task_arena.h>
 
 #include "lm_step.hpp"
+#include "torch_anchor.hpp"
 #include "strata/kernels/cpu.hpp"
 
 #ifndef STRATA_SOURCE_DIR
@@ -34,6 +35,8 @@
 namespace {
 
 namespace kcpu = strata::kernels::cpu;
+using strata::bench::run_torch;
+using strata::bench::torch_result;
 using clock_type = std::chrono::steady_clock;
 
 double median(std::vector<double> v) {
@@ -143,61 +146,6 @@ strata_result run_strata(const strata::lm::lstm_lm_config& cfg, int warmup, int 
   const std::size_t rss1 = resident_bytes();
   r.rss_growth_bytes = rss1 > rss0 ? rss1 - rss0 : 0;
   r.parameters = model.parameter_count();
-  return r;
-}
-
-struct torch_result {
-  bool ok = false;
-  std::string why;  // when !ok
-  double step_ms = 0;
-  std::string version;
-};
-
-// Runs tools/bench/lm_step_torch.py with Debian's interpreter; never fails the benchmark.
-torch_result run_torch(int threads, int warmup, int steps) {
-  torch_result r;
-  const std::string python = "/usr/bin/python3";
-  const std::string script = std::string(STRATA_SOURCE_DIR) + "/tools/bench/lm_step_torch.py";
-  if (access(python.c_str(), X_OK) != 0) {
-    r.why = python + " is not installed";
-    return r;
-  }
-  if (access(script.c_str(), R_OK) != 0) {
-    r.why = script + " is missing";
-    return r;
-  }
-  const std::string cmd = python + " '" + script + "' --json --threads " + std::to_string(threads) +
-                          " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (p == nullptr) {
-    r.why = "could not start " + python;
-    return r;
-  }
-  std::string out;
-  char buf[4096];
-  while (std::fgets(buf, sizeof buf, p) != nullptr) out += buf;
-  const int status = pclose(p);
-  // The script prints one JSON line last; anything else is an error message (e.g. no torch).
-  std::string last;
-  std::size_t pos = 0;
-  while (pos < out.size()) {
-    const std::size_t nl = out.find('\n', pos);
-    const std::string line = out.substr(pos, nl == std::string::npos ? std::string::npos : nl - pos);
-    if (!line.empty()) last = line;
-    if (nl == std::string::npos) break;
-    pos = nl + 1;
-  }
-  if (status == 0 && !last.empty() && last.front() == '{') {
-    try {
-      const auto j = nlohmann::json::parse(last);
-      r.step_ms = j.at("lm_step_ms").get<double>();
-      r.version = j.value("torch_version", "?");
-      r.ok = true;
-      return r;
-    } catch (const std::exception&) {
-    }
-  }
-  r.why = last.empty() ? "the PyTorch script printed nothing" : last;
   return r;
 }
 

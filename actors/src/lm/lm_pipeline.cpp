@@ -240,8 +240,9 @@ private:
 
 class driver_actor final : public actor {
 public:
-  driver_actor(lm_config config, std::vector<actor_ref> stages, std::vector<std::shared_ptr<stage_clock>> clocks)
-      : config_(config), stages_(std::move(stages)), clocks_(std::move(clocks)) {}
+  driver_actor(lm_config config, std::vector<actor_ref> stages, std::vector<std::shared_ptr<stage_clock>> clocks,
+               std::shared_ptr<stage_clock> store_clock)
+      : config_(config), stages_(std::move(stages)), clocks_(std::move(clocks)), store_clock_(std::move(store_clock)) {}
 
   behavior make_behavior() override {
     for (auto& s : stages_) monitor(s);
@@ -262,6 +263,7 @@ public:
           }
           start_ = std::chrono::steady_clock::now();
           for (auto& c : clocks_) c->reset();
+          if (store_clock_) store_clock_->reset();
           const std::size_t T = config_.seq, B = config_.batch, M = config_.micro_batches, Bm = B / M;
           begin_step first{++step_, {}, {}}, last{step_, {}, {}};
           for (std::size_t mb = 0; mb < M; ++mb) {
@@ -303,7 +305,14 @@ public:
           r.loss = loss_ / static_cast<double>(config_.seq * config_.batch);
           r.grad_norm = norm_;
           r.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-          for (auto& c : clocks_) r.stage_busy_ms.push_back(c->busy_ms());
+          const double units = static_cast<double>(config_.micro_batches);
+          for (auto& c : clocks_) {
+            r.stage_busy_ms.push_back(c->busy_ms());
+            r.stage_forward_ms.push_back(static_cast<double>(c->forward_ns.load()) / 1e6 / units);
+            r.stage_backward_ms.push_back(static_cast<double>(c->backward_ns.load()) / 1e6 / units);
+            r.stage_other_ms.push_back(static_cast<double>(c->other_ns.load()) / 1e6);
+          }
+          if (store_clock_) r.store_busy_ms = store_clock_->busy_ms();
           promise_.deliver(std::move(r));
         },
     };
@@ -313,6 +322,7 @@ private:
   lm_config config_;
   std::vector<actor_ref> stages_;
   std::vector<std::shared_ptr<stage_clock>> clocks_;
+  std::shared_ptr<stage_clock> store_clock_;
   response_promise<step_result> promise_;
   error failure_;
   std::chrono::steady_clock::time_point start_;
@@ -334,6 +344,8 @@ struct lm_pipeline::state {
   std::vector<actor_ref> stages;
   actor_ref driver;
   actor_ref store;         // holds the master weights and applies SGD
+  device store_device;     // where it merges (empty: default)
+  std::shared_ptr<stage_clock> store_clock;
   bool store_stale = true; // (re)build the store before the next step
 
   /// Spawns a fresh kvstore holding the stages' current weights, with SGD(lr).
@@ -341,7 +353,10 @@ struct lm_pipeline::state {
     if (store) system->stop(store);
     kvstore_options opts;
     opts.name = "lm-kvstore";
-    if (devices.front().kind() == device_kind::sim) {
+    if (store_device.valid()) {
+      opts.kind = kvstore_kind::device;
+      opts.merge_device = store_device;
+    } else if (devices.front().kind() == device_kind::sim) {
       opts.kind = kvstore_kind::device;
       opts.merge_device = devices.front();
     }
@@ -365,7 +380,8 @@ struct lm_pipeline::state {
 };
 
 lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
-                         pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts)
+                         pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts,
+                         device store_device)
     : state_(std::make_unique<state>()) {
   config.validate();
   if (devices.empty()) throw std::invalid_argument("a pipeline needs at least one device");
@@ -419,7 +435,15 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
         spawn_options{.name = "stage-" + std::to_string(s) + " (" + st.devices[s].name() + ")"}, static_cast<int>(s),
         st.models[s], st.devices[s], st.streams[s], st.plan.stages[s], config.chunks));
   }
-  st.driver = system.spawn_with<driver_actor>(spawn_options{.name = "pipeline-driver"}, config, st.stages, st.clocks);
+  if (store_device.valid()) {
+    st.store_device = store_device;
+    st.store_clock = std::make_shared<stage_clock>();
+    store_device.set_work_observer([clock = st.store_clock](const work_record& r) {
+      clock->other_ns += (r.end - r.start).count();
+    });
+  }
+  st.driver = system.spawn_with<driver_actor>(spawn_options{.name = "pipeline-driver"}, config, st.stages, st.clocks,
+                                              st.store_clock);
   for (std::size_t s = 0; s < st.stages.size(); ++s) {
     system.send(st.stages[s], wire_stage{s > 0 ? st.stages[s - 1] : actor_ref{},
                                          s + 1 < st.stages.size() ? st.stages[s + 1] : actor_ref{}, st.driver});
@@ -432,6 +456,7 @@ lm_pipeline::~lm_pipeline() {
   state_->system->stop(state_->driver);
   if (state_->store) state_->system->stop(state_->store);
   for (auto& d : state_->devices) d.set_work_observer({});
+  if (state_->store_device.valid()) state_->store_device.set_work_observer({});
 }
 
 expected<step_result> lm_pipeline::train_step(const std::vector<std::int32_t>& tokens,
@@ -501,6 +526,32 @@ std::vector<std::pair<double, double>> lm_pipeline::measured_stage_times_ms() co
   for (auto& c : state_->clocks)
     out.emplace_back(static_cast<double>(c->forward_ns.load()) / 1e6 / units,
                      static_cast<double>(c->backward_ns.load()) / 1e6 / units);
+  return out;
+}
+
+double step_result::measured_bubble() const {
+  if (stage_busy_ms.empty() || step_ms <= 0) return 0;
+  double busy = 0;
+  for (double b : stage_busy_ms) busy += b;
+  return 1.0 - busy / (static_cast<double>(stage_busy_ms.size()) * step_ms);
+}
+
+expected<ideal_step> lm_pipeline::ideal(const step_result& r) const {
+  const auto S = state_->stages.size();
+  if (r.stage_forward_ms.size() != S) return error(errc::invalid_argument, "the step result has no stage times");
+  pipeline::cost_model costs;
+  costs.forward = r.stage_forward_ms;
+  costs.backward = r.stage_backward_ms;
+  costs.push_gradients = 0;
+  for (double o : r.stage_other_ms) costs.push_gradients = std::max(costs.push_gradients, o);
+  auto sim = pipeline::simulate(state_->plan, costs);
+  if (!sim) return sim.error();
+  ideal_step out;
+  out.step_ms = sim->makespan + r.store_busy_ms;
+  double busy = 0;
+  for (double b : sim->busy) busy += b;
+  out.bubble = 1.0 - busy / (static_cast<double>(S) * out.step_ms);
+  out.simulation = std::move(*sim);
   return out;
 }
 

@@ -13,6 +13,7 @@
 #include "strata/actor_system.hpp"
 #include "strata/actors/lm_config.hpp"
 #include "strata/actors/pipeline/plan.hpp"
+#include "strata/actors/pipeline/simulator.hpp"
 #include "strata/device/device.hpp"
 #include "strata/error.hpp"
 
@@ -24,6 +25,20 @@ struct step_result {
   double grad_norm = 0;              ///< Global L2 norm of the gradients before clipping.
   double step_ms = 0;                ///< Wall time of the step.
   std::vector<double> stage_busy_ms; ///< Per stage: device busy time during the step.
+  std::vector<double> stage_forward_ms;   ///< Per stage: forward device time per micro-batch.
+  std::vector<double> stage_backward_ms;  ///< Per stage: backward device time per micro-batch.
+  std::vector<double> stage_other_ms;     ///< Per stage: norm, scaling, zeroing (once per step).
+  double store_busy_ms = 0;          ///< KVStore device time (when the store runs on a given device).
+  /// 1 - sum(stage_busy_ms) / (stages x step_ms): the measured bubble.
+  double measured_bubble() const;
+};
+
+/// The plan's ideal step: its makespan with the device times a step measured (or modelled) and
+/// no runtime cost (messages, scheduling, host work), plus the store's device time.
+struct ideal_step {
+  double step_ms = 0;
+  double bubble = 0;  ///< The plan's bubble over the same makespan.
+  pipeline::simulation simulation;
 };
 
 /// A named parameter, PyTorch's name and row-major values.
@@ -43,8 +58,10 @@ struct named_parameter {
 /// Thread-safety: one caller at a time.
 class lm_pipeline {
 public:
+  /// `store_device`: where the KVStore merges (default: on the host for cpu stages, on the first
+  /// stage's device for sim stages).
   lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
-              pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts);
+              pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts, device store_device = {});
   ~lm_pipeline();
   lm_pipeline(const lm_pipeline&) = delete;
   lm_pipeline& operator=(const lm_pipeline&) = delete;
@@ -65,6 +82,8 @@ public:
   /// Stage s's device time per (micro-batch) forward and backward, averaged over the last step
   /// (for the plan's ideal step time).
   std::vector<std::pair<double, double>> measured_stage_times_ms() const;
+  /// The plan simulated with the device times of step `r`.
+  expected<ideal_step> ideal(const step_result& r) const;
 
 private:
   struct state;

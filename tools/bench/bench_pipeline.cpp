@@ -1,0 +1,200 @@
+// strata-bench-pipeline: the model-parallel LSTM LM through stage actors.
+//
+//   sim: every schedule on simulated H200s (modelled device time): measured step vs the plan's
+//        ideal step (runtime cost), measured bubble vs the plan's bubble.
+//   cpu: tokens/s of the seed configuration on cpu:2 against PyTorch's CPU step, same run.
+//
+//   strata-bench-pipeline [--mode sim|cpu|all] [--steps N] [--json] ...
+
+#include <algorithm>
+#include <cstdio>
+#include <random>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "strata/actors/lm_pipeline.hpp"
+#include "strata/device/device_manager.hpp"
+#include "strata/kernels/blas.hpp"
+#include "strata/strata.hpp"
+#include "torch_anchor.hpp"
+
+namespace {
+
+using strata::lm::lm_config;
+using strata::lm::lm_pipeline;
+using strata::pipeline::schedule_kind;
+
+struct run_figures {
+  std::string schedule;
+  std::size_t stages = 0, micro_batches = 0, chunks = 0;
+  double step_ms = 0;        // measured (modelled-time equivalent for sim)
+  double ideal_step_ms = 0;  // the plan with the measured device times, no runtime cost
+  double bubble = 0;         // measured
+  double ideal_bubble = 0;   // the plan's
+  double tokens_per_s = 0;
+};
+
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v.empty() ? 0 : v[v.size() / 2];
+}
+
+std::vector<std::size_t> even_counts(std::size_t layers, std::size_t stages) {
+  std::vector<std::size_t> c(stages, layers / stages);
+  for (std::size_t i = 0; i < layers % stages; ++i) ++c[i];
+  return c;
+}
+
+run_figures run(strata::actor_system& sys, std::vector<strata::device> devices, strata::device store,
+                const lm_config& c, schedule_kind kind, int steps, double time_scale) {
+  const std::size_t S = devices.size();
+  lm_pipeline p(sys, std::move(devices), c, kind, even_counts(c.layers, S), store);
+  std::mt19937 rng(1);
+  std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(c.vocab) - 1);
+  std::vector<std::int32_t> tokens(c.seq * c.batch), targets(c.seq * c.batch);
+  std::vector<double> step, ideal, bubble, ideal_bubble;
+  for (int s = 0; s < steps + 1; ++s) {  // the first step warms up
+    for (auto& t : tokens) t = id(rng);
+    for (auto& t : targets) t = id(rng);
+    auto r = p.train_step(tokens, targets);
+    if (!r) throw std::runtime_error(r.error().message());
+    if (s == 0) continue;
+    auto i = p.ideal(*r);
+    if (!i) throw std::runtime_error(i.error().message());
+    // Device times are modelled on sim (time_scale wall ms per modelled ms) and real on cpu.
+    const double wall = r->step_ms / time_scale;
+    double busy = 0;
+    for (double b : r->stage_busy_ms) busy += b;
+    step.push_back(wall);
+    ideal.push_back(i->step_ms);
+    bubble.push_back(1.0 - busy / (static_cast<double>(S) * wall));
+    ideal_bubble.push_back(i->bubble);
+  }
+  run_figures f;
+  f.schedule = strata::pipeline::to_string(kind);
+  f.stages = S;
+  f.micro_batches = c.micro_batches;
+  f.chunks = c.chunks;
+  f.step_ms = median(step);
+  f.ideal_step_ms = median(ideal);
+  f.bubble = median(bubble);
+  f.ideal_bubble = median(ideal_bubble);
+  f.tokens_per_s = static_cast<double>(c.seq * c.batch) / (f.step_ms / 1e3);
+  return f;
+}
+
+nlohmann::json to_json(const run_figures& f) {
+  return {{"schedule", f.schedule},       {"stages", f.stages},
+          {"micro_batches", f.micro_batches}, {"chunks", f.chunks},
+          {"step_ms", f.step_ms},         {"ideal_step_ms", f.ideal_step_ms},
+          {"step_over_ideal", f.step_ms / f.ideal_step_ms},
+          {"bubble", f.bubble},           {"ideal_bubble", f.ideal_bubble},
+          {"tokens_per_s", f.tokens_per_s}};
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata-bench-pipeline: the LSTM LM through stage actors (sim and cpu devices)"};
+  std::string mode = "all";
+  int steps = 3;
+  int sim_stages = 8;
+  std::size_t sim_micro_batches = 8, sim_batch = 32, chunks = 5;
+  double time_scale = 1000;
+  int torch_threads = 2;
+  bool no_torch = false, json = false;
+  std::size_t layers = 8, hidden = 400;
+  app.add_option("--mode", mode, "sim, cpu or all")->check(CLI::IsMember({"sim", "cpu", "all"}));
+  app.add_option("--steps", steps, "measured steps per configuration (after one warm-up)")->check(CLI::Range(1, 1000));
+  app.add_option("--sim-stages", sim_stages, "simulated H200s")->check(CLI::Range(1, 64));
+  app.add_option("--sim-micro-batches", sim_micro_batches, "micro-batches on sim")->check(CLI::Range(1, 256));
+  app.add_option("--sim-batch", sim_batch, "global batch on sim (divisible by the micro-batches)")->check(CLI::Range(1, 4096));
+  app.add_option("--chunks", chunks, "wavefront chunks (divides the sequence of 35)")->check(CLI::Range(1, 35));
+  app.add_option("--sim-time-scale", time_scale, "wall seconds per modelled second on sim")->check(CLI::Range(1.0, 1e6));
+  app.add_option("--layers", layers, "LSTM layers")->check(CLI::Range(1, 64));
+  app.add_option("--hidden", hidden, "hidden size")->check(CLI::Range(1, 8192));
+  app.add_option("--torch-threads", torch_threads, "threads of the PyTorch anchor")->check(CLI::Range(1, 256));
+  app.add_flag("--no-torch", no_torch, "skip the PyTorch anchor");
+  app.add_flag("--json", json, "print one JSON object on one line");
+  CLI11_PARSE(app, argc, argv);
+
+  try {
+    strata::kernels::cpu::set_blas_threads(1);
+    nlohmann::json out;
+    strata::actor_system sys(strata::system_config{.worker_threads = 2});
+    if (mode == "sim" || mode == "all") {
+      lm_config c;
+      c.layers = layers;
+      c.hidden = hidden;
+      c.batch = sim_batch;
+      c.micro_batches = sim_micro_batches;
+      strata::device_manager manager({.sim_time_scale = time_scale});
+      std::vector<run_figures> rows;
+      for (auto kind : {schedule_kind::gpipe, schedule_kind::one_f_one_b, schedule_kind::wavefront}) {
+        lm_config cc = c;
+        cc.chunks = kind == schedule_kind::wavefront ? chunks : 1;
+        auto devs = manager.create("sim:" + std::to_string(sim_stages + 1) + ":h200");
+        strata::device store = devs.back();
+        devs.pop_back();
+        rows.push_back(run(sys, devs, store, cc, kind, steps, time_scale));
+      }
+      if (!json) {
+        std::printf("sim: %d simulated H200s, seed LM (L=%zu H=%zu B=%zu), %zu micro-batches, time scale %.0f\n",
+                    sim_stages, layers, hidden, sim_batch, sim_micro_batches, time_scale);
+        std::printf("| schedule | step (modelled ms) | ideal step | step / ideal | measured bubble | plan's bubble |\n");
+        std::printf("|---|---:|---:|---:|---:|---:|\n");
+        for (auto& r : rows)
+          std::printf("| %s%s | %.3f | %.3f | %.3f | %.1f %% | %.1f %% |\n", r.schedule.c_str(),
+                      r.chunks > 1 ? (" C=" + std::to_string(r.chunks)).c_str() : "", r.step_ms, r.ideal_step_ms,
+                      r.step_ms / r.ideal_step_ms, 100 * r.bubble, 100 * r.ideal_bubble);
+      }
+      out["sim"] = nlohmann::json::array();
+      for (auto& r : rows) out["sim"].push_back(to_json(r));
+    }
+    if (mode == "cpu" || mode == "all") {
+      lm_config c;
+      c.layers = layers;
+      c.hidden = hidden;
+      std::vector<run_figures> rows;
+      struct variant {
+        schedule_kind kind;
+        std::size_t mb, chunks;
+      };
+      for (auto v : {variant{schedule_kind::gpipe, 1, 1}, variant{schedule_kind::one_f_one_b, 2, 1},
+                     variant{schedule_kind::wavefront, 1, chunks}}) {
+        lm_config cc = c;
+        cc.micro_batches = v.mb;
+        cc.chunks = v.chunks;
+        rows.push_back(run(sys, strata::make_devices("cpu:2"), {}, cc, v.kind, steps, 1.0));
+      }
+      strata::bench::torch_result t;
+      if (!no_torch) t = strata::bench::run_torch(torch_threads, 1, std::max(steps, 3));
+      if (!json) {
+        std::printf("\ncpu:2, seed LM (V=10000 E=200 L=%zu H=%zu B=20 T=35)\n", layers, hidden);
+        std::printf("| schedule | step ms | tokens/s | vs PyTorch CPU | measured bubble | plan's bubble |\n");
+        std::printf("|---|---:|---:|---:|---:|---:|\n");
+        for (auto& r : rows) {
+          std::string vs = t.ok ? std::to_string(t.step_ms / r.step_ms).substr(0, 4) + "x" : "n/a";
+          std::printf("| %s M=%zu C=%zu | %.1f | %.0f | %s | %.1f %% | %.1f %% |\n", r.schedule.c_str(), r.micro_batches,
+                      r.chunks, r.step_ms, r.tokens_per_s, vs.c_str(), 100 * r.bubble, 100 * r.ideal_bubble);
+        }
+        if (t.ok)
+          std::printf("| PyTorch %s CPU (%d threads) | %.1f | %.0f | 1.00x | | |\n", t.version.c_str(), torch_threads,
+                      t.step_ms, 700.0 / (t.step_ms / 1e3));
+        else if (!no_torch)
+          std::printf("PyTorch anchor unavailable: %s\n", t.why.c_str());
+      }
+      out["cpu"] = nlohmann::json::array();
+      for (auto& r : rows) out["cpu"].push_back(to_json(r));
+      if (t.ok) out["torch_lm_step_ms"] = t.step_ms;
+    }
+    if (json) std::printf("%s\n", out.dump().c_str());
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-bench-pipeline: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}
