@@ -278,6 +278,7 @@ void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
 // ---- the run loop -------------------------------------------------------------------------------
 
 detail::run_result detail::run_actor(actor_cell* c, std::size_t budget) noexcept {
+  std::atomic<std::uint64_t>& handled = c->sys->handled;
   actor_cell* outer = tls_current;
   tls_current = c;
   run_result result = run_result::reschedule;
@@ -322,6 +323,7 @@ detail::run_result detail::run_actor(actor_cell* c, std::size_t budget) noexcept
     if ((n & 31) == 0) c->box.fetch();  // let newly arrived urgent messages overtake
   }
   tls_current = outer;
+  if (n != 0) handled.fetch_add(n, std::memory_order_relaxed);
   return result;
 }
 

@@ -91,6 +91,7 @@ BOOST_AUTO_TEST_CASE(eight_many_producers_of_one_million_messages_each_are_all_c
   auto report = sys.shutdown();
   BOOST_TEST(report.stats.undeliverable == 0u);
   BOOST_TEST(report.stats.dropped == 0u);
+  BOOST_TEST(report.stats.messages_handled >= many_producers * many_per_producer);
 }
 
 BOOST_AUTO_TEST_CASE(urgent_messages_overtake_queued_normal_messages) {

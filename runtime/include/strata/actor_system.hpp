@@ -60,6 +60,7 @@ struct system_stats {
   std::uint64_t dropped = 0;            ///< Dropped by a bounded mailbox (policy drop).
   std::uint64_t discarded = 0;          ///< Still queued when their actor terminated.
   std::uint64_t late_responses = 0;     ///< Responses that arrived after their request timed out.
+  std::uint64_t messages_handled = 0;   ///< Messages taken from mailboxes (handled or not), all actors.
 };
 
 /// What `shutdown` did.
