@@ -156,6 +156,29 @@ BOOST_AUTO_TEST_CASE(a_sim_pipeline_runs_its_plan_with_modelled_device_time) {
   for (double b : r->stage_busy_ms) BOOST_TEST(b > 0.0);
 }
 
+BOOST_AUTO_TEST_CASE(a_device_fault_ends_the_step_with_an_error_naming_the_stage_and_step) {
+  lm_config c;
+  c.vocab = 9;
+  c.embed = 4;
+  c.hidden = 5;
+  c.layers = 2;
+  c.seq = 4;
+  c.batch = 2;
+  c.micro_batches = 2;
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  lm_pipeline p(sys, strata::make_devices("cpu:2"), c, schedule_kind::one_f_one_b, {1, 1});
+  std::vector<std::int32_t> tokens(8, 1), targets(8, 2);
+  BOOST_REQUIRE(p.train_step(tokens, targets).has_value());
+  p.inject_device_fault(1, 3);  // stage 1's third work item of step 2
+  auto r = p.train_step(tokens, targets, std::chrono::seconds(30));
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST_MESSAGE(r.error().message());
+  BOOST_TEST(r.error().message().find("pipeline stage 1 failed during step 2") != std::string::npos);
+  BOOST_TEST(r.error().message().find("injected device fault") != std::string::npos);
+  auto again = p.train_step(tokens, targets, std::chrono::seconds(30));  // no hang: the pipeline stays failed
+  BOOST_TEST(!again.has_value());
+}
+
 BOOST_AUTO_TEST_CASE(bad_steps_and_parameters_are_refused_with_one_sentence) {
   lm_config c;
   c.vocab = 5;

@@ -529,6 +529,13 @@ std::vector<std::pair<double, double>> lm_pipeline::measured_stage_times_ms() co
   return out;
 }
 
+void lm_pipeline::inject_device_fault(std::size_t stage, std::size_t n) {
+  if (stage >= state_->models.size())
+    throw std::invalid_argument("stage " + std::to_string(stage) + " does not exist (the pipeline has " +
+                                std::to_string(state_->models.size()) + ")");
+  state_->models[stage]->fail_after(n);
+}
+
 double step_result::measured_bubble() const {
   if (stage_busy_ms.empty() || step_ms <= 0) return 0;
   double busy = 0;

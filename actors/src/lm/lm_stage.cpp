@@ -158,7 +158,10 @@ kernel_work lm_stage::forward_work(std::size_t mb, std::size_t chunk) {
     bytes += 4.0 * static_cast<double>(3 * config_.vocab * H + 2 * tc_ * bm_ * config_.vocab);
   }
   kernel_work w{.name = "forward", .kind = work_kind::matmul, .flops = flops, .bytes = bytes};
-  if (computes_) w.cpu = [this, mb, chunk] { forward_math(mb, chunk); };
+  if (computes_) w.cpu = [this, mb, chunk] {
+    maybe_fail();
+    forward_math(mb, chunk);
+  };
   return w;
 }
 
@@ -170,8 +173,17 @@ kernel_work lm_stage::backward_work(std::size_t mb, std::size_t chunk) {
     bytes += 8.0 * static_cast<double>(tc_ * 4 * H * H + 4 * H * layer_input(l) + tc_ * bm_ * (layer_input(l) + 8 * H));
   }
   kernel_work w{.name = "backward", .kind = work_kind::matmul, .flops = flops, .bytes = bytes};
-  if (computes_) w.cpu = [this, mb, chunk] { backward_math(mb, chunk); };
+  if (computes_) w.cpu = [this, mb, chunk] {
+    maybe_fail();
+    backward_math(mb, chunk);
+  };
   return w;
+}
+
+void lm_stage::maybe_fail() {
+  const std::size_t at = fail_at_.load(std::memory_order_relaxed);
+  if (at != 0 && ++work_count_ == at)
+    throw std::runtime_error("injected device fault in work item " + std::to_string(at) + " on " + dev_.name());
 }
 
 kernel_work lm_stage::norm_work() {

@@ -3,6 +3,7 @@
 // activation buffer of one training step, allocated once; forward/backward of one
 // (micro-batch, chunk) unit as device work items. Private to strata::actors.
 
+#include <atomic>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -57,6 +58,11 @@ public:
   /// Zeroes every gradient (after the kvstore applied them).
   kernel_work zero_grad_work();
   double sq_norm() const noexcept { return sq_norm_; }
+  /// Fault injection: the `n`-th forward/backward work item from now throws (0: never).
+  void fail_after(std::size_t n) noexcept {
+    fail_at_ = n;
+    work_count_ = 0;
+  }
   double loss_sum() const noexcept { return loss_sum_; }  // last stage: summed cross-entropy of the step
 
 private:
@@ -87,6 +93,8 @@ private:
   std::vector<double> unit_loss_;
   double sq_norm_ = 0;
   double loss_sum_ = 0;
+  std::atomic<std::size_t> fail_at_{0}, work_count_{0};
+  void maybe_fail();
 };
 
 }  // namespace strata::lm

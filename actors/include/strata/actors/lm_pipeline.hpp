@@ -82,6 +82,10 @@ public:
   /// Stage s's device time per (micro-batch) forward and backward, averaged over the last step
   /// (for the plan's ideal step time).
   std::vector<std::pair<double, double>> measured_stage_times_ms() const;
+  /// Fault injection (tests, drills): on stage `stage`'s device, the `n`-th forward or backward
+  /// work item from now fails as a device error would. cpu stages only.
+  void inject_device_fault(std::size_t stage, std::size_t n);
+
   /// The plan simulated with the device times of step `r`.
   expected<ideal_step> ideal(const step_result& r) const;
 
