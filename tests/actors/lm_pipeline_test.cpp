@@ -173,8 +173,10 @@ BOOST_AUTO_TEST_CASE(a_device_fault_ends_the_step_with_an_error_naming_the_stage
   auto r = p.train_step(tokens, targets, std::chrono::seconds(30));
   BOOST_REQUIRE(!r.has_value());
   BOOST_TEST_MESSAGE(r.error().message());
-  BOOST_TEST(r.error().message().find("pipeline stage 1 failed during step 2") != std::string::npos);
-  BOOST_TEST(r.error().message().find("injected device fault") != std::string::npos);
+  // Stage 1's device fails; stage 0's stream waits on stage 1's gradient event and adopts the
+  // error, so either stage may report first — the text always carries the root cause's device.
+  BOOST_TEST(r.error().message().find("failed during step 2") != std::string::npos);
+  BOOST_TEST(r.error().message().find("injected device fault in work item 3 on cpu:1") != std::string::npos);
   auto again = p.train_step(tokens, targets, std::chrono::seconds(30));  // no hang: the pipeline stays failed
   BOOST_TEST(!again.has_value());
 }
