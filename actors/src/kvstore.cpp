@@ -6,6 +6,7 @@
 #include <fstream>
 #include <iterator>
 #include <exception>
+#include <functional>
 #include <map>
 #include <optional>
 #include <sstream>
@@ -18,6 +19,7 @@
 #include <unistd.h>
 
 #include "strata/device/device_manager.hpp"
+#include "strata/device_messages.hpp"
 #include "strata/kernels/elementwise.hpp"
 #include "strata/kernels/optimizers.hpp"
 
@@ -202,6 +204,133 @@ void write_atomically(const std::string& path, const std::string& bytes) {
   }
 }
 
+// ---- validation, shared by the store and the sharded store's router ---------------------------
+// Every request is checked whole before anything changes, so a failed request leaves the store
+// as it was.
+
+/// Where a store keeps its values, for tensor checks and their error texts.
+struct store_place {
+  device_kind kind = device_kind::cpu;
+  std::string name;
+};
+
+/// Stored shape of a key, or null when the key is not initialised.
+using shape_lookup = std::function<const std::vector<std::int64_t>*(const kvstore_key&)>;
+
+expected<void> check_kind(const char* op, const kvstore_key& key, std::optional<bool> int_keys) {
+  if (!int_keys || *int_keys == key.is_int()) return {};
+  return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " is " +
+             (key.is_int() ? "an integer" : "a string") + " but this store holds " +
+             (*int_keys ? "integer" : "string") + " keys; one store cannot mix key kinds.");
+}
+
+expected<void> check_tensor(const char* op, const char* role, const kvstore_key& key, const tensor& t,
+                            const std::vector<std::int64_t>* shape, const store_place& place) {
+  std::string where = std::string("kvstore ") + op + ": the " + role + " for key " + key.to_string();
+  if (!t.valid()) return bad(where + " is an empty tensor; expected a float32 tensor.");
+  if (t.dtype() != dtype::float32)
+    return bad(where + " has dtype " + std::string(to_string(t.dtype())) + ", expected float32.");
+  if (shape && t.shape() != *shape)
+    return bad(where + " has shape " + shape_text(t.shape()) + ", expected " + shape_text(*shape) +
+               " (the stored shape).");
+  if (t.storage().kind() != place.kind)
+    return bad(where + " is on " + t.get_device().name() + ", which a store on " + place.name +
+               " cannot read; expected a " + (place.kind == device_kind::cpu ? "cpu" : "sim") + " tensor.");
+  return {};
+}
+
+expected<void> check_pairs(const char* op, const char* role, std::size_t keys, std::size_t values) {
+  if (keys == values && keys > 0) return {};
+  if (keys == 0) return bad(std::string("kvstore ") + op + ": no keys given; expected at least one.");
+  return bad(std::string("kvstore ") + op + ": " + std::to_string(keys) + " keys and " + std::to_string(values) +
+             " " + role + "s; expected one " + role + " per key.");
+}
+
+/// Keys and tensors against existing keys: kind, presence, dtype, shape, device.
+expected<void> check_existing(const char* op, const char* role, const std::vector<kvstore_key>& keys,
+                              const std::vector<tensor>& tensors, std::optional<bool> int_keys,
+                              const shape_lookup& shape_of, const store_place& place) {
+  if (auto r = check_pairs(op, role, keys.size(), tensors.size()); !r) return r;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (auto r = check_kind(op, keys[i], int_keys); !r) return r;
+    const auto* shape = shape_of(keys[i]);
+    if (!shape)
+      return bad(std::string("kvstore ") + op + ": key " + keys[i].to_string() + " is not initialised; call init first.");
+    if (auto r = check_tensor(op, role, keys[i], tensors[i], shape, place); !r) return r;
+  }
+  return {};
+}
+
+/// An init: new, distinct keys of the store's kind, float32 values. `int_keys` becomes the kind
+/// the store holds afterwards.
+expected<void> check_init(const kvstore_init& m, std::optional<bool>& int_keys, const shape_lookup& shape_of,
+                          const store_place& place) {
+  if (auto r = check_pairs("init", "value", m.keys.size(), m.values.size()); !r) return r;
+  std::optional<bool> kind = int_keys;
+  for (std::size_t i = 0; i < m.keys.size(); ++i) {
+    const auto& key = m.keys[i];
+    if (auto r = check_kind("init", key, kind); !r) return r;
+    kind = key.is_int();
+    if (shape_of(key)) return bad("kvstore init: key " + key.to_string() + " already exists.");
+    for (std::size_t j = 0; j < i; ++j)
+      if (m.keys[j] == key) return bad("kvstore init: key " + key.to_string() + " is given twice.");
+    if (auto r = check_tensor("init", "value", key, m.values[i], nullptr, place); !r) return r;
+  }
+  int_keys = kind;
+  return {};
+}
+
+template <class F>
+expected<void> guarded(const char* op, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return error(errc::runtime_failure, std::string("kvstore ") + op + ": " + e.what());
+  }
+}
+
+// ---- what a store reads and writes --------------------------------------------------------------
+
+/// A value or an output as a store uses it: elements [offset, offset + n) of `t`, n being the
+/// key's element count. Callers' messages give whole tensors (offset 0); a sharded store's router
+/// gives slices of the caller's tensors, so splitting a key into chunks copies no bytes.
+struct slice_ref {
+  tensor t;
+  std::size_t offset = 0;
+};
+
+std::vector<slice_ref> whole(const std::vector<tensor>& ts) {
+  std::vector<slice_ref> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(slice_ref{t, 0});
+  return out;
+}
+
+// Messages from a sharded store's router to its shards (keys are the router's chunk numbers).
+// Replies: unit once the work is done.
+
+/// New chunk keys: `values[i]` holds `lengths[i]` elements of `labels[i]`, the caller's key
+/// (named in error texts and passed to user updaters).
+struct shard_init {
+  std::vector<kvstore_key> keys;
+  std::vector<slice_ref> values;
+  std::vector<std::int64_t> lengths;
+  std::vector<kvstore_key> labels;
+};
+/// A push, a pull or both (a pushpull), for the caller `origin` (its actor id, for ordering).
+struct shard_request {
+  std::vector<kvstore_key> push_keys;
+  std::vector<slice_ref> values;
+  std::vector<kvstore_key> pull_keys;
+  std::vector<slice_ref> outs;
+  std::uint64_t min_version = 0;
+  int priority = 0;
+  std::uint64_t origin = 0;
+};
+
+/// A store's stream finished the work of one request (posted by `send_on_complete`).
+struct request_done {};
+
 class kvstore_actor final : public actor {
 public:
   explicit kvstore_actor(kvstore_options options) : options_(std::move(options)) {
@@ -212,45 +341,143 @@ public:
       device_ = options_.merge_device;
     }
     stream_ = device_.create_stream();
+    place_ = store_place{device_.kind(), device_.name()};
   }
 
   behavior make_behavior() override {
     return {
-        [this](kvstore_init& m) { return guarded("init", [&] { return on_init(m); }); },
-        [this](kvstore_push& m) { return guarded("push", [&] { return on_push(m); }); },
-        [this](kvstore_pull& m) { return guarded_tensors("pull", [&] { return on_pull(m); }); },
-        [this](kvstore_pushpull& m) { return guarded_tensors("pushpull", [&] { return on_pushpull(m); }); },
+        [this](kvstore_init& m) -> expected<unit_t> {
+          auto p = make_response_promise<unit_t>();
+          auto keys = m.keys;  // before the capture below moves m
+          admit(0, true, std::move(keys), [this, m = std::move(m), p](const error* stopped) mutable {
+            if (stopped) return p.deliver(*stopped);
+            fail_on_error(p, guarded("init", [&] { return on_init(m, p); }));
+          });
+          return unit;
+        },
+        [this](kvstore_push& m) -> expected<unit_t> {
+          auto p = make_response_promise<unit_t>();
+          const int priority = m.priority;
+          auto keys = m.keys;  // before the capture below moves m
+          admit(priority, false, std::move(keys), [this, m = std::move(m), p](const error* stopped) mutable {
+            if (stopped) return p.deliver(*stopped);
+            fail_on_error(p, guarded("push", [&] { return on_push(m, p); }));
+          });
+          return unit;
+        },
+        [this](kvstore_pull& m) -> expected<std::vector<tensor>> {
+          auto p = make_response_promise<std::vector<tensor>>();
+          const int priority = m.priority;
+          auto keys = m.keys;  // before the capture below moves m
+          admit(priority, false, std::move(keys), [this, m = std::move(m), p](const error* stopped) mutable {
+            if (stopped) return p.deliver(*stopped);
+            fail_on_error(p, guarded("pull", [&] { return on_pull(m, p); }));
+          });
+          return std::vector<tensor>{};
+        },
+        [this](kvstore_pushpull& m) -> expected<std::vector<tensor>> {
+          auto p = make_response_promise<std::vector<tensor>>();
+          auto keys = m.push.keys;
+          keys.insert(keys.end(), m.pull.keys.begin(), m.pull.keys.end());
+          const int priority = m.priority;
+          admit(priority, false, std::move(keys), [this, m = std::move(m), p](const error* stopped) mutable {
+            if (stopped) return p.deliver(*stopped);
+            fail_on_error(p, guarded("pushpull", [&] { return on_pushpull(m, p); }));
+          });
+          return std::vector<tensor>{};
+        },
         [this](kvstore_set_updater& m) -> expected<unit_t> {
-          if (m.updater) rule_ = std::move(m.updater);
-          else rule_ = std::monostate{};
+          auto p = make_response_promise<unit_t>();
+          admit(0, true, {}, [this, m = std::move(m), p](const error* stopped) mutable {
+            if (stopped) return p.deliver(*stopped);
+            if (m.updater) rule_ = std::move(m.updater);
+            else rule_ = std::monostate{};
+            p.deliver(unit);
+          });
           return unit;
         },
         [this](kvstore_set_optimizer& m) -> expected<unit_t> {
-          std::visit([this](const auto& o) { rule_ = o; }, m.options);
-          for (auto& [key, state] : keys_) state.optimizer_state.clear();  // a new optimizer starts fresh
+          auto p = make_response_promise<unit_t>();
+          admit(0, true, {}, [this, m = std::move(m), p](const error* stopped) mutable {
+            if (stopped) return p.deliver(*stopped);
+            std::visit([this](const auto& o) { rule_ = o; }, m.options);
+            for (auto& [key, state] : keys_) state.optimizer_state.clear();  // a new optimizer starts fresh
+            p.deliver(unit);
+          });
           return unit;
         },
-        [this](kvstore_save& m) { return guarded("save", [&] { return on_save(m); }); },
+        [this](kvstore_save& m) -> expected<unit_t> {
+          auto p = make_response_promise<unit_t>();
+          admit(0, true, {}, [this, m = std::move(m), p](const error* stopped) mutable {
+            if (stopped) return p.deliver(*stopped);
+            fail_on_error(p, guarded("save", [&] { return on_save(m, p); }));
+          });
+          return unit;
+        },
         [this](kvstore_load& m) -> expected<unit_t> {
-          try {
-            return on_load(m);
-          } catch (const std::exception& e) {
-            return error(errc::invalid_argument, e.what());
-          }
+          auto p = make_response_promise<unit_t>();
+          admit(0, true, {}, [this, m = std::move(m), p](const error* stopped) mutable {
+            if (stopped) return p.deliver(*stopped);
+            try {
+              fail_on_error(p, on_load(m, p));
+            } catch (const std::exception& e) {
+              p.deliver(error(errc::invalid_argument, e.what()));
+            }
+          });
+          return unit;
         },
-        [this](const kvstore_version& m) -> expected<std::uint64_t> {
-          auto it = keys_.find(m.key);
-          if (it == keys_.end()) return bad("kvstore version: key " + m.key.to_string() + " is not initialised.");
-          return it->second.version;
+        [this](kvstore_version& m) -> expected<std::uint64_t> {
+          auto p = make_response_promise<std::uint64_t>();
+          admit(0, false, {m.key}, [this, key = m.key, p](const error* stopped) mutable {
+            if (stopped) return p.deliver(*stopped);
+            auto it = keys_.find(key);
+            if (it == keys_.end()) return p.deliver(bad("kvstore version: key " + key.to_string() + " is not initialised."));
+            p.deliver(it->second.version);
+          });
+          return std::uint64_t{0};
         },
+        // From a sharded store's router.
+        [this](shard_init& m) -> expected<unit_t> {
+          auto p = make_response_promise<unit_t>();
+          auto keys = m.keys;  // before the capture below moves m
+          admit(0, true, std::move(keys), [this, m = std::move(m), p](const error* stopped) mutable {
+            if (stopped) return p.deliver(*stopped);
+            fail_on_error(p, guarded("init", [&] {
+                            for (std::size_t i = 0; i < m.keys.size(); ++i)
+                              add_key(m.keys[i], m.labels[i], {m.lengths[i]}, m.values[i]);
+                            int_keys_ = true;
+                            reply_when_done(p, nullptr);
+                            return expected<void>{};
+                          }));
+          });
+          return unit;
+        },
+        [this](shard_request& m) -> expected<unit_t> {
+          auto p = make_response_promise<unit_t>();
+          auto keys = m.push_keys;
+          keys.insert(keys.end(), m.pull_keys.begin(), m.pull_keys.end());
+          const int priority = m.priority;
+          const std::uint64_t origin = m.origin;
+          admit_from(origin, priority, false, std::move(keys), [this, m = std::move(m), p](const error* stopped) mutable {
+            if (stopped) return p.deliver(*stopped);
+            fail_on_error(p, guarded(m.push_keys.empty() ? "pull" : (m.pull_keys.empty() ? "push" : "pushpull"),
+                                     [&] { return on_shard_request(m, p); }));
+          });
+          return unit;
+        },
+        [this](const request_done&) { finished_one(); },
+        [this](const device_failure&) { finished_one(); },  // the replies carry the failure
     };
   }
 
   void on_exit(const error&) override {
-    // Parked pulls can never be answered now.
-    for (auto& p : parked_)
-      p.promise.deliver(error(errc::stopped, "kvstore pull: the store stopped before the requested version existed."));
+    // Parked pulls and queued requests can never be answered now.
+    const error parked(errc::stopped, "kvstore pull: the store stopped before the requested version existed.");
+    for (auto& p : parked_) p.serve(&parked);
     parked_.clear();
+    const error queued(errc::stopped, "kvstore: the store stopped before it served this request.");
+    for (auto& q : queue_) q.run(&queued);
+    queue_.clear();
   }
 
 private:
@@ -261,140 +488,184 @@ private:
     std::uint64_t version = 0;          // updates applied
     std::vector<tensor> optimizer_state;  // sgd: momentum; adam: exp_avg, exp_avg_sq
     std::int64_t step = 0;
+    kvstore_key label = 0;              // the caller's key (a shard's chunk keys differ from it)
+  };
+  /// Runs a request (null) or fails it because the store stops (the reason).
+  using request_run = std::function<void(const error* stopped)>;
+  struct pending {
+    int priority = 0;
+    std::uint64_t seq = 0;     // arrival order
+    std::uint64_t sender = 0;  // actor id of the caller (0: anonymous)
+    bool barrier = false;      // nothing overtakes it and it overtakes nothing
+    std::vector<kvstore_key> keys;  // sorted, unique
+    request_run run;
   };
   struct parked_pull {
-    kvstore_pull msg;
-    response_promise<std::vector<tensor>> promise;
+    std::vector<kvstore_key> keys;
+    std::uint64_t min_version = 0;
+    request_run serve;
   };
 
-  template <class F>
-  expected<unit_t> guarded(const char* op, F&& f) {
-    try {
-      return f();
-    } catch (const std::exception& e) {
-      return error(errc::runtime_failure, std::string("kvstore ") + op + ": " + e.what());
+  template <class R>
+  static void fail_on_error(response_promise<R>& p, const expected<void>& r) {
+    if (!r) p.deliver(r.error());
+  }
+
+  shape_lookup shape_of() const {
+    return [this](const kvstore_key& key) -> const std::vector<std::int64_t>* {
+      auto it = keys_.find(key);
+      return it == keys_.end() ? nullptr : &it->second.value.shape();
+    };
+  }
+
+  // ---- the ready queue ---------------------------------------------------------------------
+
+  void admit(int priority, bool barrier, std::vector<kvstore_key> keys, request_run run) {
+    admit_from(current_sender().id(), priority, barrier, std::move(keys), std::move(run));
+  }
+  void admit_from(std::uint64_t sender, int priority, bool barrier, std::vector<kvstore_key> keys, request_run run) {
+    std::sort(keys.begin(), keys.end());
+    keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
+    queue_.push_back(pending{priority, next_seq_++, sender, barrier, std::move(keys), std::move(run)});
+    pump();
+  }
+
+  static bool share_a_key(const std::vector<kvstore_key>& a, const std::vector<kvstore_key>& b) {
+    auto i = a.begin();
+    auto j = b.begin();
+    while (i != a.end() && j != b.end()) {
+      if (*i < *j) ++i;
+      else if (*j < *i) ++j;
+      else return true;
+    }
+    return false;
+  }
+  /// True when `later` may not be served before `earlier` (both queued, `earlier` first).
+  static bool must_follow(const pending& earlier, const pending& later) {
+    if (earlier.barrier || later.barrier) return true;
+    return earlier.sender == later.sender && share_a_key(earlier.keys, later.keys);
+  }
+
+  /// The request to serve next: the highest priority (earliest among equals); if an earlier
+  /// request must come before it, that one instead (it inherits the priority), recursively.
+  std::size_t next_index() const {
+    std::size_t best = 0;
+    for (std::size_t i = 1; i < queue_.size(); ++i)
+      if (queue_[i].priority > queue_[best].priority) best = i;
+    for (;;) {
+      std::size_t blocker = best;
+      for (std::size_t j = 0; j < best; ++j)
+        if (must_follow(queue_[j], queue_[best])) {
+          blocker = j;
+          break;
+        }
+      if (blocker == best) return best;
+      best = blocker;
     }
   }
-  template <class F>
-  expected<std::vector<tensor>> guarded_tensors(const char* op, F&& f) {
-    try {
-      return f();
-    } catch (const std::exception& e) {
-      return error(errc::runtime_failure, std::string("kvstore ") + op + ": " + e.what());
+
+  /// Hands requests to the stream while fewer than `max_in_flight` are running there.
+  void pump() {
+    while (in_flight_ < options_.max_in_flight && !queue_.empty()) {
+      const std::size_t i = next_index();
+      pending next = std::move(queue_[i]);
+      queue_.erase(queue_.begin() + static_cast<std::ptrdiff_t>(i));
+      ++in_flight_;
+      next.run(nullptr);
+      send_on_complete(stream_, self(), request_done{});
     }
   }
-
-  // ---- validation (nothing is changed before all of a request is checked) ------------------
-
-  expected<void> check_kind(const char* op, const kvstore_key& key) const {
-    if (!int_keys_ || *int_keys_ == key.is_int()) return {};
-    return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " is " +
-               (key.is_int() ? "an integer" : "a string") + " but this store holds " +
-               (*int_keys_ ? "integer" : "string") + " keys; one store cannot mix key kinds.");
+  void finished_one() {
+    --in_flight_;
+    pump();
   }
 
-  expected<void> check_tensor(const char* op, const char* role, const kvstore_key& key, const tensor& t,
-                              const std::vector<std::int64_t>* shape) const {
-    std::string where = std::string("kvstore ") + op + ": the " + role + " for key " + key.to_string();
-    if (!t.valid()) return bad(where + " is an empty tensor; expected a float32 tensor.");
-    if (t.dtype() != dtype::float32)
-      return bad(where + " has dtype " + std::string(to_string(t.dtype())) + ", expected float32.");
-    if (shape && t.shape() != *shape)
-      return bad(where + " has shape " + shape_text(t.shape()) + ", expected " + shape_text(*shape) +
-                 " (the stored shape).");
-    if (t.storage().kind() != device_.kind())
-      return bad(where + " is on " + t.get_device().name() + ", which a store on " + device_.name() +
-                 " cannot read; expected a " + (device_.kind() == device_kind::cpu ? "cpu" : "sim") + " tensor.");
-    return {};
-  }
+  // ---- handlers (run when the ready queue serves the request) -------------------------------
 
-  expected<void> check_pairs(const char* op, const char* role, std::size_t keys, std::size_t values) const {
-    if (keys == values && keys > 0) return {};
-    if (keys == 0) return bad(std::string("kvstore ") + op + ": no keys given; expected at least one.");
-    return bad(std::string("kvstore ") + op + ": " + std::to_string(keys) + " keys and " + std::to_string(values) +
-               " " + role + "s; expected one " + role + " per key.");
-  }
-
-  /// Checks keys and tensors against existing keys: kind, presence, dtype, shape, device.
-  expected<void> check_existing(const char* op, const char* role, const std::vector<kvstore_key>& keys,
-                                const std::vector<tensor>& tensors) const {
-    if (auto r = check_pairs(op, role, keys.size(), tensors.size()); !r) return r;
-    for (std::size_t i = 0; i < keys.size(); ++i) {
-      if (auto r = check_kind(op, keys[i]); !r) return r;
-      auto it = keys_.find(keys[i]);
-      if (it == keys_.end())
-        return bad(std::string("kvstore ") + op + ": key " + keys[i].to_string() +
-                   " is not initialised; call init first.");
-      if (auto r = check_tensor(op, role, keys[i], tensors[i], &it->second.value.shape()); !r) return r;
-    }
-    return {};
-  }
-
-  // ---- handlers --------------------------------------------------------------------------
-
-  expected<unit_t> on_init(kvstore_init& m) {
-    if (auto r = check_pairs("init", "value", m.keys.size(), m.values.size()); !r) return r.error();
+  expected<void> on_init(kvstore_init& m, response_promise<unit_t>& p) {
     std::optional<bool> kind = int_keys_;
-    for (std::size_t i = 0; i < m.keys.size(); ++i) {
-      const auto& key = m.keys[i];
-      if (kind && *kind != key.is_int())
-        return bad("kvstore init: key " + key.to_string() + " is " + (key.is_int() ? "an integer" : "a string") +
-                   " but this store holds " + (*kind ? "integer" : "string") +
-                   " keys; one store cannot mix key kinds.");
-      kind = key.is_int();
-      if (keys_.count(key)) return bad("kvstore init: key " + key.to_string() + " already exists.");
-      for (std::size_t j = 0; j < i; ++j)
-        if (m.keys[j] == key) return bad("kvstore init: key " + key.to_string() + " is given twice.");
-      if (auto r = check_tensor("init", "value", key, m.values[i], nullptr); !r) return r.error();
-    }
+    if (auto r = check_init(m, kind, shape_of(), place_); !r) return r;
     int_keys_ = kind;
-    for (std::size_t i = 0; i < m.keys.size(); ++i) {
-      const tensor& v = m.values[i];
-      key_state state;
-      state.value = tensor::empty(v.shape(), dtype::float32, device_, stream_);
-      stream_.wait(v.ready_event());
-      stream_.copy(state.value.storage(), v.storage(), v.bytes());
-      keys_.emplace(m.keys[i], std::move(state));
-    }
-    reply_when_done(make_response_promise<unit_t>(), nullptr);
-    return unit;
+    for (std::size_t i = 0; i < m.keys.size(); ++i)
+      add_key(m.keys[i], m.keys[i], m.values[i].shape(), slice_ref{m.values[i], 0});
+    reply_when_done(p, nullptr);
+    return {};
   }
 
-  expected<unit_t> on_push(kvstore_push& m) {
-    if (auto r = check_existing("push", "value", m.keys, m.values); !r) return r.error();
+  void add_key(const kvstore_key& key, const kvstore_key& label, std::vector<std::int64_t> shape,
+               const slice_ref& from) {
+    key_state state;
+    state.label = label;
+    state.value = tensor::empty(std::move(shape), dtype::float32, device_, stream_);
+    stream_.wait(from.t.ready_event());
+    copy_elements(state.value, 0, from.t, from.offset, static_cast<std::size_t>(state.value.numel()));
+    keys_.emplace(key, std::move(state));
+  }
+
+  expected<void> on_push(kvstore_push& m, response_promise<unit_t>& p) {
+    if (auto r = check_existing("push", "value", m.keys, m.values, int_keys_, shape_of(), place_); !r) return r;
     auto status = std::make_shared<work_status>();
-    enqueue_push(m.keys, m.values, status);
-    reply_when_done(make_response_promise<unit_t>(), status);
+    enqueue_push(m.keys, whole(m.values), status);
+    reply_when_done(p, status);
     serve_parked();
-    return unit;
+    return {};
   }
 
-  expected<std::vector<tensor>> on_pull(kvstore_pull& m) {
-    if (auto r = check_existing("pull", "output", m.keys, m.outs); !r) return r.error();
-    auto promise = make_response_promise<std::vector<tensor>>();
-    if (!version_reached(m)) {
-      parked_.push_back(parked_pull{std::move(m), std::move(promise)});
-      return std::vector<tensor>{};
-    }
-    enqueue_pull(m.keys, m.outs);
-    reply_when_done(std::move(promise), std::move(m.outs));
-    return std::vector<tensor>{};
+  expected<void> on_pull(kvstore_pull& m, response_promise<std::vector<tensor>>& p) {
+    if (auto r = check_existing("pull", "output", m.keys, m.outs, int_keys_, shape_of(), place_); !r) return r;
+    auto serve = [this, keys = m.keys, outs = m.outs, p](const error* stopped) mutable {
+      if (stopped) return p.deliver(*stopped);
+      event done = enqueue_pull(keys, whole(outs));
+      for (auto& out : outs) out.set_ready_event(done);
+      reply_when_done(p, std::move(outs));
+    };
+    if (!version_reached(m.keys, m.min_version)) parked_.push_back(parked_pull{m.keys, m.min_version, std::move(serve)});
+    else serve(nullptr);
+    return {};
   }
 
-  expected<std::vector<tensor>> on_pushpull(kvstore_pushpull& m) {
-    if (auto r = check_existing("pushpull", "value", m.push.keys, m.push.values); !r) return r.error();
-    if (auto r = check_existing("pushpull", "output", m.pull.keys, m.pull.outs); !r) return r.error();
+  expected<void> on_pushpull(kvstore_pushpull& m, response_promise<std::vector<tensor>>& p) {
+    if (auto r = check_existing("pushpull", "value", m.push.keys, m.push.values, int_keys_, shape_of(), place_); !r)
+      return r;
+    if (auto r = check_existing("pushpull", "output", m.pull.keys, m.pull.outs, int_keys_, shape_of(), place_); !r)
+      return r;
     auto status = std::make_shared<work_status>();
-    enqueue_push(m.push.keys, m.push.values, status);
-    enqueue_pull(m.pull.keys, m.pull.outs);
-    reply_when_done(make_response_promise<std::vector<tensor>>(), std::move(m.pull.outs), status);
+    enqueue_push(m.push.keys, whole(m.push.values), status);
+    event done = enqueue_pull(m.pull.keys, whole(m.pull.outs));
+    for (auto& out : m.pull.outs) out.set_ready_event(done);
+    reply_when_done(p, std::move(m.pull.outs), status);
     serve_parked();
-    return std::vector<tensor>{};
+    return {};
+  }
+
+  /// The router checked the request against the caller's keys; chunk keys exist by construction.
+  expected<void> on_shard_request(shard_request& m, response_promise<unit_t>& p) {
+    for (const auto& key : m.push_keys) (void)keys_.at(key);
+    for (const auto& key : m.pull_keys) (void)keys_.at(key);
+    std::shared_ptr<work_status> status;
+    if (!m.push_keys.empty()) {
+      status = std::make_shared<work_status>();
+      enqueue_push(m.push_keys, m.values, status);
+    }
+    if (!m.pull_keys.empty()) {
+      auto serve = [this, keys = m.pull_keys, outs = m.outs, p, status](const error* stopped) mutable {
+        if (stopped) return p.deliver(*stopped);
+        (void)enqueue_pull(keys, outs);
+        reply_when_done(p, status);
+      };
+      if (m.push_keys.empty() && !version_reached(m.pull_keys, m.min_version))
+        parked_.push_back(parked_pull{m.pull_keys, m.min_version, std::move(serve)});
+      else serve(nullptr);
+    } else {
+      reply_when_done(p, status);
+    }
+    if (!m.push_keys.empty()) serve_parked();
+    return {};
   }
 
   // ---- checkpoints -------------------------------------------------------------------------
 
-  expected<unit_t> on_save(kvstore_save& m) {
+  expected<void> on_save(kvstore_save& m, response_promise<unit_t>& p) {
     if (device_.kind() != device_kind::cpu)
       return bad("kvstore save: the store is on " + device_.name() + ", whose tensors hold no data; expected a cpu store.");
     struct snapshot {
@@ -439,13 +710,13 @@ private:
                         status->failure = e.what();
                       }
                     }});
-    reply_when_done(make_response_promise<unit_t>(), status);
-    return unit;
+    reply_when_done(p, status);
+    return {};
   }
 
   /// Reads and checks the whole file first (a checkpoint load is a program edge: the blocking
   /// read on this actor's thread is accepted), then swaps the keys in.
-  expected<unit_t> on_load(kvstore_load& m) {
+  expected<void> on_load(kvstore_load& m, response_promise<unit_t>& p) {
     std::ifstream file(m.path, std::ios::binary);
     if (!file) return bad("kvstore load: cannot open checkpoint \"" + m.path + "\": " + std::strerror(errno) + ".");
     std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
@@ -459,6 +730,7 @@ private:
     std::map<kvstore_key, key_state> loaded;
     for (auto& e : entries) {
       key_state state;
+      state.label = e.key;
       state.version = e.version;
       state.step = e.step;
       for (std::size_t a = 0; a < e.arrays.size(); ++a) {
@@ -470,59 +742,93 @@ private:
     }
     keys_ = std::move(loaded);
     int_keys_ = kind;
-    reply_when_done(make_response_promise<unit_t>(), nullptr);
-    return unit;
+    reply_when_done(p, nullptr);
+    return {};
   }
+
 
   // ---- device work -------------------------------------------------------------------------
 
+  /// Copies `n` floats from `src` (from element `src_offset`) to `dst` (from `dst_offset`) on the
+  /// store's stream: a plain stream copy for whole tensors, a work item for slices.
+  void copy_elements(const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
+                     std::size_t n) {
+    if (dst_offset == 0 && src_offset == 0 && dst.bytes() == n * sizeof(float) && src.bytes() == n * sizeof(float)) {
+      stream_.copy(dst.storage(), src.storage(), n * sizeof(float));
+      return;
+    }
+    stream_.launch({.name = "kvstore_copy_slice",
+                    .kind = work_kind::copy,
+                    .bytes = 2.0 * sizeof(float) * static_cast<double>(n),
+                    .cpu = [dst, dst_offset, src, src_offset, n] {
+                      if (n > 0) std::memcpy(floats(dst) + dst_offset, floats(src) + src_offset, n * sizeof(float));
+                    }});
+  }
+
   /// Groups the values by key (first-appearance order) and merges each group.
-  void enqueue_push(const std::vector<kvstore_key>& keys, const std::vector<tensor>& values,
+  void enqueue_push(const std::vector<kvstore_key>& keys, const std::vector<slice_ref>& values,
                     const std::shared_ptr<work_status>& status) {
-    std::vector<std::pair<kvstore_key, std::vector<tensor>>> groups;
+    std::vector<std::pair<kvstore_key, std::vector<slice_ref>>> groups;
     for (std::size_t i = 0; i < keys.size(); ++i) {
       auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == keys[i]; });
-      if (it == groups.end()) groups.emplace_back(keys[i], std::vector<tensor>{values[i]});
+      if (it == groups.end()) groups.emplace_back(keys[i], std::vector<slice_ref>{values[i]});
       else it->second.push_back(values[i]);
     }
     for (auto& [key, group] : groups) {
       key_state& state = keys_.at(key);
-      for (const auto& v : group) stream_.wait(v.ready_event());
+      for (const auto& v : group) stream_.wait(v.t.ready_event());
       const std::size_t need = options_.contributions_per_version;
       if (need == 0) {  // asynchronous: this call's values make one update
-        merge(key, state, group, false, true, status);
+        merge(state, group, false, true, status);
         continue;
       }
       std::size_t next = 0;
       while (next < group.size()) {  // synchronous: fill the current version, maybe the next ones
         std::size_t take = std::min(need - state.received, group.size() - next);
-        std::vector<tensor> part(group.begin() + static_cast<std::ptrdiff_t>(next),
-                                 group.begin() + static_cast<std::ptrdiff_t>(next + take));
+        std::vector<slice_ref> part(group.begin() + static_cast<std::ptrdiff_t>(next),
+                                    group.begin() + static_cast<std::ptrdiff_t>(next + take));
         bool first = state.received == 0;
         state.received += take;
         bool complete = state.received == need;
-        merge(key, state, part, !first, complete, status);
+        merge(state, part, !first, complete, status);
         if (complete) state.received = 0;
         next += take;
       }
     }
   }
 
+  tensor& accumulator_of(key_state& state) {
+    if (!state.accumulator.valid())
+      state.accumulator = tensor::empty(state.value.shape(), dtype::float32, device_, stream_);
+    return state.accumulator;
+  }
+
   /// Sums `values` (plus the accumulator when `with_accumulator`) and, when `complete`, applies
   /// the update rule and counts a version.
-  void merge(const kvstore_key& key, key_state& state, const std::vector<tensor>& values, bool with_accumulator,
-             bool complete, const std::shared_ptr<work_status>& status) {
+  void merge(key_state& state, const std::vector<slice_ref>& values, bool with_accumulator, bool complete,
+             const std::shared_ptr<work_status>& status) {
     const auto n = static_cast<std::size_t>(state.value.numel());
-    tensor merged;
-    if (!with_accumulator && values.size() == 1 && complete) {
-      merged = values[0];  // read in place, no copy
-    } else {
-      if (!state.accumulator.valid())
-        state.accumulator = tensor::empty(state.value.shape(), dtype::float32, device_, stream_);
-      merged = state.accumulator;
-    }
-    tensor stored = state.value;
     update_rule rule = complete ? rule_ : update_rule{};
+    const bool assign = complete && std::holds_alternative<std::monostate>(rule);
+    const bool user = std::holds_alternative<kvstore_updater>(rule);
+    // Where the sum goes. Assign (the default rule) sums straight into the stored value: k reads
+    // and one write, nothing more. One value read in place when no sum is needed (a user updater
+    // gets it as a tensor, so only a whole one). Otherwise the key's accumulator.
+    tensor merged;
+    std::size_t merged_offset = 0;
+    bool in_place = false;
+    if (assign) {
+      merged = state.value;
+    } else if (!with_accumulator && values.size() == 1 && complete &&
+               (!user || (values[0].offset == 0 && static_cast<std::size_t>(values[0].t.numel()) == n))) {
+      merged = values[0].t;
+      merged_offset = values[0].offset;
+      in_place = true;
+    } else {
+      merged = accumulator_of(state);
+    }
+    tensor accumulated = with_accumulator ? accumulator_of(state) : tensor{};  // earlier values of this version
+    tensor stored = state.value;
     std::vector<tensor> opt_state;
     std::int64_t step = 0;
     bool fresh_state = false;
@@ -547,17 +853,18 @@ private:
         .name = complete ? "kvstore_update" : "kvstore_accumulate",
         .kind = work_kind::pointwise,
         .flops = (k + 4.0) * static_cast<double>(n),
-        .bytes = (k + 4.0) * 4.0 * static_cast<double>(n),
+        .bytes = (assign ? k + 1.0 : k + 4.0) * 4.0 * static_cast<double>(n),
         .cpu =
-            [key, values, with_accumulator, complete, merged, stored, rule, opt_state, step, fresh_state, n,
-             status]() mutable {
+            [key = state.label, values, accumulated, complete, merged, merged_offset, in_place, stored, rule,
+             opt_state, step, fresh_state, n, status]() mutable {
               if (!status->failure.empty()) return;  // an earlier part of this request failed
               try {
-                if (merged.storage().impl() != values[0].storage().impl() || values.size() > 1 || with_accumulator) {
+                float* sum = floats(merged) + merged_offset;
+                if (!in_place) {
                   std::vector<const float*> inputs;
-                  if (with_accumulator) inputs.push_back(floats(merged));
-                  for (const auto& v : values) inputs.push_back(floats(v));
-                  kernels::cpu::sum_arrays(inputs, n, floats(merged));
+                  if (accumulated.valid()) inputs.push_back(floats(accumulated));
+                  for (const auto& v : values) inputs.push_back(floats(v.t) + v.offset);
+                  kernels::cpu::sum_arrays(inputs, n, sum);
                 }
                 if (!complete) return;
                 for (auto& t : opt_state)
@@ -566,15 +873,15 @@ private:
                     [&](const auto& r) {
                       using rule_type = std::decay_t<decltype(r)>;
                       if constexpr (std::is_same_v<rule_type, std::monostate>) {
-                        std::memcpy(stored.raw_data(), merged.raw_data(), n * sizeof(float));
+                        // assign: the sum was written into the stored value
                       } else if constexpr (std::is_same_v<rule_type, kvstore_updater>) {
                         r(key, merged, stored);
                       } else if constexpr (std::is_same_v<rule_type, kernels::sgd_options>) {
-                        kernels::cpu::sgd_step(n, floats(stored), floats(merged),
+                        kernels::cpu::sgd_step(n, floats(stored), sum,
                                                opt_state.empty() ? nullptr : floats(opt_state[0]), r);
                       } else {
-                        kernels::cpu::adam_step(n, floats(stored), floats(merged), floats(opt_state[0]),
-                                                floats(opt_state[1]), step, r);
+                        kernels::cpu::adam_step(n, floats(stored), sum, floats(opt_state[0]), floats(opt_state[1]),
+                                                step, r);
                       }
                     },
                     rule);
@@ -587,32 +894,33 @@ private:
     });
   }
 
-  void enqueue_pull(const std::vector<kvstore_key>& keys, std::vector<tensor>& outs) {
+  /// Copies each key's value into its output; returns the event that marks the copies done.
+  event enqueue_pull(const std::vector<kvstore_key>& keys, const std::vector<slice_ref>& outs) {
     for (std::size_t i = 0; i < keys.size(); ++i) {
-      stream_.wait(outs[i].ready_event());  // whatever the caller queued on the output comes first
-      stream_.copy(outs[i].storage(), keys_.at(keys[i]).value.storage(), outs[i].bytes());
+      stream_.wait(outs[i].t.ready_event());  // whatever the caller queued on the output comes first
+      const tensor& value = keys_.at(keys[i]).value;
+      copy_elements(outs[i].t, outs[i].offset, value, 0, static_cast<std::size_t>(value.numel()));
     }
-    event done = stream_.record();
-    for (auto& out : outs) out.set_ready_event(done);
+    return stream_.record();
   }
 
-  bool version_reached(const kvstore_pull& m) const {
-    for (const auto& key : m.keys)
-      if (keys_.at(key).version < m.min_version) return false;
+  bool version_reached(const std::vector<kvstore_key>& keys, std::uint64_t min_version) const {
+    if (min_version == 0) return true;
+    for (const auto& key : keys)
+      if (keys_.at(key).version < min_version) return false;
     return true;
   }
 
   /// Answers parked pulls whose version now exists (their copies follow the updates on the stream).
   void serve_parked() {
     for (std::size_t i = 0; i < parked_.size();) {
-      if (!version_reached(parked_[i].msg)) {
+      if (!version_reached(parked_[i].keys, parked_[i].min_version)) {
         ++i;
         continue;
       }
       parked_pull p = std::move(parked_[i]);
       parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(i));
-      enqueue_pull(p.msg.keys, p.msg.outs);
-      reply_when_done(std::move(p.promise), std::move(p.msg.outs));
+      p.serve(nullptr);
     }
   }
 
@@ -646,10 +954,227 @@ private:
   std::unique_ptr<device_manager> owned_devices_;
   device device_;
   stream stream_;
+  store_place place_;
   std::map<kvstore_key, key_state> keys_;
   std::optional<bool> int_keys_;  // kind of the keys held, once the first key is stored
   update_rule rule_;
   std::vector<parked_pull> parked_;
+  std::vector<pending> queue_;  // the ready queue, in arrival order
+  std::uint64_t next_seq_ = 0;
+  std::size_t in_flight_ = 0;  // requests handed to the stream whose work has not completed
+};
+
+// ---- a sharded store: the router in front of the shards ------------------------------------------
+
+/// Takes the public messages, checks each request whole against the caller's keys, and sends its
+/// parts to the shards (one message per shard and request), answering once all have answered.
+/// Keys are spread round robin over the shards in init order; a key of more than `chunk_bytes`
+/// becomes contiguous chunks on consecutive shards. Each chunk is a key of its own on its shard
+/// (an integer the router assigns), read and written in place through `slice_ref`s.
+class kvstore_router final : public actor {
+public:
+  kvstore_router(kvstore_options options, std::vector<actor_ref> shards, store_place place)
+      : options_(std::move(options)), shards_(std::move(shards)), place_(std::move(place)) {}
+
+  behavior make_behavior() override {
+    return {
+        [this](kvstore_init& m) -> expected<unit_t> {
+          std::optional<bool> kind = int_keys_;
+          if (auto r = check_init(m, kind, shape_of(), place_); !r) return r.error();
+          int_keys_ = kind;
+          std::vector<shard_init> parts(shards_.size());
+          for (std::size_t i = 0; i < m.keys.size(); ++i) {
+            const placement& pl = place_key(m.keys[i], m.values[i].shape());
+            for (const auto& c : pl.chunks) {
+              auto& part = parts[c.shard];
+              part.keys.emplace_back(c.sub_key);
+              part.values.push_back(slice_ref{m.values[i], c.offset});
+              part.lengths.push_back(static_cast<std::int64_t>(c.length));
+              part.labels.push_back(m.keys[i]);
+            }
+          }
+          auto p = make_response_promise<unit_t>();
+          auto g = gather([p](const error* e) mutable { e ? p.deliver(*e) : p.deliver(unit); });
+          for (std::size_t s = 0; s < parts.size(); ++s)
+            if (!parts[s].keys.empty()) ask(s, std::move(parts[s]), g);
+          g->start();
+          return unit;
+        },
+        [this](kvstore_push& m) -> expected<unit_t> {
+          if (auto r = check_existing("push", "value", m.keys, m.values, int_keys_, shape_of(), place_); !r)
+            return r.error();
+          auto parts = requests(m.priority);
+          add_values(parts, m.keys, m.values);
+          auto p = make_response_promise<unit_t>();
+          send_parts(std::move(parts), [p](const error* e) mutable { e ? p.deliver(*e) : p.deliver(unit); });
+          return unit;
+        },
+        [this](kvstore_pull& m) -> expected<std::vector<tensor>> {
+          if (auto r = check_existing("pull", "output", m.keys, m.outs, int_keys_, shape_of(), place_); !r)
+            return r.error();
+          auto parts = requests(m.priority);
+          for (auto& part : parts) part.min_version = m.min_version;
+          add_outs(parts, m.keys, m.outs);
+          auto p = make_response_promise<std::vector<tensor>>();
+          send_parts(std::move(parts), answer_with(p, std::move(m.outs)));
+          return std::vector<tensor>{};
+        },
+        [this](kvstore_pushpull& m) -> expected<std::vector<tensor>> {
+          if (auto r = check_existing("pushpull", "value", m.push.keys, m.push.values, int_keys_, shape_of(), place_);
+              !r)
+            return r.error();
+          if (auto r = check_existing("pushpull", "output", m.pull.keys, m.pull.outs, int_keys_, shape_of(), place_);
+              !r)
+            return r.error();
+          auto parts = requests(m.priority);
+          add_values(parts, m.push.keys, m.push.values);
+          add_outs(parts, m.pull.keys, m.pull.outs);
+          auto p = make_response_promise<std::vector<tensor>>();
+          send_parts(std::move(parts), answer_with(p, std::move(m.pull.outs)));
+          return std::vector<tensor>{};
+        },
+        [this](kvstore_set_updater& m) -> expected<unit_t> { return broadcast(m); },
+        [this](kvstore_set_optimizer& m) -> expected<unit_t> { return broadcast(m); },
+        [this](kvstore_version& m) -> expected<std::uint64_t> {
+          auto it = keys_.find(m.key);
+          if (it == keys_.end()) return bad("kvstore version: key " + m.key.to_string() + " is not initialised.");
+          const chunk& c = it->second.chunks.front();  // every push updates every chunk of a key
+          auto p = make_response_promise<std::uint64_t>();
+          request<std::uint64_t>(shards_[c.shard], shard_timeout, kvstore_version{c.sub_key})
+              .then([p](std::uint64_t v) mutable { p.deliver(v); }, [p](const error& e) mutable { p.deliver(e); });
+          return std::uint64_t{0};
+        },
+        [](const kvstore_save&) -> expected<unit_t> {
+          return bad("kvstore save: a sharded store cannot write checkpoints yet; expected kvstore_options::shards = 1.");
+        },
+        [](const kvstore_load&) -> expected<unit_t> {
+          return bad("kvstore load: a sharded store cannot read checkpoints yet; expected kvstore_options::shards = 1.");
+        },
+    };
+  }
+
+  void on_exit(const error&) override {
+    for (const auto& s : shards_) system().stop(s);
+  }
+
+private:
+  /// Shard requests may wait for a version (synchronous mode) as long as the caller's own timeout.
+  static constexpr std::chrono::hours shard_timeout{24};
+
+  struct chunk {
+    std::size_t shard = 0;
+    std::int64_t sub_key = 0;
+    std::size_t offset = 0;  // first element of the caller's tensor
+    std::size_t length = 0;
+  };
+  struct placement {
+    std::vector<std::int64_t> shape;
+    std::vector<chunk> chunks;
+  };
+
+  /// Counts the shards' answers; `done` runs once with the first failure (or null).
+  struct gathering {
+    std::size_t waiting = 1;  // 1 until start(), so that answers cannot finish it early
+    std::optional<error> failure;
+    std::function<void(const error*)> done;
+    void arrive(const error* e) {
+      if (e && !failure) failure = *e;
+      if (--waiting == 0) done(failure ? &*failure : nullptr);
+    }
+    void start() { arrive(nullptr); }
+  };
+  static std::shared_ptr<gathering> gather(std::function<void(const error*)> done) {
+    auto g = std::make_shared<gathering>();
+    g->done = std::move(done);
+    return g;
+  }
+  template <class M>
+  void ask(std::size_t shard, M msg, const std::shared_ptr<gathering>& g) {
+    ++g->waiting;
+    request<void>(shards_[shard], shard_timeout, std::move(msg))
+        .then([g] { g->arrive(nullptr); }, [g](const error& e) { g->arrive(&e); });
+  }
+
+  static std::function<void(const error*)> answer_with(response_promise<std::vector<tensor>> p,
+                                                       std::vector<tensor> outs) {
+    return [p, outs = std::move(outs)](const error* e) mutable {
+      if (e) return p.deliver(*e);
+      for (auto& out : outs) out.set_ready_event(event{});  // every shard's copy has completed
+      p.deliver(std::move(outs));
+    };
+  }
+
+  shape_lookup shape_of() const {
+    return [this](const kvstore_key& key) -> const std::vector<std::int64_t>* {
+      auto it = keys_.find(key);
+      return it == keys_.end() ? nullptr : &it->second.shape;
+    };
+  }
+
+  const placement& place_key(const kvstore_key& key, const std::vector<std::int64_t>& shape) {
+    std::size_t numel = 1;
+    for (auto d : shape) numel *= static_cast<std::size_t>(d);
+    const std::size_t bytes = numel * sizeof(float);
+    std::size_t pieces = 1;
+    if (options_.chunk_bytes > 0 && bytes > options_.chunk_bytes)
+      pieces = std::min(numel, (bytes + options_.chunk_bytes - 1) / options_.chunk_bytes);
+    placement pl{shape, {}};
+    std::size_t offset = 0;
+    for (std::size_t c = 0; c < pieces; ++c) {
+      const std::size_t length = numel / pieces + (c < numel % pieces ? 1 : 0);
+      pl.chunks.push_back(chunk{next_shard_ % shards_.size(), next_sub_key_++, offset, length});
+      ++next_shard_;
+      offset += length;
+    }
+    return keys_.emplace(key, std::move(pl)).first->second;
+  }
+
+  std::vector<shard_request> requests(int priority) const {
+    std::vector<shard_request> parts(shards_.size());
+    for (auto& part : parts) {
+      part.priority = priority;
+      part.origin = current_sender().id();
+    }
+    return parts;
+  }
+  void add_values(std::vector<shard_request>& parts, const std::vector<kvstore_key>& keys,
+                  const std::vector<tensor>& values) const {
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      for (const auto& c : keys_.at(keys[i]).chunks) {
+        parts[c.shard].push_keys.emplace_back(c.sub_key);
+        parts[c.shard].values.push_back(slice_ref{values[i], c.offset});
+      }
+  }
+  void add_outs(std::vector<shard_request>& parts, const std::vector<kvstore_key>& keys,
+                const std::vector<tensor>& outs) const {
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      for (const auto& c : keys_.at(keys[i]).chunks) {
+        parts[c.shard].pull_keys.emplace_back(c.sub_key);
+        parts[c.shard].outs.push_back(slice_ref{outs[i], c.offset});
+      }
+  }
+  void send_parts(std::vector<shard_request> parts, std::function<void(const error*)> done) {
+    auto g = gather(std::move(done));
+    for (std::size_t s = 0; s < parts.size(); ++s)
+      if (!parts[s].push_keys.empty() || !parts[s].pull_keys.empty()) ask(s, std::move(parts[s]), g);
+    g->start();
+  }
+  template <class M>
+  expected<unit_t> broadcast(const M& m) {
+    auto p = make_response_promise<unit_t>();
+    auto g = gather([p](const error* e) mutable { e ? p.deliver(*e) : p.deliver(unit); });
+    for (std::size_t s = 0; s < shards_.size(); ++s) ask(s, m, g);
+    g->start();
+    return unit;
+  }
+
+  kvstore_options options_;
+  std::vector<actor_ref> shards_;
+  store_place place_;
+  std::map<kvstore_key, placement> keys_;
+  std::optional<bool> int_keys_;
+  std::int64_t next_sub_key_ = 0;
+  std::size_t next_shard_ = 0;
 };
 
 // ---- the client's session actor: keeps one client's calls in order ----------------------------
@@ -711,15 +1236,49 @@ private:
 }  // namespace
 
 actor_ref spawn_kvstore(actor_system& system, kvstore_options options) {
-  if (options.kind == kvstore_kind::device) {
-    if (!options.merge_device.valid())
-      throw std::invalid_argument("spawn_kvstore: a device store needs kvstore_options::merge_device; none was given.");
-    if (options.merge_device.kind() == device_kind::cuda)
-      throw std::invalid_argument("spawn_kvstore: merge device " + options.merge_device.name() +
+  auto check_merge_device = [](const device& d, const char* what) {
+    if (!d.valid())
+      throw std::invalid_argument(std::string("spawn_kvstore: a device store needs ") + what + "; none was given.");
+    if (d.kind() == device_kind::cuda)
+      throw std::invalid_argument("spawn_kvstore: merge device " + d.name() +
                                   " is a cuda device; expected a cpu or sim device (cuda merges are not implemented yet).");
+  };
+  if (options.kind == kvstore_kind::device && options.shard_devices.empty())
+    check_merge_device(options.merge_device, "kvstore_options::merge_device");
+  if (options.shards == 0)
+    throw std::invalid_argument("spawn_kvstore: kvstore_options::shards is 0; expected at least 1.");
+  if (options.max_in_flight == 0)
+    throw std::invalid_argument("spawn_kvstore: kvstore_options::max_in_flight is 0; expected at least 1.");
+  for (const auto& d : options.shard_devices) {
+    check_merge_device(d, "a device in every entry of kvstore_options::shard_devices");
+    if (d.kind() != options.shard_devices.front().kind())
+      throw std::invalid_argument("spawn_kvstore: kvstore_options::shard_devices mixes " +
+                                  options.shard_devices.front().name() + " and " + d.name() +
+                                  "; expected devices of one kind.");
   }
   auto name = options.name;
-  return system.spawn_with<kvstore_actor>(spawn_options{.name = std::move(name)}, std::move(options));
+  if (options.shards == 1 && options.shard_devices.empty())
+    return system.spawn_with<kvstore_actor>(spawn_options{.name = std::move(name)}, std::move(options));
+
+  std::vector<actor_ref> shards;
+  store_place place{device_kind::cpu, "cpu:0"};  // a local shard's own device
+  if (options.kind == kvstore_kind::device) place = store_place{options.merge_device.kind(), options.merge_device.name()};
+  if (!options.shard_devices.empty())
+    place = store_place{options.shard_devices.front().kind(), options.shard_devices.front().name()};
+  for (std::size_t i = 0; i < options.shards; ++i) {
+    kvstore_options shard = options;
+    shard.shards = 1;
+    shard.shard_devices.clear();
+    shard.name = options.name + "/shard" + std::to_string(i);
+    if (!options.shard_devices.empty()) {
+      shard.kind = kvstore_kind::device;
+      shard.merge_device = options.shard_devices[i % options.shard_devices.size()];
+    }
+    auto shard_name = shard.name;
+    shards.push_back(system.spawn_with<kvstore_actor>(spawn_options{.name = std::move(shard_name)}, std::move(shard)));
+  }
+  return system.spawn_with<kvstore_router>(spawn_options{.name = std::move(name)}, std::move(options), std::move(shards),
+                                           std::move(place));
 }
 
 // ---- kvstore_client ---------------------------------------------------------------------------

@@ -13,6 +13,11 @@
 #include <unordered_map>
 #include <vector>
 
+#if defined(__x86_64__) || defined(__i386__)
+#include <x86intrin.h>
+#define STRATA_TRACE_TSC 1
+#endif
+
 #include "strata/type_meta.hpp"
 
 namespace strata::trace {
@@ -38,6 +43,11 @@ struct session {
   std::uint64_t generation = 0;
   options opts;
   std::chrono::steady_clock::time_point start;
+  // Timestamps are taken from the CPU's invariant time-stamp counter where there is one (a few
+  // ns instead of a clock_gettime call) and converted with a ratio calibrated at start.
+  std::uint64_t tsc0 = 0;
+  double ticks_per_ns = 0;  // 0: use the steady clock
+  double ns_per_tick = 0;
   std::uint64_t start_unix_ns = 0;
   std::vector<std::unique_ptr<thread_buffer>> buffers;
   std::atomic<std::uint64_t> total{0};
@@ -77,14 +87,38 @@ void put(std::string& out, T value) {
 
 }  // namespace
 
+namespace {
+void record_event(session& s, std::uint64_t ts, event_kind kind, std::uint64_t actor, std::uint64_t peer,
+                  std::uint64_t msg, std::uint32_t type, std::uint32_t arg) noexcept;
+
+std::uint64_t now_ts(const session& s) noexcept {
+#ifdef STRATA_TRACE_TSC
+  if (s.ticks_per_ns > 0) {
+    const std::uint64_t t = __rdtsc();
+    return t > s.tsc0 ? static_cast<std::uint64_t>(static_cast<double>(t - s.tsc0) * s.ns_per_tick) : 0;
+  }
+#endif
+  auto since = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - s.start).count();
+  return since > 0 ? static_cast<std::uint64_t>(since) : 0;
+}
+}  // namespace
+
 void detail::emit_slow(event_kind kind, std::uint64_t actor, std::uint64_t peer, std::uint64_t msg,
                        std::uint32_t type, std::uint32_t arg) noexcept {
-  emit_at_slow(std::chrono::steady_clock::now(), kind, actor, peer, msg, type, arg);
+  session& s = the_session();
+  record_event(s, now_ts(s), kind, actor, peer, msg, type, arg);
 }
 
 void detail::emit_at_slow(std::chrono::steady_clock::time_point when, event_kind kind, std::uint64_t actor,
                           std::uint64_t peer, std::uint64_t msg, std::uint32_t type, std::uint32_t arg) noexcept {
   session& s = the_session();
+  auto since = std::chrono::duration_cast<std::chrono::nanoseconds>(when - s.start).count();
+  record_event(s, since > 0 ? static_cast<std::uint64_t>(since) : 0, kind, actor, peer, msg, type, arg);
+}
+
+namespace {
+void record_event(session& s, std::uint64_t ts, event_kind kind, std::uint64_t actor, std::uint64_t peer,
+                  std::uint64_t msg, std::uint32_t type, std::uint32_t arg) noexcept {
   thread_buffer* buf = tls_buffer;
   if (buf == nullptr || tls_generation != s.generation) {
     try {
@@ -100,16 +134,16 @@ void detail::emit_at_slow(std::chrono::steady_clock::time_point when, event_kind
   }
   if (buf->used == chunk_records) {
     try {
-      buf->chunks.push_back(std::make_unique<record[]>(chunk_records));
+      // Default-initialised (not zero-filled): every slot is written before it is read.
+      buf->chunks.push_back(std::unique_ptr<record[]>(new record[chunk_records]));
     } catch (...) {
       s.dropped.fetch_add(1, std::memory_order_relaxed);
       return;
     }
     buf->used = 0;
   }
-  auto since = std::chrono::duration_cast<std::chrono::nanoseconds>(when - s.start).count();
   record& r = buf->chunks.back()[buf->used++];
-  r.ts_ns = since > 0 ? static_cast<std::uint64_t>(since) : 0;
+  r.ts_ns = ts;
   r.actor = actor;
   r.peer = peer;
   r.msg = msg;
@@ -119,6 +153,7 @@ void detail::emit_at_slow(std::chrono::steady_clock::time_point when, event_kind
   r.thread = buf->thread;
   ++buf->count;
 }
+}  // namespace
 
 std::uint32_t intern(std::string_view text) {
   session& s = the_session();
@@ -147,6 +182,22 @@ bool start(const options& opts) {
   s.dropped = 0;
   s.next_thread = 0;
   s.start = std::chrono::steady_clock::now();
+  s.ticks_per_ns = 0;
+#ifdef STRATA_TRACE_TSC
+  {  // calibrate the time-stamp counter against the steady clock over ~2 ms
+    const auto t0 = std::chrono::steady_clock::now();
+    const std::uint64_t c0 = __rdtsc();
+    auto t1 = t0;
+    while (t1 - t0 < std::chrono::milliseconds(2)) t1 = std::chrono::steady_clock::now();
+    const std::uint64_t c1 = __rdtsc();
+    const double ns = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(t1 - t0).count());
+    if (c1 > c0 && ns > 0) {
+      s.ticks_per_ns = static_cast<double>(c1 - c0) / ns;
+      s.ns_per_tick = 1.0 / s.ticks_per_ns;
+      s.tsc0 = c0 - static_cast<std::uint64_t>(static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(t0 - s.start).count()) * s.ticks_per_ns);
+    }
+  }
+#endif
   s.start_unix_ns = static_cast<std::uint64_t>(
       std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
           .count());

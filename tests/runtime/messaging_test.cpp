@@ -2,7 +2,9 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <atomic>
+#include <cstdlib>
 #include <random>
 #include <thread>
 #include <vector>
@@ -20,10 +22,16 @@ struct seq_msg {
   std::uint64_t seq;
 };
 struct finish {};
+/// STRATA_TEST_SCALE (e.g. 0.1 under sanitizers, tools/ci/sanitizers.sh) scales the message counts.
+std::uint64_t scaled(std::uint64_t n) {
+  const char* s = std::getenv("STRATA_TEST_SCALE");
+  const double f = s && *s ? std::strtod(s, nullptr) : 1.0;
+  return f > 0 ? std::max<std::uint64_t>(1000, static_cast<std::uint64_t>(static_cast<double>(n) * f)) : n;
+}
 constexpr int producers = 4;
-constexpr std::uint64_t per_producer = 50'000;
+const std::uint64_t per_producer = scaled(50'000);
 constexpr int many_producers = 8;
-constexpr std::uint64_t many_per_producer = 1'000'000;
+const std::uint64_t many_per_producer = scaled(1'000'000);
 
 }  // namespace
 

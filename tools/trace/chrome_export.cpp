@@ -188,13 +188,17 @@ json chrome_trace(const trace_model& m) {
     std::uint64_t tid = 0;
     for (const auto& [key, slices] : m.streams) {
       ++tid;
+      const std::int64_t stage = stage_of_device(key.first);
       meta("thread_name", device_pid, tid,
-           {{"name", "device " + std::to_string(key.first) + " stream " + std::to_string(key.second)}});
+           {{"name", stage >= 0 ? "stage " + std::to_string(stage) + " device #" + std::to_string(key.first) + " stream " +
+                                      std::to_string(key.second)
+                                : "device " + std::to_string(key.first) + " stream " + std::to_string(key.second)}});
       meta("thread_sort_index", device_pid, tid, {{"sort_index", tid}});
       std::vector<span> spans;
       for (const auto& s : slices) {
         json args = {{"work", s.work}};
         if (s.unfinished) args["unfinished"] = true;
+        if (stage >= 0) args["pipeline_stage"] = stage;
         const auto& wname = f.string_at(s.name);
         spans.push_back({s.begin, s.end, {{"name", wname.empty() ? "work" : wname}, {"cat", "device"}, {"args", args}}});
       }

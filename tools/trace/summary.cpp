@@ -192,22 +192,71 @@ json summary_json(const trace_model& m) {
     details.push_back({{"receiver", std::get<0>(k)}, {"type", std::get<1>(k)}, {"reason", std::get<2>(k)}, {"count", n}});
   out["drops"] = {{"total", m.drops.size()}, {"by_reason", by_reason}, {"details", details}};
 
-  // Pipeline bubble: 1 - sum(stage busy) / (stages x wall).
-  std::vector<const actor_info*> stages;
+  // Pipeline bubble: 1 - sum(stage busy) / (stages x wall). Stage busy is the device time of
+  // the stage's device track when the trace has one for every stage (device work stamped with
+  // its real start and end), else the handler time of the stage actors.
+  std::map<std::int64_t, const actor_info*> stage_actor;
   for (const auto& [id, a] : m.actors)
-    if (a.pipeline_stage >= 0) stages.push_back(&a);
-  if (stages.empty()) {
+    if (a.pipeline_stage >= 0) stage_actor.try_emplace(a.pipeline_stage, &a);
+  std::map<std::int64_t, std::vector<const device_slice*>> stage_work;
+  for (const auto& [key, slices] : m.streams) {
+    const std::int64_t stage = stage_of_device(key.first);
+    if (stage < 0) continue;
+    auto& v = stage_work[stage];
+    for (const auto& s : slices) v.push_back(&s);
+  }
+  bool device_path = !stage_work.empty();
+  for (const auto& [stage, a] : stage_actor) device_path &= stage_work.count(stage) != 0;
+  // Micro-batches are known from tagged handler slices only.
+  std::int64_t tagged_max_mb = -1;
+  for (const auto& [stage, a] : stage_actor)
+    for (const auto& s : a->slices)
+      if (s.phase != pipeline_phase::none) tagged_max_mb = std::max(tagged_max_mb, s.micro_batch);
+  if (device_path) {
+    std::uint64_t wall_begin = UINT64_MAX, wall_end = 0, busy_total = 0;
+    json per_stage = json::array();
+    for (auto& [stage, work] : stage_work) {
+      std::sort(work.begin(), work.end(), [](const device_slice* a, const device_slice* b) { return a->begin < b->begin; });
+      std::vector<device_slice> sorted;
+      std::uint64_t fwd = 0, bwd = 0, other = 0;
+      for (const auto* w : work) {
+        sorted.push_back(*w);
+        wall_begin = std::min(wall_begin, w->begin);
+        wall_end = std::max(wall_end, w->end);
+        const auto& name = f.string_at(w->name);
+        if (name == "forward") ++fwd;
+        else if (name == "backward") ++bwd;
+        else ++other;
+      }
+      const std::uint64_t busy = union_length(sorted);  // streams of one device may overlap
+      busy_total += busy;
+      auto a = stage_actor.find(stage);
+      per_stage.push_back({{"stage", stage}, {"actor", a == stage_actor.end() ? json("-") : json(a->second->name)},
+                           {"device", stage_device_base + static_cast<std::uint64_t>(stage)}, {"busy_ns", busy},
+                           {"forward_slices", fwd}, {"backward_slices", bwd}, {"other_slices", other}});
+    }
+    const std::uint64_t wall = wall_end > wall_begin ? wall_end - wall_begin : 0;
+    json p;
+    p["stages"] = stage_work.size();
+    p["micro_batches"] = tagged_max_mb >= 0 ? json(tagged_max_mb + 1) : json(nullptr);
+    p["source"] = "device";
+    p["counted_slices"] = "device work on the stages' device tracks (device 1000000000 + stage)";
+    p["wall_ns"] = wall;
+    p["busy_ns"] = busy_total;
+    p["bubble"] = wall > 0 ? 1.0 - static_cast<double>(busy_total) /
+                                       (static_cast<double>(stage_work.size()) * static_cast<double>(wall))
+                           : 0.0;
+    p["ideal_bubble"] = m.ideal_bubble ? json(*m.ideal_bubble) : json(nullptr);
+    p["per_stage"] = std::move(per_stage);
+    out["pipeline"] = std::move(p);
+  } else if (stage_actor.empty()) {
     out["pipeline"] = nullptr;
   } else {
-    std::sort(stages.begin(), stages.end(),
-              [](const actor_info* a, const actor_info* b) { return a->pipeline_stage < b->pipeline_stage; });
-    bool tagged = false;
-    for (const auto* a : stages)
-      for (const auto& s : a->slices) tagged |= s.phase != pipeline_phase::none;
+    const bool tagged = tagged_max_mb >= 0;
     std::uint64_t wall_begin = UINT64_MAX, wall_end = 0, busy_total = 0;
     std::int64_t max_mb = -1;
     json per_stage = json::array();
-    for (const auto* a : stages) {
+    for (const auto& [stage, a] : stage_actor) {
       std::uint64_t busy = 0, fwd = 0, bwd = 0;
       for (const auto& s : a->slices) {
         if (tagged && s.phase == pipeline_phase::none) continue;
@@ -224,12 +273,14 @@ json summary_json(const trace_model& m) {
     }
     std::uint64_t wall = wall_end > wall_begin ? wall_end - wall_begin : 0;
     json p;
-    p["stages"] = stages.size();
+    p["stages"] = stage_actor.size();
     p["micro_batches"] = max_mb + 1;
+    p["source"] = "handlers";
     p["counted_slices"] = tagged ? "tagged forward/backward handler slices" : "all handler slices of stage actors";
     p["wall_ns"] = wall;
     p["busy_ns"] = busy_total;
-    p["bubble"] = wall > 0 ? 1.0 - static_cast<double>(busy_total) / (static_cast<double>(stages.size()) * static_cast<double>(wall))
+    p["bubble"] = wall > 0 ? 1.0 - static_cast<double>(busy_total) /
+                                       (static_cast<double>(stage_actor.size()) * static_cast<double>(wall))
                            : 0.0;
     p["ideal_bubble"] = m.ideal_bubble ? json(*m.ideal_bubble) : json(nullptr);
     p["per_stage"] = std::move(per_stage);
@@ -291,17 +342,29 @@ void print_summary(const json& s, std::ostream& out) {
 
   if (!s["pipeline"].is_null()) {
     const auto& p = s["pipeline"];
-    out << "\npipeline: " << p["stages"] << " stages, " << p["micro_batches"] << " micro-batches, wall "
-        << format_ns(p["wall_ns"]) << ", measured bubble " << format_fixed(100.0 * p["bubble"].get<double>(), 1)
+    const bool from_device = p.value("source", "handlers") == "device";
+    out << "\npipeline: " << p["stages"] << " stages, ";
+    if (!p["micro_batches"].is_null()) out << p["micro_batches"] << " micro-batches, ";
+    out << "wall " << format_ns(p["wall_ns"]) << ", measured bubble " << format_fixed(100.0 * p["bubble"].get<double>(), 1)
         << " %";
     if (!p["ideal_bubble"].is_null())
       out << " (schedule's ideal " << format_fixed(100.0 * p["ideal_bubble"].get<double>(), 1) << " %)";
-    out << "\n";
-    text_table t({"stage", "actor", "busy", "forward", "backward"});
-    for (const auto& st : p["per_stage"])
-      t.add({std::to_string(st["stage"].get<std::int64_t>()), st["actor"].get<std::string>(), format_ns(st["busy_ns"]),
-             std::to_string(st["forward_slices"].get<std::uint64_t>()),
-             std::to_string(st["backward_slices"].get<std::uint64_t>())});
+    out << (from_device ? "; busy = device work of each stage's device track" : "; busy = stage actors' handler time")
+        << "\n";
+    std::vector<std::string> header{"stage", "actor"};
+    if (from_device) header.push_back("device");
+    for (const char* h : {"busy", "forward", "backward"}) header.push_back(h);
+    if (from_device) header.push_back("other");
+    text_table t(header);
+    for (const auto& st : p["per_stage"]) {
+      std::vector<std::string> row{std::to_string(st["stage"].get<std::int64_t>()), st["actor"].get<std::string>()};
+      if (from_device) row.push_back(std::to_string(st["device"].get<std::uint64_t>()));
+      row.push_back(format_ns(st["busy_ns"]));
+      row.push_back(std::to_string(st["forward_slices"].get<std::uint64_t>()));
+      row.push_back(std::to_string(st["backward_slices"].get<std::uint64_t>()));
+      if (from_device) row.push_back(std::to_string(st["other_slices"].get<std::uint64_t>()));
+      t.add(std::move(row));
+    }
     t.print(out);
   }
 }

@@ -142,6 +142,42 @@ std::string timeline_svg(const trace_model& m, const timeline_options& opts) {
     return a->id < b->id;
   });
 
+  // Device streams; a stage's device track (device 1e9 + s) is drawn right below the stage's
+  // actor, its forward and backward work in the pipeline hues.
+  bool device_forward_seen = false, device_backward_seen = false;
+  std::map<std::int64_t, std::vector<row>> stage_device_rows;
+  std::vector<row> device_rows;
+  for (const auto& [key, slices] : m.streams) {
+    const std::int64_t stage = stage_of_device(key.first);
+    row r;
+    r.label = stage >= 0 ? "stage " + std::to_string(stage) + " device, stream " + std::to_string(key.second)
+                         : "device " + std::to_string(key.first) + " stream " + std::to_string(key.second);
+    r.life_begin = m.begin;
+    r.life_end = m.end;
+    std::uint64_t busy = 0;
+    for (const auto& s : slices) {
+      std::string name = f.string_at(s.name);
+      if (name.empty()) name = "work";
+      busy += s.end - s.begin;
+      std::string colour;
+      if (stage >= 0 && name == "forward") {
+        colour = forward_shades[1];
+        device_forward_seen = true;
+      } else if (stage >= 0 && name == "backward") {
+        colour = backward_shades[1];
+        device_backward_seen = true;
+      } else {
+        colour = colour_for("work: " + name);
+      }
+      r.items.push_back({s.begin, s.end, colour,
+                         name + " (work " + std::to_string(s.work) + "), " + duration_label(static_cast<double>(s.end - s.begin))});
+    }
+    char pct[32];
+    std::snprintf(pct, sizeof pct, "%.0f%%", 100.0 * static_cast<double>(busy) / span);
+    r.detail = pct;
+    if (stage >= 0) stage_device_rows[stage].push_back(std::move(r));
+    else device_rows.push_back(std::move(r));
+  }
   std::vector<row> rows;
   for (const auto* a : actors) {
     row r;
@@ -174,26 +210,14 @@ std::string timeline_svg(const trace_model& m, const timeline_options& opts) {
       r.items.push_back({s.begin, s.end, colour, tip});
     }
     rows.push_back(std::move(r));
-  }
-  for (const auto& [key, slices] : m.streams) {
-    row r;
-    r.label = "device " + std::to_string(key.first) + " stream " + std::to_string(key.second);
-    r.life_begin = m.begin;
-    r.life_end = m.end;
-    std::uint64_t busy = 0;
-    for (const auto& s : slices) {
-      std::string name = f.string_at(s.name);
-      if (name.empty()) name = "work";
-      busy += s.end - s.begin;
-      r.items.push_back({s.begin, s.end, colour_for("work: " + name),
-                         name + " (work " + std::to_string(s.work) + "), " + duration_label(static_cast<double>(s.end - s.begin))});
+    if (auto d = stage_device_rows.find(a->pipeline_stage); a->pipeline_stage >= 0 && d != stage_device_rows.end()) {
+      for (auto& dr : d->second) rows.push_back(std::move(dr));
+      stage_device_rows.erase(d);
     }
-    char pct[32];
-    std::snprintf(pct, sizeof pct, "%.0f%%", 100.0 * static_cast<double>(busy) / span);
-    r.detail = pct;
-    rows.push_back(std::move(r));
   }
-
+  for (auto& [stage, list] : stage_device_rows)  // stage device tracks without a tagged actor
+    for (auto& dr : list) rows.push_back(std::move(dr));
+  for (auto& dr : device_rows) rows.push_back(std::move(dr));
   // Legend entries.
   std::vector<std::pair<std::string, std::string>> legend;  // colour, text
   // One shade per micro-batch residue mod 4: "micro-batch 1, 5, 9" when there are more than four.
@@ -208,6 +232,8 @@ std::string timeline_svg(const trace_model& m, const timeline_options& opts) {
     for (int i = 0; i < shades; ++i) legend.push_back({forward_shades[i], shade_text("forward", i)});
   if (backward_seen)
     for (int i = 0; i < shades; ++i) legend.push_back({backward_shades[i], shade_text("backward", i)});
+  if (device_forward_seen) legend.push_back({forward_shades[1], "forward (stage device work)"});
+  if (device_backward_seen) legend.push_back({backward_shades[1], "backward (stage device work)"});
   for (const auto& t : type_order) legend.push_back({type_colour[t], t});
   const int legend_cols = std::max(1, (width - 40) / 300);
   const int legend_rows = static_cast<int>((legend.size() + static_cast<std::size_t>(legend_cols) - 1) / static_cast<std::size_t>(legend_cols));

@@ -104,6 +104,16 @@ struct drop_record {
   std::uint32_t reason = 0;  ///< errc
 };
 
+/// Device tracks of pipeline stages (docs/trace-tools.md): the device work of stage s is
+/// recorded on device id `stage_device_base + s` (what actors/src/lm/lm_pipeline.cpp records).
+inline constexpr std::uint64_t stage_device_base = 1'000'000'000;
+/// Stage index of a device track id, or -1 when the id is not a stage's device track.
+inline std::int64_t stage_of_device(std::uint64_t device) {
+  return device >= stage_device_base && device - stage_device_base < (1u << 20)
+             ? static_cast<std::int64_t>(device - stage_device_base)
+             : -1;
+}
+
 struct trace_model {
   const trace_file* file = nullptr;
   std::uint64_t begin = 0;  ///< First event.

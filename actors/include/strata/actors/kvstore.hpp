@@ -70,6 +70,21 @@ struct kvstore_options {
   std::size_t contributions_per_version = 0;
   /// Actor name (traces, error texts).
   std::string name = "kvstore";
+  /// Store actors the keys are spread over (>= 1). With more than one, `spawn_kvstore` returns a
+  /// router actor that takes the same messages, validates each request whole, and forwards the
+  /// parts to its shards, which merge in parallel; results equal those of one store.
+  std::size_t shards = 1;
+  /// Sharded stores only: a key whose value has more bytes than this is split into contiguous
+  /// slices of about equal size (each at most `chunk_bytes`), each slice a key of its own on
+  /// consecutive shards, so that one large key merges on every shard at once. 0: never split.
+  std::size_t chunk_bytes = std::size_t{4} << 20;
+  /// Sharded stores only: shard i merges on `shard_devices[i % size]` (cpu or sim devices of one
+  /// kind). Empty: every shard is a store of `kind` (local: its own one-thread cpu device).
+  std::vector<device> shard_devices;
+  /// Requests the store hands to its stream at a time (>= 1). The others wait in the store's
+  /// ready queue, ordered by priority: 1 gives priority its full effect; more keeps the stream
+  /// busy between requests at the cost of serving those already handed over first.
+  std::size_t max_in_flight = 1;
 };
 
 // ---- messages (use them with `actor::request` inside actors) --------------------------------
@@ -86,6 +101,10 @@ struct kvstore_init {
 struct kvstore_push {
   std::vector<kvstore_key> keys;
   std::vector<tensor> values;
+  /// Requests waiting for a busy store are served highest priority first (equal priorities in
+  /// arrival order). A request never overtakes an earlier one of the same sender that names one
+  /// of its keys (it lends that one its priority instead), so a sender's pull sees its push.
+  int priority = 0;
 };
 /// Copies the value of `keys[i]` into `outs[i]` (a key may repeat, outputs may live on several
 /// devices). Reply: `std::vector<tensor>`, the outputs with their ready events, once the copies
@@ -94,12 +113,14 @@ struct kvstore_pull {
   std::vector<kvstore_key> keys;
   std::vector<tensor> outs;
   std::uint64_t min_version = 0;
+  int priority = 0;  ///< As `kvstore_push::priority`.
 };
 /// A push followed by a pull, as one message (one round trip). The pull's `min_version` is
 /// ignored: it sees the push. Reply as pull.
 struct kvstore_pushpull {
   kvstore_push push;
   kvstore_pull pull;
+  int priority = 0;  ///< As `kvstore_push::priority` (those of `push` and `pull` are ignored).
 };
 /// Replaces the update rule (an empty function restores the default: assign). Reply: `unit`.
 struct kvstore_set_updater {
@@ -128,8 +149,15 @@ struct kvstore_load {
   std::string path;
 };
 
-/// Spawns a store. \throws std::invalid_argument for a `device` store without a cpu or sim
-/// `merge_device`.
+/// Spawns a store (with `options.shards` > 1: the shards and the router in front of them; the
+/// returned handle takes the same messages either way, and stopping it stops the shards).
+///
+/// Init, `set_updater`, `set_optimizer`, `save` and `load` are barriers: nothing queued after
+/// them overtakes them, whatever its priority. On a sharded store a key split in chunks reaches
+/// a user updater once per chunk (a 1-D slice of the value, with the caller's key), on several
+/// shards at once: the updater must be thread-safe. `save` and `load` need `shards` = 1.
+/// \throws std::invalid_argument for a `device` store without a cpu or sim `merge_device`,
+///   `shards` or `max_in_flight` of 0, or `shard_devices` that are not all cpu or all sim.
 actor_ref spawn_kvstore(actor_system& system, kvstore_options options = {});
 
 /// A handle on a store for code outside actors: each call sends one message and returns a future
@@ -175,6 +203,12 @@ public:
 
   tensors pushpull(kvstore_key key, std::vector<tensor> values, std::vector<tensor> outs);
   tensors pushpull(std::vector<kvstore_key> keys, std::vector<tensor> values, std::vector<tensor> outs);
+
+  /// Any request message (`kvstore_push{..., .priority = 2}`, `kvstore_pull`, ...), in call order
+  /// with the other calls of this client: the way to give a client's request a priority.
+  done send(kvstore_push msg) { return call<unit_t>(std::move(msg)); }
+  tensors send(kvstore_pull msg) { return call<std::vector<tensor>>(std::move(msg)); }
+  tensors send(kvstore_pushpull msg) { return call<std::vector<tensor>>(std::move(msg)); }
 
   done set_updater(kvstore_updater updater);
   done set_optimizer(kernels::sgd_options options);

@@ -8,7 +8,7 @@
 /// Example:
 /// \code
 ///   auto text = strata::lm::read_text_file("corpus.txt");          // throws on bad input
-///   auto split = strata::lm::split_text(*text, 0.05);
+///   auto split = strata::lm::split_text(text, 0.05);
 ///   auto vocab = strata::lm::vocabulary::build(strata::lm::token_kind::chars, split.train);
 ///   strata::lm::token_batches batches(*vocab.encode(split.train), 20, 35);
 ///   std::vector<std::int32_t> x, y;

@@ -1,0 +1,297 @@
+// Contract tests of the kvstore's priority (the store's ready queue) and of sharded stores
+// (keys spread over several store actors, large keys split into chunks): results equal those of
+// one store, bit for bit.
+
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <future>
+#include <mutex>
+#include <random>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "strata/actors/kvstore.hpp"
+#include "strata/device/device_manager.hpp"
+#include "strata/strata.hpp"
+
+using namespace std::chrono_literals;
+
+namespace {
+
+constexpr auto patience = std::chrono::seconds(30);
+
+template <class T>
+T await(std::future<T>&& f) {
+  if (f.wait_for(patience) != std::future_status::ready) BOOST_FAIL("timed out waiting for the store");
+  return f.get();
+}
+
+struct fixture {
+  strata::actor_system sys{strata::system_config{.worker_threads = 2}};
+  strata::device_manager manager{strata::device_options{.cpu_threads_per_device = 1}};
+  std::vector<strata::device> devs = manager.create("cpu:3");
+  std::vector<strata::stream> streams = {devs[0].create_stream(), devs[1].create_stream(), devs[2].create_stream()};
+  std::mt19937 rng{20240607};
+
+  std::vector<float> random(std::size_t n) {
+    std::uniform_real_distribution<float> d(-1.f, 1.f);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+  }
+  strata::tensor make(const std::vector<float>& v, std::vector<std::int64_t> shape, int dev = 0) {
+    return strata::tensor::from_host<float>(std::span<const float>(v), std::move(shape), devs[static_cast<std::size_t>(dev)],
+                                            streams[static_cast<std::size_t>(dev)]);
+  }
+  strata::tensor zeros(std::vector<std::int64_t> shape, int dev = 0) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return make(std::vector<float>(static_cast<std::size_t>(n), 0.f), std::move(shape), dev);
+  }
+  std::vector<float> read(const strata::tensor& t) {
+    return t.to_host<float>(streams[static_cast<std::size_t>(t.get_device().index())]);
+  }
+};
+
+}  // namespace
+
+// ---- priority ----------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_SUITE(kvstore_priority)
+
+namespace {
+/// A store whose updater holds key 0's update until `open()` and logs the keys it updates.
+struct gated_fixture : fixture {
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  std::promise<void> entered;  // key 0's update started: the store is busy
+  std::mutex mutex;
+  std::vector<std::int64_t> order;
+  strata::actor_ref store = strata::spawn_kvstore(sys);
+
+  gated_fixture() {
+    strata::kvstore_client kv(sys, store);
+    std::vector<strata::kvstore_key> keys;
+    std::vector<strata::tensor> values;
+    for (int k = 0; k < 5; ++k) {
+      keys.emplace_back(k);
+      values.push_back(zeros({4}));
+    }
+    BOOST_REQUIRE(await(kv.init(keys, values)).has_value());
+    BOOST_REQUIRE(await(kv.set_updater([this](const strata::kvstore_key& key, const strata::tensor& merged,
+                                              strata::tensor& stored) {
+                    const auto k = std::get<std::int64_t>(key.value());
+                    if (k == 0) {  // a slow update keeps the store busy
+                      entered.set_value();
+                      opened.wait();
+                    }
+                    {
+                      std::lock_guard lock(mutex);
+                      order.push_back(k);
+                    }
+                    std::copy_n(merged.data<float>(), stored.numel(), stored.data<float>());
+                  })).has_value());
+  }
+  /// Pushes key 0 and returns once its update holds the store.
+  std::future<strata::expected<strata::unit_t>> hold(strata::kvstore_client& kv) {
+    auto f = kv.push(0, zeros({4}));
+    BOOST_REQUIRE(entered.get_future().wait_for(patience) == std::future_status::ready);
+    return f;
+  }
+  /// Lets the requests sent so far reach the store's ready queue, then releases the update.
+  void open() {
+    std::this_thread::sleep_for(200ms);
+    gate.set_value();
+  }
+};
+}  // namespace
+
+BOOST_FIXTURE_TEST_CASE(queued_requests_are_served_highest_priority_first, gated_fixture) {
+  strata::kvstore_client kv(sys, store);
+  auto busy = hold(kv);
+  auto low = kv.send(strata::kvstore_push{{1}, {make(random(4), {4})}, 0});
+  auto high = kv.send(strata::kvstore_push{{3}, {make(random(4), {4})}, 5});
+  auto middle = kv.send(strata::kvstore_push{{4}, {make(random(4), {4})}, 3});
+  open();
+  for (auto* f : {&busy, &low, &high, &middle}) BOOST_TEST(await(std::move(*f)).has_value());
+  BOOST_TEST(order == (std::vector<std::int64_t>{0, 3, 4, 1}), boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(equal_priorities_are_served_in_arrival_order, gated_fixture) {
+  strata::kvstore_client kv(sys, store);
+  std::vector<std::future<strata::expected<strata::unit_t>>> pushes;
+  pushes.push_back(hold(kv));
+  for (int k : {3, 1, 4, 2}) pushes.push_back(kv.send(strata::kvstore_push{{k}, {make(random(4), {4})}, 2}));
+  open();
+  for (auto& f : pushes) BOOST_TEST(await(std::move(f)).has_value());
+  BOOST_TEST(order == (std::vector<std::int64_t>{0, 3, 1, 4, 2}), boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(a_high_priority_pull_still_sees_the_earlier_push_of_its_sender, gated_fixture) {
+  // The pull may not overtake the push of the same sender on its key: the push is served first,
+  // at the pull's priority, ahead of the other queued requests.
+  strata::kvstore_client kv(sys, store);
+  auto busy = hold(kv);
+  auto other = kv.send(strata::kvstore_push{{1}, {make(random(4), {4})}, 3});
+  auto value = random(4);
+  auto push = kv.send(strata::kvstore_push{{2}, {make(value, {4})}, 0});
+  auto pull = kv.send(strata::kvstore_pull{{2}, {zeros({4}, 1)}, 0, 9});
+  // Another sender's higher-priority pull of the same key may overtake the push (no order between senders).
+  strata::kvstore_client second(sys, store);
+  auto early = second.send(strata::kvstore_pull{{2}, {zeros({4}, 2)}, 0, 10});
+  open();
+  BOOST_TEST(await(std::move(busy)).has_value());
+  BOOST_TEST(await(std::move(other)).has_value());
+  BOOST_TEST(await(std::move(push)).has_value());
+  BOOST_TEST(read(await(std::move(pull)).value().at(0)) == value, boost::test_tools::per_element());
+  BOOST_TEST(read(await(std::move(early)).value().at(0)) == std::vector<float>(4, 0.f), boost::test_tools::per_element());
+  BOOST_TEST(order == (std::vector<std::int64_t>{0, 2, 1}), boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(a_set_updater_is_not_overtaken_by_later_high_priority_pushes, gated_fixture) {
+  strata::kvstore_client kv(sys, store);
+  auto busy = hold(kv);
+  auto assign = kv.set_updater({});  // back to assign: the push below must not be logged
+  auto push = kv.send(strata::kvstore_push{{1}, {make(random(4), {4})}, 7});
+  open();
+  for (auto* f : {&busy, &assign, &push}) BOOST_TEST(await(std::move(*f)).has_value());
+  BOOST_TEST(order == (std::vector<std::int64_t>{0}), boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- sharding ----------------------------------------------------------------------------------
+
+BOOST_AUTO_TEST_SUITE(kvstore_sharding)
+
+namespace {
+/// One script of calls, run on a plain store and on a sharded one; returns every pulled array.
+std::vector<std::vector<float>> run_script(fixture& f, strata::kvstore_client& kv, std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  auto random = [&](std::size_t n) {
+    std::uniform_real_distribution<float> d(-1.f, 1.f);
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+  };
+  const std::vector<std::string> names = {"small", "big", "odd", "mid"};
+  const std::vector<std::vector<std::int64_t>> shapes = {{3, 5}, {25, 40}, {7}, {300}};  // big: 4000 B, mid: 1200 B
+  std::vector<std::vector<float>> pulled;
+  auto keep = [&](const std::vector<strata::tensor>& outs) {
+    for (const auto& t : outs) pulled.push_back(f.read(t));
+  };
+  auto numel = [](const std::vector<std::int64_t>& s) {
+    std::size_t n = 1;
+    for (auto d : s) n *= static_cast<std::size_t>(d);
+    return n;
+  };
+  std::vector<strata::kvstore_key> keys(names.begin(), names.end());
+  std::vector<strata::tensor> values;
+  for (const auto& s : shapes) values.push_back(f.make(random(numel(s)), s));
+  BOOST_REQUIRE(await(kv.init(keys, values)).has_value());
+  for (int round = 0; round < 3; ++round) {
+    if (round == 1) {
+      BOOST_REQUIRE(await(kv.set_optimizer(strata::kernels::sgd_options{.lr = 0.1, .momentum = 0.9, .weight_decay = 0.01}))
+                        .has_value());
+    }
+    // Three devices push every key (summed), then pulls into outputs on several devices.
+    std::vector<strata::kvstore_key> push_keys;
+    std::vector<strata::tensor> push_values;
+    for (int dev = 0; dev < 3; ++dev)
+      for (std::size_t k = 0; k < names.size(); ++k) {
+        push_keys.emplace_back(names[k]);
+        push_values.push_back(f.make(random(numel(shapes[k])), shapes[k], dev));
+      }
+    BOOST_REQUIRE(await(kv.push(push_keys, push_values)).has_value());
+    keep(await(kv.pull({"big", "small", "big", "odd", "mid"},
+                       {f.zeros(shapes[1], 1), f.zeros(shapes[0], 2), f.zeros(shapes[1], 0), f.zeros(shapes[2], 1),
+                        f.zeros(shapes[3], 2)}))
+             .value());
+    // One value of one key, read in place by the update.
+    keep(await(kv.pushpull("big", {f.make(random(1000), shapes[1], 2)}, {f.zeros(shapes[1], 1)})).value());
+  }
+  for (std::size_t k = 0; k < names.size(); ++k) BOOST_TEST(await(kv.version(names[k])).value() == (k == 1 ? 6u : 3u));
+  return pulled;
+}
+}  // namespace
+
+BOOST_FIXTURE_TEST_CASE(sharded_stores_give_the_results_of_one_store_bit_for_bit, fixture) {
+  strata::kvstore_client reference(sys, strata::spawn_kvstore(sys));
+  const auto expected = run_script(*this, reference, 7);
+  for (std::size_t shards : {1u, 2u, 4u}) {
+    BOOST_TEST_CONTEXT("shards = " << shards) {
+      // 1024-byte chunks: "big" becomes 4 chunks and "mid" 2, spread over the shards.
+      strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.name = "sharded", .shards = shards, .chunk_bytes = 1024}));
+      const auto got = run_script(*this, kv, 7);
+      BOOST_REQUIRE(got.size() == expected.size());
+      for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == expected[i], boost::test_tools::per_element());
+    }
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(shards_on_given_devices_split_a_key_into_chunks_and_reassemble_it, fixture) {
+  strata::kvstore_client reference(sys, strata::spawn_kvstore(sys));
+  const auto expected = run_script(*this, reference, 11);
+  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.shards = 3, .chunk_bytes = 256, .shard_devices = devs}));
+  const auto got = run_script(*this, kv, 11);
+  BOOST_REQUIRE(got.size() == expected.size());
+  for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == expected[i], boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(a_sharded_store_refuses_bad_requests_with_the_same_sentence_and_stays_unchanged, fixture) {
+  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.shards = 2, .chunk_bytes = 16}));
+  auto w = random(6);
+  BOOST_REQUIRE(await(kv.init("3", make(w, {2, 3}))).has_value());
+  auto unknown = await(kv.push({"3", "8"}, {make(random(6), {2, 3}), make(random(6), {2, 3})}));
+  BOOST_REQUIRE(!unknown.has_value());
+  BOOST_TEST(unknown.error().message() == "kvstore push: key \"8\" is not initialised; call init first.");
+  auto shape = await(kv.push("3", {make(random(6), {2, 3}), make(random(6), {3, 2})}));
+  BOOST_REQUIRE(!shape.has_value());
+  BOOST_TEST(shape.error().message() ==
+             "kvstore push: the value for key \"3\" has shape [3, 2], expected [2, 3] (the stored shape).");
+  auto again = await(kv.init({"4", "3"}, {make(random(6), {2, 3}), make(random(6), {2, 3})}));
+  BOOST_REQUIRE(!again.has_value());
+  BOOST_TEST(again.error().message() == "kvstore init: key \"3\" already exists.");
+  auto kind = await(kv.pull(5, zeros({2, 3})));
+  BOOST_REQUIRE(!kind.has_value());
+  BOOST_TEST(kind.error().message() ==
+             "kvstore pull: key 5 is an integer but this store holds string keys; one store cannot mix key kinds.");
+  BOOST_TEST(!await(kv.save("/tmp/never-written.ckpt")).has_value());
+  BOOST_TEST(read(await(kv.pull("3", zeros({2, 3}, 1))).value().at(0)) == w, boost::test_tools::per_element());
+  BOOST_TEST(await(kv.version("3")).value() == 0u);
+  BOOST_TEST(!await(kv.pull("4", zeros({2, 3}))).has_value());  // the failed init stored nothing
+}
+
+BOOST_FIXTURE_TEST_CASE(a_throwing_updater_on_a_sharded_store_names_the_callers_key, fixture) {
+  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.shards = 2, .chunk_bytes = 8}));
+  BOOST_REQUIRE(await(kv.init("w", make(random(6), {6}))).has_value());
+  BOOST_REQUIRE(await(kv.set_updater([](const strata::kvstore_key&, const strata::tensor&, strata::tensor&) {
+                  throw std::runtime_error("boom");
+                })).has_value());
+  auto r = await(kv.push("w", make(random(6), {6})));
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message() == "kvstore push: the update of key \"w\" failed: boom");
+}
+
+BOOST_FIXTURE_TEST_CASE(a_synchronous_sharded_store_answers_a_versioned_pull_when_all_chunks_have_it, fixture) {
+  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.contributions_per_version = 2, .shards = 2, .chunk_bytes = 16}));
+  BOOST_REQUIRE(await(kv.init(0, zeros({10}))).has_value());
+  auto later = kv.pull(0, zeros({10}, 2), 1);
+  auto g0 = random(10), g1 = random(10);
+  BOOST_REQUIRE(await(kv.push(0, make(g0, {10}, 0))).has_value());
+  BOOST_TEST((later.wait_for(50ms) == std::future_status::timeout));
+  BOOST_REQUIRE(await(kv.push(0, make(g1, {10}, 1))).has_value());
+  std::vector<float> sum(10);
+  for (std::size_t i = 0; i < 10; ++i) sum[i] = g0[i] + g1[i];
+  BOOST_TEST(read(await(std::move(later)).value().at(0)) == sum, boost::test_tools::per_element());
+}
+
+BOOST_AUTO_TEST_CASE(bad_shard_options_are_refused) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 1});
+  BOOST_CHECK_THROW(strata::spawn_kvstore(sys, {.shards = 0}), std::invalid_argument);
+  BOOST_CHECK_THROW(strata::spawn_kvstore(sys, {.max_in_flight = 0}), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

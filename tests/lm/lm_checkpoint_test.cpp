@@ -1,0 +1,177 @@
+// Checkpoints: safetensors bytes, the directory format, and rejection of bad checkpoints.
+
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <random>
+#include <sstream>
+#include <string>
+
+#include <nlohmann/json.hpp>
+
+#include "strata/actors/lm_checkpoint.hpp"
+
+namespace {
+
+using namespace strata::lm;
+namespace fs = std::filesystem;
+
+lm_config small_config() {
+  lm_config c;
+  c.vocab = 6;
+  c.embed = 3;
+  c.layers = 2;
+  c.hidden = 4;
+  c.batch = 2;
+  c.seq = 5;
+  c.seed = 3;
+  return c;
+}
+
+checkpoint small_checkpoint() {
+  checkpoint ck;
+  ck.config = small_config();
+  ck.tokens = token_kind::chars;
+  ck.vocab = vocabulary::build(token_kind::chars, "abcde");
+  for (const auto& name : parameter_names(ck.config)) ck.parameters.push_back({name, initial_parameter(ck.config, name)});
+  ck.step = 17;
+  ck.epoch = 2;
+  ck.windows_per_epoch = 8;
+  ck.corpus = "test";
+  return ck;
+}
+
+fs::path fresh_dir(const std::string& name) {
+  auto d = fs::temp_directory_path() / ("strata_lm_ck_" + std::to_string(::getpid()) + "_" + name);
+  fs::remove_all(d);
+  return d;
+}
+
+std::string slurp(const fs::path& p) {
+  std::ifstream in(p, std::ios::binary);
+  std::ostringstream ss;
+  ss << in.rdbuf();
+  return ss.str();
+}
+
+void spit(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(lm_checkpoint)
+
+BOOST_AUTO_TEST_CASE(safetensors_bytes_round_trip_and_the_header_parses_independently) {
+  std::mt19937 rng(7);
+  std::normal_distribution<float> n(0.f, 1.f);
+  std::vector<safetensor> ts = {{"a.weight", {3, 2}, {}}, {"b", {5}, {}}, {"c.bias", {1, 1, 4}, {}}};
+  for (auto& t : ts) {
+    std::size_t k = 1;
+    for (auto d : t.shape) k *= d;
+    for (std::size_t i = 0; i < k; ++i) t.values.push_back(n(rng));
+  }
+  const std::string bytes = encode_safetensors(ts, {{"format", "pt"}});
+  // The header, read by hand: 8-byte little-endian length, then JSON, then the data.
+  std::uint64_t len = 0;
+  for (int i = 7; i >= 0; --i) len = (len << 8) | static_cast<unsigned char>(bytes[static_cast<std::size_t>(i)]);
+  BOOST_TEST(len % 8 == 0u);
+  auto header = nlohmann::json::parse(bytes.substr(8, len));
+  BOOST_TEST(header.at("__metadata__").at("format") == "pt");
+  std::size_t offset = 0;
+  for (const auto& t : ts) {
+    const auto& e = header.at(t.name);
+    BOOST_TEST(e.at("dtype") == "F32");
+    BOOST_TEST((e.at("shape").get<std::vector<std::size_t>>() == t.shape));
+    auto off = e.at("data_offsets").get<std::vector<std::size_t>>();
+    BOOST_TEST(off[0] == offset);
+    BOOST_TEST(off[1] == offset + 4 * t.values.size());
+    BOOST_TEST(std::memcmp(bytes.data() + 8 + len + off[0], t.values.data(), off[1] - off[0]) == 0);
+    offset = off[1];
+  }
+  BOOST_TEST(bytes.size() == 8 + len + offset);
+  auto back = decode_safetensors(bytes);
+  BOOST_REQUIRE(back.has_value());
+  BOOST_REQUIRE(back->size() == ts.size());
+  for (std::size_t i = 0; i < ts.size(); ++i) {
+    BOOST_TEST((*back)[i].name == ts[i].name);
+    BOOST_TEST(((*back)[i].values == ts[i].values));
+  }
+  BOOST_TEST(encode_safetensors(*back, {{"format", "pt"}}) == bytes);  // bytes equal
+}
+
+BOOST_AUTO_TEST_CASE(a_saved_checkpoint_loads_back_unchanged_and_leaves_no_temporary_files) {
+  auto dir = fresh_dir("roundtrip");
+  auto ck = small_checkpoint();
+  BOOST_REQUIRE(!save_checkpoint(dir.string(), ck));
+  BOOST_REQUIRE(!save_checkpoint(dir.string(), ck));  // overwriting works too
+  for (auto& e : fs::directory_iterator(dir)) BOOST_TEST(e.path().filename().string().rfind(".tmp-", 0) != 0u);
+  auto back = load_checkpoint(dir.string());
+  BOOST_REQUIRE_MESSAGE(back.has_value(), (back ? std::string() : back.error().message()));
+  BOOST_TEST(back->step == 17u);
+  BOOST_TEST(back->epoch == 2u);
+  BOOST_TEST(back->windows_per_epoch == 8u);
+  BOOST_TEST((back->vocab == ck.vocab));
+  BOOST_TEST(!check_compatible(*back, ck.config, token_kind::chars));
+  BOOST_REQUIRE(back->parameters.size() == ck.parameters.size());
+  for (std::size_t i = 0; i < ck.parameters.size(); ++i) {
+    BOOST_TEST(back->parameters[i].name == ck.parameters[i].name);
+    BOOST_TEST((back->parameters[i].values == ck.parameters[i].values));
+  }
+  auto cfg = nlohmann::json::parse(slurp(dir / "config.json"));
+  for (const char* key : {"layers", "hidden", "embed", "tokens", "vocab", "seq", "batch", "step", "epoch", "seed"})
+    BOOST_TEST_CONTEXT(key) { BOOST_TEST(cfg.contains(key)); }
+  fs::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(a_truncated_or_corrupt_checkpoint_is_rejected_with_one_sentence) {
+  auto dir = fresh_dir("corrupt");
+  auto ck = small_checkpoint();
+  BOOST_REQUIRE(!save_checkpoint(dir.string(), ck));
+  const std::string model = slurp(dir / "model.safetensors"), config = slurp(dir / "config.json");
+  auto expect_error = [&](const std::string& what, const std::string& fragment) {
+    auto r = load_checkpoint(dir.string());
+    BOOST_TEST_CONTEXT(what) {
+      BOOST_REQUIRE(!r.has_value());
+      BOOST_TEST(r.error().message().find(fragment) != std::string::npos, r.error().message());
+      BOOST_TEST(r.error().message().find('\n') == std::string::npos);
+    }
+  };
+  spit(dir / "model.safetensors", model.substr(0, model.size() / 2));
+  expect_error("truncated model", "model.safetensors does not match");
+  std::string flipped = model;
+  flipped[flipped.size() - 3] ^= 0x40;
+  spit(dir / "model.safetensors", flipped);
+  expect_error("flipped data bit", "corrupt");
+  spit(dir / "model.safetensors", model);
+  spit(dir / "config.json", config.substr(0, config.size() / 2));
+  expect_error("truncated config", "not valid JSON");
+  spit(dir / "config.json", config);
+  fs::remove(dir / "vocab.json");
+  expect_error("missing vocab", "vocab.json");
+  fs::remove_all(dir);
+  expect_error("no directory", "no config.json");
+  // The safetensors decoder on its own refuses damaged bytes.
+  BOOST_TEST(!decode_safetensors(model.substr(0, 5)).has_value());
+  BOOST_TEST(!decode_safetensors(model.substr(0, model.size() - 4)).has_value());
+  std::string bad_header = model;
+  bad_header[9] = '#';
+  BOOST_TEST(!decode_safetensors(bad_header).has_value());
+}
+
+BOOST_AUTO_TEST_CASE(a_checkpoint_from_another_configuration_cannot_continue_a_run) {
+  auto ck = small_checkpoint();
+  auto other = ck.config;
+  other.hidden = 8;
+  auto e = check_compatible(ck, other, token_kind::chars);
+  BOOST_REQUIRE(e);
+  BOOST_TEST(e.message() == "the checkpoint was written for another configuration (hidden 4, this run 8)");
+  BOOST_TEST(check_compatible(ck, ck.config, token_kind::words).message().find("tokens char") != std::string::npos);
+  other = ck.config;
+  other.seq = 7;
+  BOOST_TEST(check_compatible(ck, other, token_kind::chars).message().find("seq 5") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_SUITE_END()

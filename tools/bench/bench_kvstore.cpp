@@ -1,0 +1,261 @@
+// strata-bench-kvstore: the KVStore's merge throughput against this machine's memory bandwidth
+// (measured in the same run by a plain loop that reads four arrays and writes one), push+pull
+// round-trip latency for many small keys, and the speedup of sharding a large key.
+//
+//   strata-bench-kvstore [--mib 64] [--pushers 4] [--keys 1000] [--key-bytes 1024] [--reps 7]
+//                        [--latency-rounds 200] [--shards 1,2,4] [--threads 2] [--json]
+//
+// Merge GB/s counts the bytes the merge reads and writes: pushers x size read + size written
+// (sum of the pushed arrays assigned to the stored value). The anchor counts the same for its loop
+// (exactly the same traffic for 4 pushers; other counts run one pass per input and so understate it).
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <future>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "strata/actors/kvstore.hpp"
+#include "strata/device/device_manager.hpp"
+#include "strata/strata.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+double median(std::vector<double> v) {
+  std::sort(v.begin(), v.end());
+  return v[v.size() / 2];
+}
+double percentile(std::vector<double> v, double p) {
+  std::sort(v.begin(), v.end());
+  auto i = static_cast<std::size_t>(p * static_cast<double>(v.size() - 1) + 0.5);
+  return v[std::min(i, v.size() - 1)];
+}
+
+template <class T>
+T get(std::future<strata::expected<T>> f, const char* what) {
+  auto r = f.get();
+  if (!r) throw std::runtime_error(std::string(what) + ": " + r.error().message());
+  return std::move(*r);
+}
+
+/// GB/s of out[i] = a[i] + b[i] + c[i] + d[i] (generalised to `inputs` arrays) on `threads`
+/// threads, each on its own contiguous part; median of `reps`.
+double anchor_bandwidth(std::size_t n, std::size_t inputs, unsigned threads, int reps) {
+  std::vector<std::vector<float>> in(inputs, std::vector<float>(n, 1.0f));
+  std::vector<float> out(n, 0.0f);
+  std::vector<double> rates;
+  for (int r = 0; r < reps + 1; ++r) {
+    auto t0 = clock_type::now();
+    std::vector<std::thread> pool;
+    for (unsigned t = 0; t < threads; ++t)
+      pool.emplace_back([&, t] {
+        const std::size_t lo = n * t / threads, hi = n * (t + 1) / threads;
+        float* __restrict o = out.data();
+        if (inputs == 4) {  // the loop the issue names: read four arrays, write one
+          const float* __restrict a = in[0].data();
+          const float* __restrict b = in[1].data();
+          const float* __restrict c = in[2].data();
+          const float* __restrict d = in[3].data();
+          for (std::size_t i = lo; i < hi; ++i) o[i] = a[i] + b[i] + c[i] + d[i];
+          return;
+        }
+        for (std::size_t i = lo; i < hi; ++i) o[i] = in[0][i];  // other counts: one pass per input
+        for (std::size_t j = 1; j < inputs; ++j) {
+          const float* __restrict x = in[j].data();
+          for (std::size_t i = lo; i < hi; ++i) o[i] += x[i];
+        }
+      });
+    for (auto& th : pool) th.join();
+    const double s = seconds_since(t0);
+    if (r > 0) rates.push_back(static_cast<double>((inputs + 1) * n * sizeof(float)) / s / 1e9);  // first: warm-up
+  }
+  return median(rates);
+}
+
+/// GB/s of pushes of `pushers` arrays of n floats into one key, merged on `devices` by a store with
+/// `shards` shards (1 and one device: a plain device store); median of `reps`.
+double merge_bandwidth(strata::actor_system& sys, std::vector<strata::device> devices, std::size_t shards,
+                       std::size_t n, std::size_t pushers, int reps) {
+  strata::kvstore_options opts;
+  if (shards == 1 && devices.size() == 1) {
+    opts.kind = strata::kvstore_kind::device;
+    opts.merge_device = devices[0];
+  } else {
+    opts.shards = shards;
+    opts.shard_devices = devices;
+  }
+  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, opts));
+  auto& dev = devices[0];
+  auto s = dev.create_stream();
+  std::vector<float> host(n, 0.5f);
+  get(kv.init("w", strata::tensor::from_host<float>(std::span<const float>(host), dev, s)), "init");
+  std::vector<strata::stream> streams;
+  for (auto& d : devices) streams.push_back(d.create_stream());
+  std::vector<strata::tensor> values;
+  for (std::size_t p = 0; p < pushers; ++p) {
+    auto& d = devices[p % devices.size()];
+    values.push_back(strata::tensor::from_host<float>(std::span<const float>(host), d, streams[p % devices.size()]));
+  }
+  for (auto& st : streams) st.synchronize();
+  std::vector<double> rates;
+  for (int r = 0; r < reps + 1; ++r) {
+    auto t0 = clock_type::now();
+    get(kv.push("w", values), "push");
+    const double sec = seconds_since(t0);
+    if (r > 0) rates.push_back(static_cast<double>((pushers + 1) * n * sizeof(float)) / sec / 1e9);
+  }
+  return median(rates);
+}
+
+struct latency {
+  double median_us = 0, p99_us = 0;
+};
+/// Round trips of a push of every key followed at once by a pull of every key (a local store).
+latency round_trips(strata::actor_system& sys, std::size_t keys, std::size_t key_bytes, int rounds) {
+  auto devices = strata::make_devices("cpu:1");
+  auto& dev = devices[0];
+  auto s = dev.create_stream();
+  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  const std::size_t n = std::max<std::size_t>(1, key_bytes / sizeof(float));
+  std::vector<float> host(n, 0.25f);
+  std::vector<strata::kvstore_key> names;
+  std::vector<strata::tensor> values, outs;
+  for (std::size_t k = 0; k < keys; ++k) {
+    names.emplace_back(static_cast<std::int64_t>(k));
+    values.push_back(strata::tensor::from_host<float>(std::span<const float>(host), dev, s));
+    outs.push_back(strata::tensor::from_host<float>(std::span<const float>(host), dev, s));
+  }
+  s.synchronize();
+  get(kv.init(names, values), "init");
+  std::vector<double> us;
+  for (int r = 0; r < rounds + 5; ++r) {
+    auto t0 = clock_type::now();
+    auto pushed = kv.push(names, values);
+    auto pulled = kv.pull(names, outs);
+    get(std::move(pushed), "push");
+    get(std::move(pulled), "pull");
+    if (r >= 5) us.push_back(seconds_since(t0) * 1e6);  // the first rounds warm up
+  }
+  return {median(us), percentile(us, 0.99)};
+}
+
+std::vector<std::size_t> parse_list(const std::string& text) {
+  std::vector<std::size_t> out;
+  std::size_t pos = 0;
+  while (pos <= text.size()) {
+    auto comma = text.find(',', pos);
+    auto item = text.substr(pos, comma == std::string::npos ? std::string::npos : comma - pos);
+    std::size_t used = 0;
+    unsigned long v = 0;
+    try {
+      v = std::stoul(item, &used);
+    } catch (const std::exception&) {
+      used = 0;
+    }
+    if (used != item.size() || v == 0 || v > 64)
+      throw std::invalid_argument("--shards \"" + text + "\": expected a comma-separated list of counts from 1 to 64.");
+    out.push_back(v);
+    if (comma == std::string::npos) break;
+    pos = comma + 1;
+  }
+  return out;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  CLI::App app("strata-bench-kvstore: KVStore merge throughput, round-trip latency and sharding speedup");
+  double mib = 64;
+  std::size_t pushers = 4, keys = 1000, key_bytes = 1024;
+  int reps = 7, latency_rounds = 200;
+  unsigned threads = std::max(1u, std::thread::hardware_concurrency());
+  std::string shards_text = "1,2,4";
+  bool json = false;
+  app.add_option("--mib", mib, "MiB per pushed array (float32)")->check(CLI::Range(0.001, 4096.0));
+  app.add_option("--pushers", pushers, "arrays pushed into the key per push")->check(CLI::Range(1, 64));
+  app.add_option("--keys", keys, "keys per round trip (latency)")->check(CLI::Range(1, 1000000));
+  app.add_option("--key-bytes", key_bytes, "bytes per key (latency)")->check(CLI::Range(4, 1 << 30));
+  app.add_option("--reps", reps, "timed merges per figure (median)")->check(CLI::Range(1, 1000));
+  app.add_option("--latency-rounds", latency_rounds, "timed round trips")->check(CLI::Range(1, 1000000));
+  app.add_option("--threads", threads, "threads of the bandwidth loop and of the merge device")->check(CLI::Range(1, 1024));
+  app.add_option("--shards", shards_text, "shard counts to compare, e.g. 1,2,4");
+  app.add_flag("--json", json, "one JSON line instead of the table");
+  CLI11_PARSE(app, argc, argv);
+  std::vector<std::size_t> shard_counts;
+  try {
+    shard_counts = parse_list(shards_text);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-bench-kvstore: %s\n", e.what());
+    return 2;
+  }
+
+  const auto n = std::max<std::size_t>(1, static_cast<std::size_t>(mib * 1024 * 1024 / sizeof(float)));
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  try {
+    // (a) one store on one device with `threads` threads against the plain loop.
+    const double anchor = anchor_bandwidth(n, pushers, threads, reps);
+    auto merge_devs = strata::make_devices("cpu:1", strata::device_options{.cpu_threads_per_device = static_cast<int>(threads)});
+    const double merge = merge_bandwidth(sys, merge_devs, 1, n, pushers, reps);
+    // (b) round trips of many small keys.
+    const latency lat = round_trips(sys, keys, key_bytes, latency_rounds);
+    // (c) sharded: shard i on device i of make_devices("cpu:N") (the machine's threads shared out).
+    std::vector<std::pair<std::size_t, double>> sharded;
+    for (auto count : shard_counts) {
+      auto devs = strata::make_devices("cpu:" + std::to_string(count));
+      sharded.emplace_back(count, merge_bandwidth(sys, devs, count, n, pushers, reps));
+    }
+    const double base = sharded.empty() ? 0.0 : sharded.front().second;
+
+    if (json) {
+      nlohmann::json j;
+      j["mib"] = mib;
+      j["pushers"] = pushers;
+      j["threads"] = threads;
+      j["anchor_gbps"] = anchor;
+      j["merge_gbps"] = merge;
+      j["merge_over_anchor"] = merge / anchor;
+      j["roundtrip_keys"] = keys;
+      j["roundtrip_key_bytes"] = key_bytes;
+      j["roundtrip_median_us"] = lat.median_us;
+      j["roundtrip_p99_us"] = lat.p99_us;
+      j["roundtrip_per_key_us"] = lat.median_us / static_cast<double>(keys);
+      nlohmann::json s = nlohmann::json::array();
+      for (auto [count, gbps] : sharded)
+        s.push_back({{"shards", count}, {"merge_gbps", gbps}, {"speedup", base > 0 ? gbps / base : 0.0}});
+      j["sharded"] = s;
+      std::printf("%s\n", j.dump().c_str());
+      return 0;
+    }
+    std::printf("strata-bench-kvstore: %zu pushers x %.3g MiB float32 into one key, %u threads\n\n", pushers, mib,
+                threads);
+    std::printf("%-44s %12s %14s %8s\n", "figure", "strata", "anchor", "ratio");
+    std::printf("%-44s %9.1f GB/s %9.1f GB/s %8.2f\n", "merge (sum + assign) vs read-4-write-1 loop", merge, anchor,
+                merge / anchor);
+    std::printf("%-44s %10.1f us %14s %8s\n",
+                ("push+pull round trip, " + std::to_string(keys) + " x " + std::to_string(key_bytes) + " B: median")
+                    .c_str(),
+                lat.median_us, "-", "-");
+    std::printf("%-44s %10.1f us %14s %8s\n", "  p99", lat.p99_us, "-", "-");
+    std::printf("%-44s %10.3f us %14s %8s\n", "  per key (median / keys)", lat.median_us / static_cast<double>(keys),
+                "-", "-");
+    for (auto [count, gbps] : sharded)
+      std::printf("%-44s %9.1f GB/s %9.1f GB/s %8.2f\n",
+                  ("merge, " + std::to_string(count) + " shard(s) on cpu:" + std::to_string(count) + " (ratio: vs 1 shard)")
+                      .c_str(),
+                  gbps, anchor, base > 0 ? gbps / base : 0.0);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-bench-kvstore: %s\n", e.what());
+    return 1;
+  }
+  return 0;
+}

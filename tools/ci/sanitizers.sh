@@ -1,0 +1,71 @@
+#!/usr/bin/env bash
+# CI: builds strata twice more from the source tree, under AddressSanitizer+UBSan (build-asan)
+# and ThreadSanitizer (build-tsan), and runs ctest in each. Any sanitizer report fails the run.
+#
+#   tools/ci/sanitizers.sh            both
+#   tools/ci/sanitizers.sh asan       one of them (asan | tsan)
+#
+# Environment:
+#   STRATA_SAN_JOBS     build parallelism (default: nproc)
+#   STRATA_TEST_SCALE   factor for the heavy message-count tests (default here: 0.1, see
+#                       docs/reliability.md); 1 = the release sizes
+#   STRATA_SAN_CTEST_ARGS extra ctest arguments (e.g. "-R runtime")
+#
+# What is not run under sanitizers, and why (docs/reliability.md):
+#   label "load"  the 1M-actor / 100M-message / 10M-drop load tests: release CI only (they
+#                 measure memory and throughput; a sanitizer's shadow memory and 5-15x slowdown
+#                 make both meaningless and the run too long)
+#   public_headers_compile_alone, typed_send_*, installed_package_builds_a_consumer:
+#                 compiler/installer checks that run no strata code (release CI covers them)
+# Benchmarks are not built (-DSTRATA_BUILD_BENCH=OFF): their tests are release CI's.
+set -euo pipefail
+cd "$(dirname "$0")/../.."
+root=$(pwd)
+
+jobs="${STRATA_SAN_JOBS:-$(nproc)}"
+export STRATA_TEST_SCALE="${STRATA_TEST_SCALE:-0.1}"
+werror=OFF
+if [[ "${CI:-}" == "true" ]]; then werror=ON; fi
+
+exclude='^(public_headers_compile_alone|typed_send_of_.*|installed_package_builds_a_consumer)$'
+
+run_one() {
+  local kind=$1 dir flags
+  case "$kind" in
+    asan)
+      dir=build-asan
+      flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
+      export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
+      export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$root/tools/ci/sanitizer-suppressions/ubsan.supp"
+      export LSAN_OPTIONS="suppressions=$root/tools/ci/sanitizer-suppressions/lsan.supp:print_suppressions=0"
+      ;;
+    tsan)
+      dir=build-tsan
+      flags="-fsanitize=thread -fno-omit-frame-pointer"
+      export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$root/tools/ci/sanitizer-suppressions/tsan.supp"
+      ;;
+    *)
+      echo "sanitizers.sh: unknown sanitizer '$kind' (expected asan or tsan)" >&2
+      exit 2
+      ;;
+  esac
+  local t0=$SECONDS
+  # -O1 -g1: fast enough to run the suites, line tables for the reports' stack traces.
+  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+    -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
+    -DCMAKE_CXX_FLAGS="$flags" \
+    -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" -DCMAKE_MODULE_LINKER_FLAGS="$flags" \
+    -DSTRATA_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF -DSTRATA_WERROR=$werror >/dev/null
+  cmake --build "$dir" -j"$jobs"
+  local t1=$SECONDS
+  # shellcheck disable=SC2086
+  ctest --test-dir "$dir" --output-on-failure -LE load -E "$exclude" -j"$jobs" ${STRATA_SAN_CTEST_ARGS:-}
+  local t2=$SECONDS
+  echo "sanitizers.sh: $kind build $((t1 - t0)) s, tests $((t2 - t1)) s"
+}
+
+kinds=("$@")
+if ((${#kinds[@]} == 0)); then kinds=(asan tsan); fi
+for k in "${kinds[@]}"; do
+  run_one "$k"
+done
