@@ -95,7 +95,7 @@ std::uint64_t now_ts(const session& s) noexcept {
 #ifdef STRATA_TRACE_TSC
   if (s.ticks_per_ns > 0) {
     const std::uint64_t t = __rdtsc();
-    return t > s.tsc0 ? static_cast<std::uint64_t>(static_cast<double>(t - s.tsc0) * s.ns_per_tick) : 0;
+    return t > s.tsc0 ? t - s.tsc0 : 0;  // ticks; converted to ns when the file is written
   }
 #endif
   auto since = std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - s.start).count();
@@ -113,7 +113,9 @@ void detail::emit_at_slow(std::chrono::steady_clock::time_point when, event_kind
                           std::uint64_t peer, std::uint64_t msg, std::uint32_t type, std::uint32_t arg) noexcept {
   session& s = the_session();
   auto since = std::chrono::duration_cast<std::chrono::nanoseconds>(when - s.start).count();
-  record_event(s, since > 0 ? static_cast<std::uint64_t>(since) : 0, kind, actor, peer, msg, type, arg);
+  double ts = since > 0 ? static_cast<double>(since) : 0.0;
+  if (s.ticks_per_ns > 0) ts *= s.ticks_per_ns;  // into the recording's time base
+  record_event(s, static_cast<std::uint64_t>(ts), kind, actor, peer, msg, type, arg);
 }
 
 namespace {
@@ -245,6 +247,8 @@ summary stop() {
       events.insert(events.end(), b->chunks[c].get(), b->chunks[c].get() + used);
     }
   }
+  if (s.ticks_per_ns > 0)
+    for (auto& e : events) e.ts_ns = static_cast<std::uint64_t>(static_cast<double>(e.ts_ns) * s.ns_per_tick);
   std::stable_sort(events.begin(), events.end(),
                    [](const record& a, const record& b) { return a.ts_ns < b.ts_ns; });
   out.events = events.size();
