@@ -206,6 +206,150 @@ BOOST_AUTO_TEST_CASE(the_text_summary_has_a_row_per_actor_and_the_pipeline_line)
     BOOST_TEST(text.find(s) != std::string::npos, s);
 }
 
+BOOST_AUTO_TEST_CASE(the_critical_path_is_a_time_ordered_chain_ending_at_the_last_handled_message) {
+  auto m = tt::build_model(the_sample().file);
+  const auto p = tt::compute_critical_path(m);
+  BOOST_REQUIRE(!p.empty());
+  // It ends where the last handler slice ends, with that slice.
+  std::uint64_t last_end = 0, last_actor = 0;
+  for (const auto& [id, a] : m.actors)
+    for (const auto& sl : a.slices)
+      if (sl.end >= last_end) last_end = sl.end, last_actor = id;
+  BOOST_TEST(p.end == last_end);
+  BOOST_TEST(p.segments.back().end == last_end);
+  BOOST_TEST((p.segments.back().kind == tt::path_kind::handler));
+  BOOST_TEST(p.segments.back().actor == last_actor);
+  // Time-ordered, non-overlapping, each of positive length, inside the trace; the breakdown adds up.
+  std::uint64_t prev_end = p.begin, sum = 0;
+  for (const auto& seg : p.segments) {
+    BOOST_TEST(seg.begin < seg.end);
+    BOOST_TEST(seg.begin >= prev_end);
+    prev_end = seg.end;
+    sum += seg.duration();
+  }
+  BOOST_TEST(p.begin >= m.begin);
+  BOOST_TEST(p.end <= m.end);
+  BOOST_TEST(p.total() <= m.span());
+  BOOST_TEST(sum == p.total());
+  BOOST_TEST(p.by_kind[0] + p.by_kind[1] + p.by_kind[2] + p.by_kind[3] == p.total());
+  BOOST_TEST(p.by_kind[static_cast<int>(tt::path_kind::handler)] > 0u);
+  // The pipeline ends the workload: its chain runs through the stages' handlers (forward
+  // 300 us, backward 500 us each), so the path holds at least one stage's forward and backward.
+  std::set<std::string> on_path;
+  for (const auto& seg : p.segments)
+    if (seg.kind == tt::path_kind::handler) on_path.insert(m.actor_name(seg.actor));
+  if (m.actor_name(last_actor) == "trainer") {
+    BOOST_TEST(on_path.count("stage-0") == 1u);
+    BOOST_TEST(p.total() >= 800'000u);
+  }
+
+  // The summary carries the same path.
+  const auto s = tt::summary_json(m);
+  const auto& cp = s["critical_path"];
+  BOOST_REQUIRE(cp.is_object());
+  BOOST_TEST(cp["total_ns"].get<std::uint64_t>() == p.total());
+  BOOST_TEST(cp["handler_ns"].get<std::uint64_t>() + cp["wait_ns"].get<std::uint64_t>() +
+                 cp["device_ns"].get<std::uint64_t>() + cp["other_ns"].get<std::uint64_t>() ==
+             p.total());
+  BOOST_TEST(cp["total_ns"].get<std::uint64_t>() <= s["span_ns"].get<std::uint64_t>());
+  BOOST_TEST(cp["segment_count"].get<std::size_t>() == p.segments.size());
+  BOOST_TEST(cp["segments"].size() + cp["segments_omitted"].get<std::size_t>() == p.segments.size());
+  BOOST_REQUIRE(!cp["top_segments"].empty());
+  BOOST_TEST(cp["top_segments"].size() <= 5u);
+  for (std::size_t i = 1; i < cp["top_segments"].size(); ++i)
+    BOOST_TEST(cp["top_segments"][i - 1]["duration_ns"].get<std::uint64_t>() >=
+               cp["top_segments"][i]["duration_ns"].get<std::uint64_t>());
+  std::ostringstream out;
+  tt::print_summary(s, out);
+  for (const char* t : {"critical path: ", "mailbox wait", "longest segments"})
+    BOOST_TEST(out.str().find(t) != std::string::npos, t);
+}
+
+namespace {
+
+/// A hand-made trace: the bytes of a version-1 file with these strings, types and events.
+std::string make_trace_bytes(const std::vector<std::string>& strings, const std::vector<std::string>& types,
+                             const std::vector<strata::trace::record>& events) {
+  std::string b = "STRATATR";
+  auto put = [&b](auto v) { b.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  put(std::uint32_t{1});
+  put(std::uint32_t{40});
+  put(std::uint64_t{0});
+  put(static_cast<std::uint64_t>(events.size()));
+  put(std::uint64_t{0});
+  put(static_cast<std::uint32_t>(strings.size()));
+  put(static_cast<std::uint32_t>(types.size()));
+  for (const auto* table : {&strings, &types})
+    for (const auto& str : *table) {
+      put(static_cast<std::uint32_t>(str.size()));
+      b += str;
+    }
+  for (const auto& e : events) put(e);
+  return b;
+}
+
+strata::trace::record ev(std::uint64_t ts, strata::trace::event_kind kind, std::uint64_t actor, std::uint64_t peer,
+                         std::uint64_t msg, std::uint16_t type = 0, std::uint32_t arg32 = 0) {
+  return {ts, actor, peer, msg, arg32, type, static_cast<std::uint8_t>(kind), 0};
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_critical_path_goes_through_a_stages_device_work) {
+  using k = strata::trace::event_kind;
+  const std::uint64_t track = tt::stage_device_base + 0;
+  // Stage actor 1 gets `go` from outside and submits device work (250..600) that completes
+  // asynchronously; the completion `done` comes from outside, and its handler sends `next` to 2.
+  const std::vector<std::string> strings{"", "stage-0", "sink", "pipeline.stage", "forward"};
+  const std::vector<std::string> types{"go", "done", "next"};
+  const std::vector<strata::trace::record> events{
+      ev(0, k::spawn, 1, 0, 0, 0, 1),          ev(1, k::tag, 1, 0, 3, 0, 0),
+      ev(2, k::spawn, 2, 0, 0, 0, 2),          ev(100, k::send, 0, 1, 10, 1),
+      ev(100, k::enqueue, 1, 0, 10, 1),        ev(200, k::handler_begin, 1, 0, 10, 1),
+      ev(250, k::device_begin, track, 0, 7, 0, 4), ev(300, k::handler_end, 1, 0, 10, 1),
+      ev(600, k::device_end, track, 0, 7, 0, 4),   ev(650, k::send, 0, 1, 11, 2),
+      ev(650, k::enqueue, 1, 0, 11, 2),        ev(700, k::handler_begin, 1, 0, 11, 2),
+      ev(750, k::send, 1, 2, 12, 3),           ev(750, k::enqueue, 2, 1, 12, 3),
+      ev(800, k::handler_end, 1, 0, 11, 2),    ev(900, k::handler_begin, 2, 1, 12, 3),
+      ev(1000, k::handler_end, 2, 0, 12, 3)};
+  auto r = tt::parse_trace(make_trace_bytes(strings, types, events), "device-path.strace");
+  BOOST_REQUIRE_MESSAGE(r.ok(), r.error);
+  auto m = tt::build_model(r.trace);
+  const auto p = tt::compute_critical_path(m);
+  struct expected {
+    tt::path_kind kind;
+    std::uint64_t begin, end, actor;
+  };
+  const std::vector<expected> want{{tt::path_kind::wait, 100, 200, 1},    {tt::path_kind::handler, 200, 250, 1},
+                                   {tt::path_kind::device, 250, 600, 1},  {tt::path_kind::other, 600, 700, 1},
+                                   {tt::path_kind::handler, 700, 750, 1}, {tt::path_kind::wait, 750, 900, 2},
+                                   {tt::path_kind::handler, 900, 1000, 2}};
+  BOOST_REQUIRE_EQUAL(p.segments.size(), want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) {
+    BOOST_TEST((p.segments[i].kind == want[i].kind), "segment " << i);
+    BOOST_TEST(p.segments[i].begin == want[i].begin, "segment " << i);
+    BOOST_TEST(p.segments[i].end == want[i].end, "segment " << i);
+    BOOST_TEST(p.segments[i].actor == want[i].actor, "segment " << i);
+  }
+  BOOST_TEST(p.total() == 900u);
+  BOOST_TEST(p.by_kind[static_cast<int>(tt::path_kind::device)] == 350u);
+  const auto cp = tt::summary_json(m)["critical_path"];
+  BOOST_TEST(cp["device_ns"].get<std::uint64_t>() == 350u);
+  BOOST_TEST(cp["other_ns"].get<std::uint64_t>() == 100u);
+  BOOST_TEST(cp["top_segments"][0]["kind"].get<std::string>() == "device");
+  BOOST_TEST(cp["top_segments"][0]["type"].get<std::string>() == "forward");
+  BOOST_TEST(cp["top_segments"][0]["device"].get<std::uint64_t>() == track);
+}
+
+BOOST_AUTO_TEST_CASE(a_trace_without_handled_messages_has_no_critical_path) {
+  using k = strata::trace::event_kind;
+  auto r = tt::parse_trace(make_trace_bytes({"", "lonely"}, {}, {ev(5, k::spawn, 1, 0, 0, 0, 1)}), "none.strace");
+  BOOST_REQUIRE_MESSAGE(r.ok(), r.error);
+  auto m = tt::build_model(r.trace);
+  BOOST_TEST(tt::compute_critical_path(m).empty());
+  BOOST_TEST(tt::summary_json(m)["critical_path"].is_null());
+}
+
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(chrome_export)

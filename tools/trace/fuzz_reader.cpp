@@ -18,6 +18,15 @@ extern "C" int LLVMFuzzerTestOneInput(const std::uint8_t* data, std::size_t size
     return 0;
   }
   auto model = tt::build_model(r.trace);
+  // The critical path is time-ordered, never overlaps, stays inside the trace and adds up.
+  const auto path = tt::compute_critical_path(model);
+  std::uint64_t prev = path.begin, sum = 0;
+  for (const auto& seg : path.segments) {
+    if (seg.begin >= seg.end || seg.begin < prev) __builtin_trap();
+    prev = seg.end;
+    sum += seg.duration();
+  }
+  if (!path.empty() && (sum != path.total() || path.end > model.end || path.begin < model.begin)) __builtin_trap();
   auto summary = tt::summary_json(model);
   std::ostringstream text;
   tt::print_summary(summary, text);

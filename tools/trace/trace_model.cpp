@@ -87,7 +87,12 @@ trace_model build_model(const trace_file& file) {
       }
       case event_kind::send: {
         m.send_by_msg[e.msg] = m.sends.size();
-        m.sends.push_back({e.ts_ns, e.actor, e.peer, e.type});
+        send_record snd{e.ts_ns, e.actor, e.peer, e.type};
+        if (e.actor != 0) {
+          auto st = state.find(e.actor);
+          if (st != state.end() && st->second.open_slice) snd.sender_slice = static_cast<std::int64_t>(*st->second.open_slice);
+        }
+        m.sends.push_back(snd);
         if (e.actor != 0) ++actor(e.actor, e.ts_ns).sent;
         break;
       }

@@ -86,6 +86,7 @@ struct send_record {
   std::uint64_t sender = 0;
   std::uint64_t receiver = 0;
   std::uint32_t type = 0;
+  std::int64_t sender_slice = -1;  ///< Index into the sender's slices of the handler it sent from; -1: outside any.
 };
 
 struct tag_record {
@@ -132,6 +133,45 @@ struct trace_model {
   /// "name" of an actor id ("external" for 0).
   std::string actor_name(std::uint64_t id) const;
 };
+
+/// What a piece of the critical path is (docs/trace-tools.md, "critical path").
+enum class path_kind : std::uint8_t { handler, wait, device, other };
+inline constexpr std::size_t path_kinds = 4;
+/// "handler", "wait", "device" or "other".
+const char* path_kind_name(path_kind k);
+
+/// One piece of the critical path: [begin, end) on one track.
+struct path_segment {
+  path_kind kind = path_kind::other;
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  std::uint64_t actor = 0;    ///< handler: the handling actor; wait: the receiver; device/other: the stage actor (0 if none).
+  std::uint32_t type = 0;     ///< handler / wait: message type id.
+  std::uint64_t msg = 0;      ///< handler / wait: message id; device: work id.
+  std::uint64_t device = 0;   ///< device: the device track id.
+  std::uint64_t stream = 0;   ///< device: the stream id.
+  std::uint32_t work_name = 0;  ///< device: string id of the work name.
+  std::uint64_t duration() const { return end - begin; }
+};
+
+/// The longest causal chain through the trace that ends at the end of the last handler slice.
+struct critical_path {
+  std::vector<path_segment> segments;  ///< In time order, never overlapping (adjacent ones touch).
+  std::uint64_t begin = 0;             ///< Start of the first segment.
+  std::uint64_t end = 0;               ///< End of the last handled message.
+  std::uint64_t by_kind[path_kinds] = {0, 0, 0, 0};  ///< Summed durations per path_kind.
+  std::uint64_t total() const { return end - begin; }
+  bool empty() const { return segments.empty(); }
+};
+
+/// Walks the causes back from the end of the last handler slice (docs/trace-tools.md):
+/// a handler slice is caused by the send of its message (send .. handler_begin is mailbox
+/// wait), the send by the handler slice that contains it on the sender's track; on a pipeline
+/// stage with a device track (device 1'000'000'000 + stage), device work that ended after
+/// the message was sent (after the actor's previous slice began, when the message came from
+/// outside any handler) and before the point reached is the cause instead, and that work
+/// follows the latest handler slice of the stage actor that began before it. Gaps are "other".
+critical_path compute_critical_path(const trace_model& m);
 
 /// Builds the model from a parsed trace. The trace must outlive the model.
 trace_model build_model(const trace_file& file);
