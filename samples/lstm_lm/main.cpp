@@ -24,12 +24,14 @@
 #include "report.hpp"
 #include "strata/actor_system.hpp"
 #include "strata/actors/lm_checkpoint.hpp"
+#include "strata/actors/lm_costs.hpp"
 #include "strata/actors/lm_data.hpp"
 #include "strata/actors/lm_inference.hpp"
 #include "strata/actors/lm_pipeline.hpp"
 #include "strata/actors/pipeline/partitioner.hpp"
 #include "strata/actors/pipeline/simulator.hpp"
 #include "strata/device/device_manager.hpp"
+#include "strata/kernels/blas.hpp"
 
 namespace {
 
@@ -278,9 +280,28 @@ int run_train(const train_options& o) {
   // ---- placement ---------------------------------------------------------------------------
   std::vector<pl::device_slot> slots;
   for (auto& d : devices) slots.push_back({d.name()});
+  // auto: per-layer costs measured on the first device (the kernels on one micro-batch, in its
+  // arena); the fixed splits only print a prediction, from FLOPs and bytes.
+  std::string costs_note = "costs estimated from FLOPs and bytes";
+  pl::model_costs costs;
+  if (part.kind == pl::partition_spec::kind_t::automatic) {
+    const auto t0 = std::chrono::steady_clock::now();
+    costs = lm::measure_layer_costs(cfg, devices.front());
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    costs_note = "costs measured on " + devices.front().name() + " in " + fmt(ms, 0) + " ms";
+    std::cerr << "lstm_lm: " << costs_note << ": embedding " << fmt(1e3 * (costs.embedding.forward_s + costs.embedding.backward_s), 2)
+              << " ms, lstm 0 " << fmt(1e3 * (costs.lstm.front().forward_s + costs.lstm.front().backward_s), 2) << " ms"
+              << (costs.lstm.size() > 1 ? ", lstm 1-" + std::to_string(costs.lstm.size() - 1) + " " +
+                                              fmt(1e3 * (costs.lstm.back().forward_s + costs.lstm.back().backward_s), 2) + " ms each"
+                                        : std::string())
+              << ", decoder " << fmt(1e3 * (costs.decoder.forward_s + costs.decoder.backward_s), 2)
+              << " ms (forward + backward per micro-batch)\n";
+  } else {
+    costs = estimate_costs(cfg);
+  }
   pl::placement placed;
   try {
-    placed = pl::place_layers(estimate_costs(cfg), slots, part,
+    placed = pl::place_layers(costs, slots, part,
                               {schedule, static_cast<int>(cfg.micro_batches), static_cast<int>(cfg.chunks)});
   } catch (const std::exception& e) {
     throw usage_error(std::string("--partition: ") + e.what());
@@ -309,7 +330,7 @@ int run_train(const train_options& o) {
             << cfg.batch << " x seq " << cfg.seq << ", " << windows << " steps per epoch, " << spec_used << ", "
             << pl::to_string(schedule) << " with " << cfg.micro_batches << (cfg.micro_batches == 1 ? " micro-batch" : " micro-batches")
             << (cfg.chunks > 1 ? " x " + std::to_string(cfg.chunks) + " chunks" : std::string()) << "\n"
-            << "lstm_lm: plan (--partition " << o.partition << ", costs estimated from FLOPs and bytes):\n"
+            << "lstm_lm: plan (--partition " << o.partition << ", " << costs_note << "):\n"
             << placed.to_string() << "\n";
   if (resume) std::cerr << "lstm_lm: resuming from " << o.checkpoint << " at step " << first_step << "\n";
 
@@ -585,6 +606,11 @@ int main(int argc, char** argv) {
     return 2;
   }
   t.epochs_given = epochs->count() > 0;
+  // Each cpu device is a oneTBB arena and the kernels split large GEMMs into tasks inside it;
+  // OpenBLAS's own threads (one per core by default) would oversubscribe the cores when two
+  // stages compute at once, and its idle threads spin: wavefront steps ran 5x slower
+  // (docs/kernels.md, Threading).
+  strata::kernels::cpu::set_blas_threads(1);
   try {
     if (train->parsed()) return run_train(t);
     if (eval->parsed()) return run_eval(ck_dir, text_file, as_json);

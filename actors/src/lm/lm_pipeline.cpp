@@ -454,6 +454,20 @@ lm_pipeline::~lm_pipeline() {
   if (!state_) return;
   for (auto& s : state_->stages) state_->system->stop(s);
   state_->system->stop(state_->driver);
+  // Work items on the streams point into the stage models: wait until the stage actors have
+  // terminated (no more submissions; a request to a stopped actor is answered once it has) and
+  // their streams have drained (a failed stream skips what is left) before the models go.
+  for (auto& s : state_->stages) {
+    auto gone = state_->system->request<void>(s, std::chrono::seconds(30), unit_t{});
+    (void)gone.wait_for(std::chrono::seconds(30));
+  }
+  for (auto& s : state_->streams) {
+    try {
+      s.synchronize();
+    } catch (...) {
+      // A failed step's error was reported by train_step.
+    }
+  }
   if (state_->store) state_->system->stop(state_->store);
   for (auto& d : state_->devices) d.set_work_observer({});
   if (state_->store_device.valid()) state_->store_device.set_work_observer({});

@@ -146,16 +146,31 @@ double lstm_flops(std::size_t steps, std::size_t batch, std::size_t in, std::siz
 }
 }  // namespace
 
+work_cost lstm_forward_cost(std::size_t steps, std::size_t batch, std::size_t input, std::size_t hidden) {
+  return {lstm_flops(steps, batch, input, hidden),
+          4.0 * static_cast<double>(steps * 4 * hidden * hidden + 4 * hidden * input + steps * batch * (input + 8 * hidden))};
+}
+
+work_cost lstm_backward_cost(std::size_t steps, std::size_t batch, std::size_t input, std::size_t hidden) {
+  return {2 * lstm_flops(steps, batch, input, hidden),
+          8.0 * static_cast<double>(steps * 4 * hidden * hidden + 4 * hidden * input + steps * batch * (input + 8 * hidden))};
+}
+
+work_cost decoder_cost(std::size_t rows, std::size_t hidden, std::size_t vocab) {
+  return {3 * 2.0 * static_cast<double>(rows * hidden * vocab), 4.0 * static_cast<double>(3 * vocab * hidden + 2 * rows * vocab)};
+}
+
 kernel_work lm_stage::forward_work(std::size_t mb, std::size_t chunk) {
   double flops = 0, bytes = 0;
-  const std::size_t H = config_.hidden;
   for (std::size_t l = span_.first; l < span_.last; ++l) {
-    flops += lstm_flops(tc_, bm_, layer_input(l), H);
-    bytes += 4.0 * static_cast<double>(tc_ * 4 * H * H + 4 * H * layer_input(l) + tc_ * bm_ * (layer_input(l) + 8 * H));
+    const auto c = lstm_forward_cost(tc_, bm_, layer_input(l), config_.hidden);
+    flops += c.flops;
+    bytes += c.bytes;
   }
   if (span_.decoder) {
-    flops += 3 * 2.0 * static_cast<double>(tc_ * bm_ * H * config_.vocab);
-    bytes += 4.0 * static_cast<double>(3 * config_.vocab * H + 2 * tc_ * bm_ * config_.vocab);
+    const auto c = decoder_cost(tc_ * bm_, config_.hidden, config_.vocab);
+    flops += c.flops;
+    bytes += c.bytes;
   }
   kernel_work w{.name = "forward", .kind = work_kind::matmul, .flops = flops, .bytes = bytes};
   if (computes_) w.cpu = [this, mb, chunk] {
@@ -167,10 +182,10 @@ kernel_work lm_stage::forward_work(std::size_t mb, std::size_t chunk) {
 
 kernel_work lm_stage::backward_work(std::size_t mb, std::size_t chunk) {
   double flops = 0, bytes = 0;
-  const std::size_t H = config_.hidden;
   for (std::size_t l = span_.first; l < span_.last; ++l) {
-    flops += 2 * lstm_flops(tc_, bm_, layer_input(l), H);
-    bytes += 8.0 * static_cast<double>(tc_ * 4 * H * H + 4 * H * layer_input(l) + tc_ * bm_ * (layer_input(l) + 8 * H));
+    const auto c = lstm_backward_cost(tc_, bm_, layer_input(l), config_.hidden);
+    flops += c.flops;
+    bytes += c.bytes;
   }
   kernel_work w{.name = "backward", .kind = work_kind::matmul, .flops = flops, .bytes = bytes};
   if (computes_) w.cpu = [this, mb, chunk] {

@@ -17,6 +17,18 @@
 
 namespace strata::lm {
 
+/// What one layer's work item costs in the sim model: FLOPs and bytes read plus written. lm_stage
+/// sums these per stage; measure_layer_costs (lm_costs.cpp) submits them per layer on sim devices.
+struct work_cost {
+  double flops = 0;
+  double bytes = 0;
+};
+/// One LSTM layer over `steps` timesteps of `batch` rows with `input` inputs.
+work_cost lstm_forward_cost(std::size_t steps, std::size_t batch, std::size_t input, std::size_t hidden);
+work_cost lstm_backward_cost(std::size_t steps, std::size_t batch, std::size_t input, std::size_t hidden);
+/// The fused decoder + cross-entropy forward and backward over `rows` rows.
+work_cost decoder_cost(std::size_t rows, std::size_t hidden, std::size_t vocab);
+
 class lm_stage {
 public:
   /// Parameters and gradients are tensors on `dev`, allocated on `s` (cpu: filled at once).
