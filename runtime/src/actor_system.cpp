@@ -74,7 +74,7 @@ void system_impl::schedule(actor_cell* cell) noexcept {
 using detail::actor_cell;
 
 actor_system::actor_system(system_config config)
-    : impl_(std::make_unique<detail::system_impl>(this, std::move(config))) {
+    : impl_(std::make_shared<detail::system_impl>(this, std::move(config))) {
   std::string file = impl_->config.trace_file;
   if (file.empty()) {
     if (const char* env = std::getenv("STRATA_TRACE"); env != nullptr && *env != '\0') file = env;
@@ -98,6 +98,7 @@ actor_ref actor_system::spawn_instance(std::unique_ptr<actor> instance, spawn_op
     throw error_exception(error(errc::runtime_failure, "cannot spawn an actor: the actor system has shut down"));
   auto* c = new actor_cell;
   c->sys = impl_.get();
+  c->sys_owner = impl_;
   c->id = impl_->next_id.fetch_add(1, std::memory_order_relaxed);
   c->name = options.name.empty() ? "actor-" + std::to_string(c->id) : std::move(options.name);
   c->capacity = options.mailbox_capacity;

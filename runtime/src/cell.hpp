@@ -28,6 +28,7 @@ enum class run_result : std::uint8_t {
 
 struct actor_cell : cell_base {
   system_impl* sys = nullptr;
+  std::shared_ptr<system_impl> sys_owner;  // keeps `sys` valid while any handle exists
   mailbox box;
   std::unique_ptr<actor> instance;
   std::string name;

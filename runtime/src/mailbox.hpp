@@ -28,7 +28,9 @@ public:
     for (;;) {
       if (old == closed_tag()) return push_result::closed;
       e->next = old == blocked_tag() ? nullptr : old;
-      if (head_.compare_exchange_weak(old, e, std::memory_order_release, std::memory_order_relaxed))
+      // acq_rel: the pusher that wakes an idle actor also acquires what its previous turn wrote
+      // (the local queues), so the next turn, on any thread, sees it.
+      if (head_.compare_exchange_weak(old, e, std::memory_order_acq_rel, std::memory_order_relaxed))
         return old == blocked_tag() ? push_result::queued_and_wake : push_result::queued;
     }
   }

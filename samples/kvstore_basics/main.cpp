@@ -48,7 +48,11 @@ std::string show_all(const std::vector<strata::tensor>& ts, const strata::stream
 
 }  // namespace
 
-int main() {
+int main(int argc, char** argv) {
+  if (argc > 1) {
+    std::fprintf(stderr, "kvstore_basics: takes no arguments (got '%s')\n", argv[1]);
+    return 2;
+  }
   strata::actor_system sys;
   strata::device_manager manager;
   auto devs = manager.create("cpu:3");

@@ -252,7 +252,9 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_survives_sigkill_of_the_writer_at_any_moment) 
               static_cast<char*>(nullptr));
       ::_exit(127);
     }
-    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(20, 250)(rng)));
+    // Sanitized writers start slower (scale < 1): give them proportionally longer.
+    const int max_delay = static_cast<int>(250 / std::min(1.0, test_scale()));
+    std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(20, max_delay)(rng)));
     BOOST_REQUIRE(::kill(child, SIGKILL) == 0);
     int status = 0;
     BOOST_REQUIRE(::waitpid(child, &status, 0) == child);

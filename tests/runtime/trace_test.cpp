@@ -101,6 +101,7 @@ BOOST_AUTO_TEST_CASE(a_traced_run_records_spawn_send_enqueue_handlers_and_exit_w
       *step = [&self, echo, p, left, step] {
         self.request<int>(echo, 5s, token{*left}).then([&self, p, left, step](int) {
           if (--*left == 0) {
+            *step = nullptr;  // break the step -> lambda -> step cycle (LeakSanitizer)
             p->set_value();
             self.quit();
           } else {

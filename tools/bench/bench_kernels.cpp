@@ -181,7 +181,11 @@ int main(int argc, char** argv) {
       ->check(CLI::Range(64, 16384));
   app.add_option("--blas-core", blas_core,
                  "OpenBLAS kernels by OPENBLAS_CORETYPE name (e.g. Haswell, SkylakeX); default: the "
-                 "environment's or OpenBLAS's own choice; PyTorch inherits it");
+                 "environment's or OpenBLAS's own choice; PyTorch inherits it")
+      ->check(CLI::IsMember({"Prescott", "Core2", "Penryn", "Dunnington", "Nehalem", "Sandybridge", "Haswell",
+                             "SkylakeX", "Cooperlake", "SapphireRapids", "Zen", "Atom", "Barcelona", "Bulldozer",
+                             "Piledriver", "Steamroller", "Excavator"},
+                            CLI::ignore_case));
   CLI11_PARSE(app, argc, argv);
 
   select_blas_core(blas_core, argv);

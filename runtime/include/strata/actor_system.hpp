@@ -237,7 +237,9 @@ private:
     };
   }
 
-  std::unique_ptr<detail::system_impl> impl_;
+  // Shared with every actor's control block: a handle (or a device callback holding one) that
+  // outlives the system still finds valid counters; its sends fail as undeliverable.
+  std::shared_ptr<detail::system_impl> impl_;
 };
 
 // ---- template definitions -------------------------------------------------------------------
