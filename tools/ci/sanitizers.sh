@@ -25,8 +25,9 @@ root=$(pwd)
 
 jobs="${STRATA_SAN_JOBS:-$(nproc)}"
 export STRATA_TEST_SCALE="${STRATA_TEST_SCALE:-0.1}"
+# Warnings are not errors here: the release build already enforces them, and GCC 12's flow
+# warnings (-Wmaybe-uninitialized in <regex>, <functional>) misfire under -fsanitize at -O1.
 werror=OFF
-if [[ "${CI:-}" == "true" ]]; then werror=ON; fi
 
 exclude='^(public_headers_compile_alone|typed_send_of_.*|installed_package_builds_a_consumer)$'
 
@@ -61,7 +62,7 @@ run_one() {
     -DCMAKE_CXX_FLAGS="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" -DCMAKE_MODULE_LINKER_FLAGS="$flags" \
     -DSTRATA_CUDA=OFF -DSTRATA_BUILD_BENCH=OFF -DSTRATA_WERROR=$werror >/dev/null
-  cmake --build "$dir" -j"$jobs"
+  cmake --build "$dir" -j"$jobs" || { echo "sanitizers.sh: the $kind build failed"; return 1; }
   local t1=$SECONDS
   local rc=0
   local skip="$exclude"
