@@ -93,6 +93,10 @@ void timer_service::stop() noexcept {
   work_.reset();
   io_.stop();
   if (thread_.joinable()) thread_.join();
+  // Run what stop() left queued (the cancellations and the aborted waits): their handlers hold
+  // actor handles, and an actor's handle keeps the system's state alive (a cycle otherwise).
+  io_.restart();
+  io_.run();
   std::lock_guard lock(m_);
   active_.clear();
 }
