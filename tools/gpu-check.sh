@@ -44,6 +44,7 @@ echo "== benchmarks"
 found=0
 for bench in $(find "$build" -type f -perm -u+x \( -name 'bench*' -o -name '*_bench' -o -name '*benchmark*' \) 2>/dev/null | sort); do
   case "$bench" in *CMakeFiles*) continue ;; esac
+  case "$(basename "$bench")" in strata-bench-lm-gpu) continue ;; esac  # run below, with its own arguments
   found=1
   name=$(basename "$bench")
   t=$(date +%s)
@@ -56,6 +57,26 @@ for bench in $(find "$build" -type f -perm -u+x \( -name 'bench*' -o -name '*_be
   tail -5 "$build.$name.log"
 done
 [ "$found" = 0 ] && row benchmarks skipped "none built"
+
+# The LM step on this GPU: cuDNN's LSTM step (fp32, TF32) against lm_pipeline on the whole GPU and
+# 8 stage actors sharing it (docs/perf.md). Seed configuration, char vocabulary; ~1 minute.
+echo "== strata-bench-lm-gpu"
+lm_gpu="$build/tools/bench/strata-bench-lm-gpu"
+if [ -x "$lm_gpu" ]; then
+  t=$(date +%s)
+  if timeout 180 "$lm_gpu" --vocab 96 --stages 8 --micro-batches 4 --warmup 3 --steps 10 \
+      >"$build.strata-bench-lm-gpu.log" 2>&1; then
+    row strata-bench-lm-gpu ok "$(elapsed "$t")"
+  else
+    rc=$?
+    row strata-bench-lm-gpu FAILED "exit $rc after $(elapsed "$t"), see $build.strata-bench-lm-gpu.log"
+  fi
+  cat "$build.strata-bench-lm-gpu.log"
+  line=$(grep '^summary:' "$build.strata-bench-lm-gpu.log" | tail -1)
+  [ -n "$line" ] && row "  LM step ms (vs cuDNN fp32)" "" "${line#summary: }"
+else
+  row strata-bench-lm-gpu skipped "not built (needs STRATA_CUDA and cuDNN; see $build.configure.log)"
+fi
 
 printf '\n== summary\n%-28s %-8s %s\n' step result detail
 printf '%s\n' "${rows[@]}"

@@ -8,7 +8,9 @@
 #include <exception>
 #include <functional>
 #include <map>
+#include <mutex>
 #include <optional>
+#include <span>
 #include <sstream>
 #include <stdexcept>
 #include <type_traits>
@@ -22,6 +24,9 @@
 #include "strata/device_messages.hpp"
 #include "strata/kernels/elementwise.hpp"
 #include "strata/kernels/optimizers.hpp"
+#ifdef STRATA_HAS_CUDA
+#include "strata/kernels/cuda.hpp"
+#endif
 
 namespace strata {
 
@@ -45,13 +50,97 @@ error bad(std::string text) { return error(errc::invalid_argument, std::move(tex
 /// What runs when a key's version completes: assign, a user function, SGD or Adam.
 using update_rule = std::variant<std::monostate, kvstore_updater, kernels::sgd_options, kernels::adam_options>;
 
-/// Failure text of work items, written on the store's stream and read by the completion callback
-/// that follows them on the same stream.
-struct work_status {
-  std::string failure;
+/// Failure text of a request's work items; the first failure is kept. Written by the work items
+/// (cpu: on the store's stream; cuda: when the device layer issues them, on the actor's thread or
+/// its dispatcher thread; a cuda store's user updater: on the actor's thread) and read by the
+/// completion callback that follows them on the same stream, hence the lock.
+class work_status {
+public:
+  void fail(std::string text) {
+    std::lock_guard lock(mu_);
+    if (failure_.empty()) failure_ = std::move(text);
+  }
+  bool failed() const {
+    std::lock_guard lock(mu_);
+    return !failure_.empty();
+  }
+  std::string failure() const {
+    std::lock_guard lock(mu_);
+    return failure_;
+  }
+
+private:
+  mutable std::mutex mu_;
+  std::string failure_;
 };
 
+/// Names a work item in its failure text: "kvstore <action> of key <key> failed: <why>".
+struct work_label {
+  const char* action;  // e.g. "push: the update"
+  kvstore_key key;
+};
+
+/// Runs the body of a work item. Its exception becomes the request's failure instead of the
+/// stream's sticky error, which would fail every later request of the store.
+template <class F>
+void run_guarded(work_status& status, const work_label& label, F&& body) noexcept {
+  auto what = [&] { return std::string("kvstore ") + label.action + " of key " + label.key.to_string() + " failed"; };
+  try {
+    body();
+  } catch (const std::exception& e) {
+    status.fail(what() + ": " + e.what());
+  } catch (...) {
+    status.fail(what() + ".");
+  }
+}
+
 float* floats(const tensor& t) { return static_cast<float*>(t.raw_data()); }
+
+// ---- the math of a merge, per backend -----------------------------------------------------------
+// One merge body (merge_work::run) serves both implementations of the work item; these say how
+// each step runs.
+
+/// On the host, inside the cpu stream's work item.
+struct host_math {
+  /// User updaters are host code: on cpu stores they run inside the work item.
+  static constexpr bool runs_updaters = true;
+  void sum(std::span<const float* const> inputs, std::size_t n, float* out) const {
+    kernels::cpu::sum_arrays(inputs, n, out);
+  }
+  void zero(std::size_t n, float* x) const { std::memset(x, 0, n * sizeof(float)); }
+  void sgd(std::size_t n, float* param, const float* grad, float* momentum, const kernels::sgd_options& o) const {
+    kernels::cpu::sgd_step(n, param, grad, momentum, o);
+  }
+  void adam(std::size_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t step,
+            const kernels::adam_options& o) const {
+    kernels::cpu::adam_step(n, param, grad, exp_avg, exp_avg_sq, step, o);
+  }
+};
+
+#ifdef STRATA_HAS_CUDA
+kernels::cuda::cuda_context cuda_context_of(const cuda_launch_context& launch) {
+  return kernels::cuda::cuda_context{.stream = static_cast<kernels::cuda::cuda_stream>(launch.stream),
+                                     .blas = static_cast<kernels::cuda::cublas_handle>(launch.cublas)};
+}
+
+/// Enqueued on the cuda stream of the work item (kernels::cuda only enqueue).
+struct gpu_math {
+  /// The store calls user updaters itself, after the work item (kvstore_actor::run_user_updater).
+  static constexpr bool runs_updaters = false;
+  kernels::cuda::cuda_context ctx;
+  void sum(std::span<const float* const> inputs, std::size_t n, float* out) const {
+    kernels::cuda::sum_arrays(ctx, inputs, n, out);
+  }
+  void zero(std::size_t n, float* x) const { kernels::cuda::fill(ctx, n, 0.0f, x); }
+  void sgd(std::size_t n, float* param, const float* grad, float* momentum, const kernels::sgd_options& o) const {
+    kernels::cuda::sgd_step(ctx, n, param, grad, momentum, o);
+  }
+  void adam(std::size_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t step,
+            const kernels::adam_options& o) const {
+    kernels::cuda::adam_step(ctx, n, param, grad, exp_avg, exp_avg_sq, step, o);
+  }
+};
+#endif
 
 // ---- checkpoint format ------------------------------------------------------------------------
 // "STRKV001", u64 key count, then per key: u8 kind (0 int, 1 string), the key (i64, or u64 length
@@ -235,7 +324,7 @@ expected<void> check_tensor(const char* op, const char* role, const kvstore_key&
                " (the stored shape).");
   if (t.storage().kind() != place.kind)
     return bad(where + " is on " + t.get_device().name() + ", which a store on " + place.name +
-               " cannot read; expected a " + (place.kind == device_kind::cpu ? "cpu" : "sim") + " tensor.");
+               " cannot read; expected a " + std::string(to_string(place.kind)) + " tensor.");
   return {};
 }
 
@@ -305,6 +394,53 @@ std::vector<slice_ref> whole(const std::vector<tensor>& ts) {
   for (const auto& t : ts) out.push_back(slice_ref{t, 0});
   return out;
 }
+
+/// One merge: sums the values (after `accumulated`, when valid) into `merged` from element
+/// `merged_offset`, unless `in_place` (the one value is the sum), then, when `complete`, applies
+/// the update rule to `stored`. The body of both implementations of the merge work item.
+struct merge_work {
+  kvstore_key key;  // the caller's key: failure texts and user updaters
+  std::vector<slice_ref> values;
+  tensor accumulated;  // earlier values of this version, or empty
+  tensor merged;
+  std::size_t merged_offset = 0;
+  bool in_place = false;
+  bool complete = false;
+  tensor stored;
+  update_rule rule;
+  std::vector<tensor> opt_state;  // sgd: momentum; adam: exp_avg, exp_avg_sq
+  bool fresh_state = false;       // opt_state was just created: zeroed first
+  std::int64_t step = 0;
+  std::size_t n = 0;
+
+  template <class Math>
+  void run(const Math& math) {
+    float* sum = floats(merged) + merged_offset;
+    if (!in_place) {
+      std::vector<const float*> inputs;
+      if (accumulated.valid()) inputs.push_back(floats(accumulated));
+      for (const auto& v : values) inputs.push_back(floats(v.t) + v.offset);
+      math.sum(inputs, n, sum);
+    }
+    if (!complete) return;
+    for (auto& t : opt_state)
+      if (fresh_state) math.zero(n, floats(t));
+    std::visit(
+        [&](const auto& r) {
+          using rule_type = std::decay_t<decltype(r)>;
+          if constexpr (std::is_same_v<rule_type, std::monostate>) {
+            // assign: the sum was written into the stored value
+          } else if constexpr (std::is_same_v<rule_type, kvstore_updater>) {
+            if constexpr (Math::runs_updaters) r(key, merged, stored);
+          } else if constexpr (std::is_same_v<rule_type, kernels::sgd_options>) {
+            math.sgd(n, floats(stored), sum, opt_state.empty() ? nullptr : floats(opt_state[0]), r);
+          } else {
+            math.adam(n, floats(stored), sum, floats(opt_state[0]), floats(opt_state[1]), step, r);
+          }
+        },
+        rule);
+  }
+};
 
 // Messages from a sharded store's router to its shards (keys are the router's chunk numbers).
 // Replies: unit once the work is done.
@@ -443,10 +579,11 @@ public:
           admit(0, true, std::move(keys), [this, m = std::move(m), p](const error* stopped) mutable {
             if (stopped) return p.deliver(*stopped);
             fail_on_error(p, guarded("init", [&] {
+                            auto status = std::make_shared<work_status>();
                             for (std::size_t i = 0; i < m.keys.size(); ++i)
-                              add_key(m.keys[i], m.labels[i], {m.lengths[i]}, m.values[i]);
+                              add_key(m.keys[i], m.labels[i], {m.lengths[i]}, m.values[i], status);
                             int_keys_ = true;
-                            reply_when_done(p, nullptr);
+                            reply_when_done(p, status);
                             return expected<void>{};
                           }));
           });
@@ -586,19 +723,21 @@ private:
     std::optional<bool> kind = int_keys_;
     if (auto r = check_init(m, kind, shape_of(), place_); !r) return r;
     int_keys_ = kind;
+    auto status = std::make_shared<work_status>();
     for (std::size_t i = 0; i < m.keys.size(); ++i)
-      add_key(m.keys[i], m.keys[i], m.values[i].shape(), slice_ref{m.values[i], 0});
-    reply_when_done(p, nullptr);
+      add_key(m.keys[i], m.keys[i], m.values[i].shape(), slice_ref{m.values[i], 0}, status);
+    reply_when_done(p, status);
     return {};
   }
 
   void add_key(const kvstore_key& key, const kvstore_key& label, std::vector<std::int64_t> shape,
-               const slice_ref& from) {
+               const slice_ref& from, const std::shared_ptr<work_status>& status) {
     key_state state;
     state.label = label;
     state.value = tensor::empty(std::move(shape), dtype::float32, device_, stream_);
     stream_.wait(from.t.ready_event());
-    copy_elements(state.value, 0, from.t, from.offset, static_cast<std::size_t>(state.value.numel()));
+    copy_elements(state.value, 0, from.t, from.offset, static_cast<std::size_t>(state.value.numel()), status,
+                  {"init: the copy", label});
     keys_.emplace(key, std::move(state));
   }
 
@@ -615,9 +754,10 @@ private:
     if (auto r = check_existing("pull", "output", m.keys, m.outs, int_keys_, shape_of(), place_); !r) return r;
     auto serve = [this, keys = m.keys, outs = m.outs, p](const error* stopped) mutable {
       if (stopped) return p.deliver(*stopped);
-      event done = enqueue_pull(keys, whole(outs));
+      auto status = std::make_shared<work_status>();
+      event done = enqueue_pull(keys, whole(outs), status);
       for (auto& out : outs) out.set_ready_event(done);
-      reply_when_done(p, std::move(outs));
+      reply_when_done(p, std::move(outs), status);
     };
     if (!version_reached(m.keys, m.min_version)) parked_.push_back(parked_pull{m.keys, m.min_version, std::move(serve)});
     else serve(nullptr);
@@ -631,7 +771,7 @@ private:
       return r;
     auto status = std::make_shared<work_status>();
     enqueue_push(m.push.keys, whole(m.push.values), status);
-    event done = enqueue_pull(m.pull.keys, whole(m.pull.outs));
+    event done = enqueue_pull(m.pull.keys, whole(m.pull.outs), status);
     for (auto& out : m.pull.outs) out.set_ready_event(done);
     reply_when_done(p, std::move(m.pull.outs), status);
     serve_parked();
@@ -642,15 +782,12 @@ private:
   expected<void> on_shard_request(shard_request& m, response_promise<unit_t>& p) {
     for (const auto& key : m.push_keys) (void)keys_.at(key);
     for (const auto& key : m.pull_keys) (void)keys_.at(key);
-    std::shared_ptr<work_status> status;
-    if (!m.push_keys.empty()) {
-      status = std::make_shared<work_status>();
-      enqueue_push(m.push_keys, m.values, status);
-    }
+    auto status = std::make_shared<work_status>();
+    if (!m.push_keys.empty()) enqueue_push(m.push_keys, m.values, status);
     if (!m.pull_keys.empty()) {
       auto serve = [this, keys = m.pull_keys, outs = m.outs, p, status](const error* stopped) mutable {
         if (stopped) return p.deliver(*stopped);
-        (void)enqueue_pull(keys, outs);
+        (void)enqueue_pull(keys, outs, status);
         reply_when_done(p, status);
       };
       if (m.push_keys.empty() && !version_reached(m.pull_keys, m.min_version))
@@ -667,7 +804,8 @@ private:
 
   expected<void> on_save(kvstore_save& m, response_promise<unit_t>& p) {
     if (device_.kind() != device_kind::cpu)
-      return bad("kvstore save: the store is on " + device_.name() + ", whose tensors hold no data; expected a cpu store.");
+      return bad("kvstore save: the store is on " + device_.name() + ", whose tensors " +
+                 (device_.kind() == device_kind::sim ? "hold no data" : "are not host memory") + "; expected a cpu store.");
     struct snapshot {
       kvstore_key key;
       std::uint64_t version;
@@ -707,7 +845,7 @@ private:
                         out.append(checkpoint_end, 8);
                         write_atomically(path, out);
                       } catch (const std::exception& e) {
-                        status->failure = e.what();
+                        status->fail(e.what());
                       }
                     }});
     reply_when_done(p, status);
@@ -750,19 +888,55 @@ private:
   // ---- device work -------------------------------------------------------------------------
 
   /// Copies `n` floats from `src` (from element `src_offset`) to `dst` (from `dst_offset`) on the
-  /// store's stream: a plain stream copy for whole tensors, a work item for slices.
+  /// store's stream: a plain stream copy for whole tensors (on cuda also between GPUs), a work item
+  /// for slices. A failure of the cuda work item goes to `status`, named by `label`.
   void copy_elements(const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
-                     std::size_t n) {
+                     std::size_t n, [[maybe_unused]] const std::shared_ptr<work_status>& status,
+                     [[maybe_unused]] const work_label& label) {  // used by the cuda item only
     if (dst_offset == 0 && src_offset == 0 && dst.bytes() == n * sizeof(float) && src.bytes() == n * sizeof(float)) {
       stream_.copy(dst.storage(), src.storage(), n * sizeof(float));
       return;
     }
-    stream_.launch({.name = "kvstore_copy_slice",
-                    .kind = work_kind::copy,
-                    .bytes = 2.0 * sizeof(float) * static_cast<double>(n),
-                    .cpu = [dst, dst_offset, src, src_offset, n] {
-                      if (n > 0) std::memcpy(floats(dst) + dst_offset, floats(src) + src_offset, n * sizeof(float));
-                    }});
+    keep_until_done(dst);
+    keep_until_done(src);
+    kernel_work item{.name = "kvstore_copy_slice",
+                     .kind = work_kind::copy,
+                     .bytes = 2.0 * sizeof(float) * static_cast<double>(n),
+                     .cpu = [dst, dst_offset, src, src_offset, n] {
+                       if (n > 0) std::memcpy(floats(dst) + dst_offset, floats(src) + src_offset, n * sizeof(float));
+                     }};
+#ifdef STRATA_HAS_CUDA
+    item.cuda = [dst, dst_offset, src, src_offset, n, status, label](const cuda_launch_context& launch) {
+      run_guarded(*status, label, [&] {
+        kernels::cuda::copy(cuda_context_of(launch), n, floats(src) + src_offset, floats(dst) + dst_offset);
+      });
+    };
+#endif
+    stream_.launch(std::move(item));
+  }
+
+  /// cuda stores: work items only enqueue, so the tensors they capture may be dropped before the
+  /// GPU reads them; a tensor the store did not allocate on its own stream is freed only after
+  /// the store's stream has passed this point. cpu and sim items hold their tensors while they run.
+  void keep_until_done(const tensor& t) const {
+    if (device_.kind() == device_kind::cuda) t.storage().record_stream(stream_);
+  }
+
+  /// A pushed value as the merge reads it. On a cuda store a value on another GPU is first copied
+  /// into a staging tensor on the merge device (freed in stream order after the merge); the others
+  /// are read where they are.
+  slice_ref readable(const slice_ref& v, const key_state& state, const std::shared_ptr<work_status>& status) {
+    if (device_.kind() != device_kind::cuda) return v;
+    if (v.t.get_device().properties().gpu_ordinal == device_.properties().gpu_ordinal) {
+      keep_until_done(v.t);
+      return v;
+    }
+    const auto n = static_cast<std::size_t>(state.value.numel());
+    const bool whole_value = v.offset == 0 && static_cast<std::size_t>(v.t.numel()) == n;
+    tensor staging = tensor::empty(whole_value ? v.t.shape() : std::vector<std::int64_t>{state.value.numel()},
+                                   dtype::float32, device_, stream_);
+    copy_elements(staging, 0, v.t, v.offset, n, status, {"push: the copy of a value", state.label});
+    return slice_ref{staging, 0};
   }
 
   /// Groups the values by key (first-appearance order) and merges each group.
@@ -777,6 +951,7 @@ private:
     for (auto& [key, group] : groups) {
       key_state& state = keys_.at(key);
       for (const auto& v : group) stream_.wait(v.t.ready_event());
+      for (auto& v : group) v = readable(v, state, status);
       const std::size_t need = options_.contributions_per_version;
       if (need == 0) {  // asynchronous: this call's values make one update
         merge(state, group, false, true, status);
@@ -827,79 +1002,79 @@ private:
     } else {
       merged = accumulator_of(state);
     }
-    tensor accumulated = with_accumulator ? accumulator_of(state) : tensor{};  // earlier values of this version
-    tensor stored = state.value;
-    std::vector<tensor> opt_state;
-    std::int64_t step = 0;
-    bool fresh_state = false;
+    merge_work work{.key = state.label,
+                    .values = values,
+                    .accumulated = with_accumulator ? accumulator_of(state) : tensor{},
+                    .merged = merged,
+                    .merged_offset = merged_offset,
+                    .in_place = in_place,
+                    .complete = complete,
+                    .stored = state.value,
+                    .rule = rule,
+                    .n = n};
     if (complete) {
       if (std::holds_alternative<kernels::sgd_options>(rule) &&
           std::get<kernels::sgd_options>(rule).momentum != 0.0 && state.optimizer_state.empty()) {
         state.optimizer_state = {tensor::empty(state.value.shape(), dtype::float32, device_, stream_)};
-        fresh_state = true;
+        work.fresh_state = true;
       }
       if (std::holds_alternative<kernels::adam_options>(rule) && state.optimizer_state.size() != 2) {
         state.optimizer_state = {tensor::empty(state.value.shape(), dtype::float32, device_, stream_),
                                  tensor::empty(state.value.shape(), dtype::float32, device_, stream_)};
         state.step = 0;
-        fresh_state = true;
+        work.fresh_state = true;
       }
-      if (std::holds_alternative<kernels::adam_options>(rule)) step = ++state.step;
-      opt_state = state.optimizer_state;
+      if (std::holds_alternative<kernels::adam_options>(rule)) work.step = ++state.step;
+      work.opt_state = state.optimizer_state;
       ++state.version;
     }
     const double k = static_cast<double>(values.size() + (with_accumulator ? 1 : 0));
-    stream_.launch({
+    const work_label label{"push: the update", state.label};
+    kernel_work item{
         .name = complete ? "kvstore_update" : "kvstore_accumulate",
         .kind = work_kind::pointwise,
         .flops = (k + 4.0) * static_cast<double>(n),
         .bytes = (assign ? k + 1.0 : k + 4.0) * 4.0 * static_cast<double>(n),
         .cpu =
-            [key = state.label, values, accumulated, complete, merged, merged_offset, in_place, stored, rule,
-             opt_state, step, fresh_state, n, status]() mutable {
-              if (!status->failure.empty()) return;  // an earlier part of this request failed
-              try {
-                float* sum = floats(merged) + merged_offset;
-                if (!in_place) {
-                  std::vector<const float*> inputs;
-                  if (accumulated.valid()) inputs.push_back(floats(accumulated));
-                  for (const auto& v : values) inputs.push_back(floats(v.t) + v.offset);
-                  kernels::cpu::sum_arrays(inputs, n, sum);
-                }
-                if (!complete) return;
-                for (auto& t : opt_state)
-                  if (fresh_state) std::memset(t.raw_data(), 0, n * sizeof(float));
-                std::visit(
-                    [&](const auto& r) {
-                      using rule_type = std::decay_t<decltype(r)>;
-                      if constexpr (std::is_same_v<rule_type, std::monostate>) {
-                        // assign: the sum was written into the stored value
-                      } else if constexpr (std::is_same_v<rule_type, kvstore_updater>) {
-                        r(key, merged, stored);
-                      } else if constexpr (std::is_same_v<rule_type, kernels::sgd_options>) {
-                        kernels::cpu::sgd_step(n, floats(stored), sum,
-                                               opt_state.empty() ? nullptr : floats(opt_state[0]), r);
-                      } else {
-                        kernels::cpu::adam_step(n, floats(stored), sum, floats(opt_state[0]), floats(opt_state[1]),
-                                                step, r);
-                      }
-                    },
-                    rule);
-              } catch (const std::exception& e) {
-                status->failure = "kvstore push: the update of key " + key.to_string() + " failed: " + e.what();
-              } catch (...) {
-                status->failure = "kvstore push: the update of key " + key.to_string() + " failed.";
-              }
+            [work, label, status]() mutable {
+              if (status->failed()) return;  // an earlier part of this request failed
+              run_guarded(*status, label, [&] { work.run(host_math{}); });
             },
-    });
+    };
+#ifdef STRATA_HAS_CUDA
+    item.cuda = [work, label, status](const cuda_launch_context& launch) mutable {
+      if (status->failed()) return;
+      run_guarded(*status, label, [&] { work.run(gpu_math{cuda_context_of(launch)}); });
+    };
+#endif
+    stream_.launch(std::move(item));
+    if (user && complete && device_.kind() == device_kind::cuda) run_user_updater(work, *status);
+  }
+
+  /// cuda stores: a user updater is host code that must launch its own device work, so the store
+  /// calls it here, on the actor's thread, right after enqueueing the sum, with `merged` and
+  /// `stored` carrying the sum's event as their ready event. The updater may set `stored`'s ready
+  /// event to the end of its own work; the store's stream waits for it before anything later.
+  void run_user_updater(merge_work& work, work_status& status) {
+    event summed = stream_.record();
+    tensor merged = work.merged;
+    tensor stored = work.stored;
+    merged.set_ready_event(summed);
+    stored.set_ready_event(summed);
+    if (!status.failed())
+      run_guarded(status, {"push: the update", work.key},
+                  [&] { std::get<kvstore_updater>(work.rule)(work.key, merged, stored); });
+    stream_.wait(stored.ready_event());
   }
 
   /// Copies each key's value into its output; returns the event that marks the copies done.
-  event enqueue_pull(const std::vector<kvstore_key>& keys, const std::vector<slice_ref>& outs) {
+  event enqueue_pull(const std::vector<kvstore_key>& keys, const std::vector<slice_ref>& outs,
+                     const std::shared_ptr<work_status>& status) {
     for (std::size_t i = 0; i < keys.size(); ++i) {
       stream_.wait(outs[i].t.ready_event());  // whatever the caller queued on the output comes first
-      const tensor& value = keys_.at(keys[i]).value;
-      copy_elements(outs[i].t, outs[i].offset, value, 0, static_cast<std::size_t>(value.numel()));
+      const key_state& state = keys_.at(keys[i]);
+      copy_elements(outs[i].t, outs[i].offset, state.value, 0, static_cast<std::size_t>(state.value.numel()), status,
+                    {"pull: the copy", state.label});
     }
     return stream_.record();
   }
@@ -937,7 +1112,7 @@ private:
   void reply_when_done(response_promise<unit_t> promise, std::shared_ptr<work_status> status) {
     stream_.on_complete([promise, status](std::exception_ptr e) mutable {
       if (e) promise.deliver(error(errc::runtime_failure, "kvstore: device work failed: " + stream_failure(e)));
-      else if (status && !status->failure.empty()) promise.deliver(error(errc::runtime_failure, status->failure));
+      else if (status && status->failed()) promise.deliver(error(errc::runtime_failure, status->failure()));
       else promise.deliver(unit);
     });
   }
@@ -945,7 +1120,7 @@ private:
                        std::shared_ptr<work_status> status = nullptr) {
     stream_.on_complete([promise, outs = std::move(outs), status](std::exception_ptr e) mutable {
       if (e) promise.deliver(error(errc::runtime_failure, "kvstore: device work failed: " + stream_failure(e)));
-      else if (status && !status->failure.empty()) promise.deliver(error(errc::runtime_failure, status->failure));
+      else if (status && status->failed()) promise.deliver(error(errc::runtime_failure, status->failure()));
       else promise.deliver(std::move(outs));
     });
   }
@@ -1236,12 +1411,10 @@ private:
 }  // namespace
 
 actor_ref spawn_kvstore(actor_system& system, kvstore_options options) {
+  // Any kind merges: cpu, sim, and cuda (a store of that GPU, taking cuda tensors of any GPU).
   auto check_merge_device = [](const device& d, const char* what) {
     if (!d.valid())
       throw std::invalid_argument(std::string("spawn_kvstore: a device store needs ") + what + "; none was given.");
-    if (d.kind() == device_kind::cuda)
-      throw std::invalid_argument("spawn_kvstore: merge device " + d.name() +
-                                  " is a cuda device; expected a cpu or sim device (cuda merges are not implemented yet).");
   };
   if (options.kind == kvstore_kind::device && options.shard_devices.empty())
     check_merge_device(options.merge_device, "kvstore_options::merge_device");

@@ -1,4 +1,4 @@
-// fill, scale, axpy, sum_arrays and the internal matrix scaling / column sums.
+// fill, scale, axpy, copy, sum_arrays and the internal matrix scaling / column sums.
 #include "support.hpp"
 
 #include <cstddef>
@@ -156,6 +156,13 @@ void axpy(const cuda_context& ctx, std::size_t n, float alpha, const float* x, f
   const bool vec = aligned16(x) && aligned16(y);
   axpy_kernel<<<detail::blocks_for(vec ? n / 4 : n), detail::block_threads, 0, ctx.stream>>>(n, alpha, x, y, vec);
   detail::check_launch("axpy_kernel");
+}
+
+void copy(const cuda_context& ctx, std::size_t n, const float* src, float* dst) {
+  if (n == 0 || src == dst) return;
+  detail::require(src != nullptr && dst != nullptr, "copy", "src and dst must not be null when n > 0");
+  detail::check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream),
+                "cudaMemcpyAsync");
 }
 
 void sum_arrays(const cuda_context& ctx, std::span<const float* const> inputs, std::size_t n,

@@ -151,6 +151,23 @@ BOOST_AUTO_TEST_CASE(a_device_store_without_a_device_is_refused) {
   BOOST_CHECK_THROW(strata::spawn_kvstore(sys, {.kind = strata::kvstore_kind::device}), std::invalid_argument);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_tensor_of_another_device_kind_is_refused_naming_the_kind_the_store_reads, fixture) {
+  strata::device_manager sims(strata::device_options{.sim_time_scale = 0});
+  auto sim = sims.create("sim:1");
+  auto sim_stream = sim[0].create_stream();
+  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  auto r = await(kv.init("w", strata::tensor::empty(shape23, strata::dtype::float32, sim[0], sim_stream)));
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message() ==
+             "kvstore init: the value for key \"w\" is on sim:0, which a store on cpu:0 cannot read; expected a cpu tensor.");
+  strata::kvstore_client on_sim(sys, strata::spawn_kvstore(sys, {.kind = strata::kvstore_kind::device,
+                                                                 .merge_device = sim[0]}));
+  auto s = await(on_sim.init("w", make(random(6), shape23)));
+  BOOST_REQUIRE(!s.has_value());
+  BOOST_TEST(s.error().message() ==
+             "kvstore init: the value for key \"w\" is on cpu:0, which a store on sim:0 cannot read; expected a sim tensor.");
+}
+
 // ---- updaters and optimisers ------------------------------------------------------------------
 
 BOOST_FIXTURE_TEST_CASE(a_user_updater_runs_inside_the_store_with_the_merged_value, fixture) {

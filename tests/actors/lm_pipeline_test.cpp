@@ -14,6 +14,7 @@
 #include "strata/actors/lm_pipeline.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
+#include "support/lm_test_support.hpp"
 
 namespace {
 
@@ -22,14 +23,8 @@ using strata::lm::lm_pipeline;
 using strata::lm::named_parameter;
 using strata::pipeline::schedule_kind;
 
-double rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
-  double num = 0, den = 0;
-  for (std::size_t i = 0; i < a.size(); ++i) {
-    num = std::max(num, std::abs(static_cast<double>(a[i]) - b[i]));
-    den = std::max(den, std::abs(static_cast<double>(b[i])));
-  }
-  return den > 0 ? num / den : num;
-}
+using rel_diff_fn = double (*)(const std::vector<float>&, const std::vector<float>&);
+constexpr rel_diff_fn rel_diff = strata::lm::test::max_rel_diff;
 
 std::vector<float> floats(const nlohmann::json& t) { return t.at("data").get<std::vector<float>>(); }
 
@@ -78,13 +73,7 @@ BOOST_AUTO_TEST_CASE(one_device_step_matches_the_step_recorded_with_pytorch) {
 }
 
 BOOST_AUTO_TEST_CASE(every_schedule_device_count_and_micro_batch_count_trains_like_one_device) {
-  lm_config c;
-  c.vocab = 17;
-  c.embed = 6;
-  c.hidden = 7;
-  c.layers = 4;
-  c.seq = 6;
-  c.batch = 4;
+  lm_config c = strata::lm::test::tiny_config(17, 6, 7, 4, 6, 4);
   c.lr = 0.7;
   c.clip = 0.5;  // clipping is active: the global norm crosses stages
   c.seed = 11;
@@ -97,11 +86,13 @@ BOOST_AUTO_TEST_CASE(every_schedule_device_count_and_micro_batch_count_trains_li
       targets[s].push_back(id(rng));
     }
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
-  auto train = [&](const char* devices, std::size_t stages, schedule_kind kind, std::size_t mb, std::size_t chunks) {
+  auto train = [&](const char* devices, std::size_t stages, schedule_kind kind, std::size_t mb, std::size_t chunks,
+                   bool copy = false) {
     lm_config cc = c;
     cc.micro_batches = mb;
     cc.chunks = chunks;
-    lm_pipeline p(sys, strata::make_devices(devices), cc, kind, even_counts(c.layers, stages));
+    lm_pipeline p(sys, strata::make_devices(devices), cc, kind, even_counts(c.layers, stages),
+                  strata::lm::lm_pipeline_options{.copy_activations = copy});
     std::vector<double> losses;
     for (int s = 0; s < 2; ++s) {
       auto r = p.train_step(tokens[s], targets[s]);
@@ -118,16 +109,20 @@ BOOST_AUTO_TEST_CASE(every_schedule_device_count_and_micro_batch_count_trains_li
     std::size_t stages;
     schedule_kind kind;
     std::size_t mb, chunks;
+    bool copy = false;  // activations and gradients copied between stages, as between GPUs
   };
   const variant variants[] = {
       {"cpu:2", 2, schedule_kind::gpipe, 1, 1},     {"cpu:2", 2, schedule_kind::gpipe, 4, 1},
       {"cpu:2", 2, schedule_kind::one_f_one_b, 2, 1}, {"cpu:4", 4, schedule_kind::one_f_one_b, 4, 1},
       {"cpu:3", 3, schedule_kind::one_f_one_b, 2, 1}, {"cpu:2", 2, schedule_kind::wavefront, 2, 3},
       {"cpu:4", 4, schedule_kind::wavefront, 1, 2},   {"cpu:1", 1, schedule_kind::wavefront, 4, 6},
+      {"cpu:3", 3, schedule_kind::gpipe, 2, 1, true}, {"cpu:3", 3, schedule_kind::one_f_one_b, 4, 1, true},
+      {"cpu:2", 2, schedule_kind::wavefront, 2, 3, true},
   };
   for (const auto& v : variants) {
-    auto [losses, params] = train(v.devices, v.stages, v.kind, v.mb, v.chunks);
-    BOOST_TEST_CONTEXT(v.devices << " " << strata::pipeline::to_string(v.kind) << " M=" << v.mb << " C=" << v.chunks) {
+    auto [losses, params] = train(v.devices, v.stages, v.kind, v.mb, v.chunks, v.copy);
+    BOOST_TEST_CONTEXT(v.devices << " " << strata::pipeline::to_string(v.kind) << " M=" << v.mb << " C=" << v.chunks
+                                 << (v.copy ? " (copies)" : "")) {
       for (int s = 0; s < 2; ++s) BOOST_TEST(std::abs(losses[s] - ref_losses[s]) <= 1e-5 * std::abs(ref_losses[s]));
       BOOST_REQUIRE(params.size() == ref.size());
       for (std::size_t i = 0; i < params.size(); ++i) {
@@ -139,14 +134,7 @@ BOOST_AUTO_TEST_CASE(every_schedule_device_count_and_micro_batch_count_trains_li
 }
 
 BOOST_AUTO_TEST_CASE(a_sim_pipeline_runs_its_plan_with_modelled_device_time) {
-  lm_config c;
-  c.vocab = 1000;
-  c.embed = 64;
-  c.hidden = 128;
-  c.layers = 4;
-  c.seq = 8;
-  c.batch = 8;
-  c.micro_batches = 4;
+  lm_config c = strata::lm::test::tiny_config(1000, 64, 128, 4, 8, 8, 4);
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   lm_pipeline p(sys, strata::make_devices("sim:4:h200"), c, schedule_kind::one_f_one_b, {1, 1, 1, 1});
   std::vector<std::int32_t> tokens(c.seq * c.batch, 3), targets(c.seq * c.batch, 4);
@@ -157,14 +145,7 @@ BOOST_AUTO_TEST_CASE(a_sim_pipeline_runs_its_plan_with_modelled_device_time) {
 }
 
 BOOST_AUTO_TEST_CASE(a_device_fault_ends_the_step_with_an_error_naming_the_stage_and_step) {
-  lm_config c;
-  c.vocab = 9;
-  c.embed = 4;
-  c.hidden = 5;
-  c.layers = 2;
-  c.seq = 4;
-  c.batch = 2;
-  c.micro_batches = 2;
+  lm_config c = strata::lm::test::tiny_config(9, 4, 5, 2, 4, 2, 2);
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   lm_pipeline p(sys, strata::make_devices("cpu:2"), c, schedule_kind::one_f_one_b, {1, 1});
   std::vector<std::int32_t> tokens(8, 1), targets(8, 2);
@@ -177,18 +158,39 @@ BOOST_AUTO_TEST_CASE(a_device_fault_ends_the_step_with_an_error_naming_the_stage
   // error, so either stage may report first — the text always carries the root cause's device.
   BOOST_TEST(r.error().message().find("failed during step 2") != std::string::npos);
   BOOST_TEST(r.error().message().find("injected device fault in work item 3 on cpu:1") != std::string::npos);
-  auto again = p.train_step(tokens, targets, std::chrono::seconds(30));  // no hang: the pipeline stays failed
-  BOOST_TEST(!again.has_value());
+  // The next step restarts the pipeline (all for one) and trains.
+  auto again = p.train_step(tokens, targets, std::chrono::seconds(30));
+  BOOST_TEST(again.has_value(), (again ? "" : again.error().to_string()));
+  BOOST_TEST(p.restarts() == 1u);
+}
+
+BOOST_AUTO_TEST_CASE(copied_activations_take_the_staging_buffers_and_mixed_devices_are_refused) {
+  lm_config c = strata::lm::test::tiny_config(9, 4, 5, 2, 4, 2, 2);
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  std::vector<std::int32_t> tokens(8, 1), targets(8, 2);
+  auto peak = [&](bool copy) {  // bytes in use on stage 1's device after a step
+    auto devices = strata::make_devices("cpu:2");
+    lm_pipeline p(sys, devices, c, schedule_kind::one_f_one_b, {1, 1}, strata::lm::lm_pipeline_options{.copy_activations = copy});
+    BOOST_REQUIRE(p.train_step(tokens, targets).has_value());
+    return devices[1].memory().bytes_in_use;
+  };
+  // Stage 1 receives M activations: with copies it holds a staging buffer for each (T x Bm x H floats).
+  const std::size_t staging = c.micro_batches * c.seq * c.micro_batch_size() * c.hidden * sizeof(float);
+  BOOST_TEST(peak(true) >= peak(false) + staging);
+
+  strata::device_manager manager;
+  auto cpu = manager.create("cpu:1");
+  auto sim = manager.create("sim:1");
+  try {
+    lm_pipeline p(sys, {cpu[0], sim[0]}, c, schedule_kind::one_f_one_b, {1, 1});
+    BOOST_FAIL("a cpu + sim pipeline was accepted");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == "a pipeline's devices must all be of one kind (cpu, sim or cuda); got cpu:0 and sim:0");
+  }
 }
 
 BOOST_AUTO_TEST_CASE(bad_steps_and_parameters_are_refused_with_one_sentence) {
-  lm_config c;
-  c.vocab = 5;
-  c.embed = 3;
-  c.hidden = 4;
-  c.layers = 2;
-  c.seq = 3;
-  c.batch = 2;
+  lm_config c = strata::lm::test::tiny_config(5, 3, 4, 2, 3, 2);
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   lm_pipeline p(sys, strata::make_devices("cpu:2"), c, schedule_kind::one_f_one_b, {1, 1});
   auto short_batch = p.train_step({1, 2}, {1, 2});

@@ -7,10 +7,18 @@
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
 #include <atomic>
+#include <chrono>
 #include <iostream>
+#include <map>
+#include <memory>
+#include <mutex>
 #include <random>
+#include <stdexcept>
+#include <string>
 #include <thread>
+#include <vector>
 
 #include "helpers.hpp"
 
@@ -31,6 +39,31 @@ std::vector<float> random_floats(std::size_t n, unsigned seed) {
   for (auto& x : v) x = d(rng);
   return v;
 }
+
+/// A work item that sets `bytes` bytes at `p` to `value` (cudaMemsetAsync on the item's stream).
+kernel_work memset_work(std::string name, void* p, int value, std::size_t bytes) {
+  return {.name = std::move(name),
+          .kind = work_kind::pointwise,
+          .bytes = static_cast<double>(bytes),
+          .cuda = [=](const cuda_launch_context& c) {
+            if (cudaMemsetAsync(p, value, bytes, static_cast<cudaStream_t>(c.stream)) != cudaSuccess)
+              throw std::runtime_error("cudaMemsetAsync failed");
+          }};
+}
+
+/// Collects the records a device's work observer receives (on the device's reporter thread).
+struct record_log {
+  std::mutex mu;
+  std::vector<work_record> records;
+  std::vector<std::string> names;
+  work_observer observer() {
+    return [this](const work_record& r) {
+      std::lock_guard lk(mu);
+      records.push_back(r);
+      names.push_back(*r.name);
+    };
+  }
+};
 
 }  // namespace
 
@@ -189,6 +222,108 @@ BOOST_AUTO_TEST_CASE(released_memory_returns_to_the_pool_in_stream_order) {
   for (int i = 0; i < 200 && d[0].memory().bytes_in_use != 0; ++i) s.synchronize();
   BOOST_TEST(d[0].memory().bytes_in_use == 0u);
   BOOST_TEST(d[0].memory().peak_bytes_in_use >= std::size_t{64} << 20);
+}
+
+BOOST_AUTO_TEST_CASE(the_work_observer_gets_every_item_with_steady_clock_times_in_stream_order) {
+  auto d = make_devices("cuda:0");
+  stream streams[2] = {d[0].create_stream(), d[0].create_stream()};
+  record_log log;
+  d[0].set_work_observer(log.observer());
+  constexpr std::size_t bytes = std::size_t{32} << 20;
+  buffer a = d[0].allocate(bytes, streams[0]);
+  buffer b = d[0].allocate(bytes, streams[1]);
+  constexpr int n = 16;
+  const auto before = std::chrono::steady_clock::now();
+  for (int i = 0; i < n; ++i) {
+    auto& s = streams[i % 2];
+    s.launch(memset_work("fill" + std::to_string(i), (i % 2 ? b : a).data(), i, bytes));
+  }
+  streams[1].wait(streams[0].record());
+  streams[1].copy(a, b);
+  for (auto& s : streams) s.synchronize();  // returns once the observer has seen the stream's items
+  const auto after = std::chrono::steady_clock::now();
+  d[0].set_work_observer({});
+  streams[0].launch(memset_work("unobserved", a.data(), 0, bytes));
+  streams[0].synchronize();
+
+  std::lock_guard lk(log.mu);
+  BOOST_REQUIRE(log.records.size() == static_cast<std::size_t>(n + 1));
+  const auto slack = std::chrono::milliseconds(1);  // calibration error is microseconds
+  const auto lo = (before - slack).time_since_epoch(), hi = (after + slack).time_since_epoch();
+  std::map<std::uint64_t, std::chrono::nanoseconds> last_end;
+  int fills = 0;
+  for (std::size_t i = 0; i < log.records.size(); ++i) {
+    const auto& r = log.records[i];
+    BOOST_TEST_CONTEXT("record " << i << " (" << log.names[i] << ")") {
+      BOOST_TEST((r.kind == device_kind::cuda));
+      BOOST_TEST(r.device_index == d[0].index());
+      BOOST_TEST(!r.modelled);
+      BOOST_TEST(r.start.count() <= r.end.count());
+      BOOST_TEST(r.start.count() >= std::chrono::duration_cast<std::chrono::nanoseconds>(lo).count());
+      BOOST_TEST(r.end.count() <= std::chrono::duration_cast<std::chrono::nanoseconds>(hi).count());
+      BOOST_TEST((r.stream_id == streams[0].id() || r.stream_id == streams[1].id()));
+      if (auto it = last_end.find(r.stream_id); it != last_end.end()) BOOST_TEST(it->second.count() <= r.start.count());
+      last_end[r.stream_id] = r.end;
+      if (log.names[i] == "copy") {
+        BOOST_TEST((r.work == work_kind::copy));
+        BOOST_TEST(r.stream_id == streams[1].id());
+        BOOST_TEST(r.bytes == 2.0 * static_cast<double>(bytes));
+        continue;
+      }
+      // Items of one stream arrive in submission order.
+      const int k = std::stoi(log.names[i].substr(4));
+      BOOST_TEST(log.names[i] == "fill" + std::to_string(k));
+      BOOST_TEST(r.stream_id == streams[k % 2].id());
+      BOOST_TEST((r.work == work_kind::pointwise));
+      BOOST_TEST(r.bytes == static_cast<double>(bytes));
+      ++fills;
+    }
+  }
+  BOOST_TEST(fills == n);
+  std::vector<int> order[2];
+  for (const auto& name : log.names)
+    if (name != "copy") order[std::stoi(name.substr(4)) % 2].push_back(std::stoi(name.substr(4)));
+  for (auto& o : order) BOOST_TEST(std::is_sorted(o.begin(), o.end()));
+}
+
+BOOST_AUTO_TEST_CASE(an_observer_that_throws_keeps_receiving_records) {
+  auto d = make_devices("cuda:0");
+  auto s = d[0].create_stream();
+  std::atomic<int> calls{0};
+  d[0].set_work_observer([&](const work_record&) {
+    ++calls;
+    throw std::runtime_error("observers must not throw");
+  });
+  buffer a = d[0].allocate(4096, s);
+  for (int i = 0; i < 3; ++i) s.launch(memset_work("fill", a.data(), i, 4096));
+  s.synchronize();
+  d[0].set_work_observer({});
+  BOOST_TEST(calls.load() == 3);
+}
+
+BOOST_AUTO_TEST_CASE(dropping_a_device_with_undelivered_records_neither_crashes_nor_hangs) {
+  auto calls = std::make_shared<std::atomic<int>>(0);
+  constexpr int n = 64;
+  {
+    auto d = make_devices("cuda:0");
+    auto s = d[0].create_stream();
+    d[0].set_work_observer([calls](const work_record&) { ++*calls; });
+    buffer a = d[0].allocate(std::size_t{256} << 20, s);
+    for (int i = 0; i < n; ++i) s.launch(memset_work("fill", a.data(), i, std::size_t{256} << 20));
+  }  // buffer, stream and device go with the work in flight; their records are dropped
+  BOOST_TEST(calls->load() <= n);
+  // A new device on the GPU reports again.
+  auto d = make_devices("cuda:0");
+  auto s = d[0].create_stream();
+  record_log log;
+  d[0].set_work_observer(log.observer());
+  buffer a = d[0].allocate(4096, s);
+  s.launch(memset_work("after", a.data(), 1, 4096));
+  s.synchronize();
+  d[0].set_work_observer({});
+  std::lock_guard lk(log.mu);
+  BOOST_REQUIRE(log.names.size() == 1u);
+  BOOST_TEST(log.names[0] == "after");
 }
 
 BOOST_AUTO_TEST_CASE(a_cuda_stream_rejects_work_without_a_cuda_implementation) {

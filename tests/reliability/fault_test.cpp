@@ -6,6 +6,9 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "support/lm_test_support.hpp"
+
+#include <cmath>
 #include <csignal>
 #include <cstdlib>
 #include <filesystem>
@@ -79,6 +82,13 @@ BOOST_AUTO_TEST_CASE(a_device_fault_at_any_kernel_of_any_stage_ends_the_lm_step_
       targets[i] = static_cast<std::int32_t>((i * 5 + 1) % c.vocab);
     }
     const std::size_t step_n = (test_scale() < 1) ? 1 : 2;  // the step that fails (after step_n - 1 good ones)
+    // What step_n good steps give: the failed step must change nothing, the restart lose nothing.
+    std::vector<strata::lm::named_parameter> reference;
+    {
+      lm_pipeline ref(sys, devices, c, kind, {1, 1, 1});
+      for (std::size_t s = 0; s < step_n; ++s) BOOST_REQUIRE(ref.train_step(tokens, targets, 60s).has_value());
+      reference = ref.parameters().value();
+    }
     for (std::size_t stage = 0; stage < 3; ++stage) {
       for (std::size_t n = 1; n <= items; n += (test_scale() < 1 ? 3 : 1)) {
         lm_pipeline p(sys, devices, c, kind, {1, 1, 1});
@@ -95,8 +105,18 @@ BOOST_AUTO_TEST_CASE(a_device_fault_at_any_kernel_of_any_stage_ends_the_lm_step_
                                      devices[stage].name()),
                      m);
           BOOST_TEST(took < 30s);
-          auto again = p.train_step(tokens, targets, 60s);  // the pipeline stays failed, it does not hang
-          BOOST_TEST(!again.has_value());
+          // The next step restarts the pipeline (all for one) and continues as if the failed
+          // step had not been tried.
+          auto again = p.train_step(tokens, targets, 60s);
+          BOOST_REQUIRE_MESSAGE(again.has_value(), (again ? "" : again.error().to_string()));
+          BOOST_TEST(p.restarts() == 1u);
+          auto params = p.parameters().value();
+          BOOST_REQUIRE(params.size() == reference.size());
+          for (std::size_t i = 0; i < params.size(); ++i)
+            for (std::size_t j = 0; j < params[i].values.size(); ++j)
+              BOOST_TEST(std::abs(params[i].values[j] - reference[i].values[j]) <=
+                             1e-5f * (1.0f + std::abs(reference[i].values[j])),
+                         params[i].name << "[" << j << "]");
         }
       }
     }
@@ -109,6 +129,33 @@ BOOST_AUTO_TEST_CASE(a_device_fault_at_any_kernel_of_any_stage_ends_the_lm_step_
 
 // (a') the same through the public device API alone: a kernel_work whose cpu function throws on
 // its N-th call fails the stage that owns the device, and the step names stage and step.
+// (a'') the pipeline's KVStore stops between steps: the next step fails naming it, the one after
+// rebuilds the store from the stages' weights and trains on.
+BOOST_AUTO_TEST_CASE(an_lm_pipeline_whose_kvstore_stopped_fails_one_step_then_rebuilds_it) {
+  using strata::lm::lm_config;
+  using strata::lm::lm_pipeline;
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  lm_config c = strata::lm::test::tiny_config(11, 4, 6, 2, 4, 4, 2);
+  std::vector<std::int32_t> tokens(c.seq * c.batch, 3), targets(c.seq * c.batch, 5);
+  lm_pipeline p(sys, strata::make_devices("cpu:2"), c, strata::pipeline::schedule_kind::one_f_one_b, {1, 1});
+  BOOST_REQUIRE(p.train_step(tokens, targets, 60s).has_value());
+  auto before = p.parameters().value();
+  auto store = p.store();
+  BOOST_REQUIRE(store.has_value());
+  sys.stop(*store);
+  auto failed = p.train_step(tokens, targets, 60s);
+  BOOST_REQUIRE(!failed.has_value());
+  BOOST_TEST(contains(failed.error().message(), "could not update its weights"), failed.error().message());
+  auto same = p.parameters().value();  // restarts: the weights are those before the failed step
+  for (std::size_t i = 0; i < same.size(); ++i) BOOST_TEST(same[i].values == before[i].values, same[i].name);
+  auto again = p.train_step(tokens, targets, 60s);
+  BOOST_REQUIRE_MESSAGE(again.has_value(), (again ? "" : again.error().to_string()));
+  BOOST_TEST(p.restarts() == 1u);
+  auto rebuilt = p.store();
+  BOOST_REQUIRE(rebuilt.has_value());
+  BOOST_TEST((*rebuilt != *store));
+}
+
 BOOST_AUTO_TEST_CASE(a_throwing_kernel_fails_its_stage_and_the_step_names_it) {
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   auto devices = strata::make_devices("cpu:3");

@@ -29,13 +29,12 @@ struct begin_step {
   std::vector<std::vector<std::int32_t>> targets;  // per micro-batch [T, Bm] (last stage)
 };
 /// An activation (forward) or a gradient (backward) of one (micro-batch, chunk) unit: the
-/// producer's buffer, valid for the whole step, and the event after which it is ready.
+/// producer's buffer, valid for the whole step, with the event after which it is ready.
 struct unit_tensor {
   std::uint64_t step;
   int micro_batch;
   int chunk;
-  const float* data;
-  event ready;
+  tensor data;  // invalid on sim devices (no data)
 };
 struct activation_msg {
   unit_tensor t;
@@ -88,8 +87,9 @@ struct stage_clock {
 class stage_actor final : public actor {
 public:
   stage_actor(int index, std::shared_ptr<lm_stage> model, device dev, stream s, std::vector<pipeline::action> actions,
-              std::size_t chunks)
-      : index_(index), model_(std::move(model)), dev_(std::move(dev)), stream_(std::move(s)), chunks_(chunks) {
+              std::size_t chunks, bool copy_always)
+      : index_(index), model_(std::move(model)), dev_(std::move(dev)), stream_(std::move(s)), chunks_(chunks),
+        copy_always_(copy_always) {
     for (const auto& a : actions)
       if (pipeline::is_compute(a.kind)) actions_.push_back(a);
   }
@@ -105,23 +105,18 @@ public:
         },
         [this](begin_step& b) {
           step_ = b.step;
-          for (std::size_t mb = 0; mb < b.tokens.size(); ++mb) model_->set_tokens(mb, std::move(b.tokens[mb]));
-          for (std::size_t mb = 0; mb < b.targets.size(); ++mb) model_->set_targets(mb, std::move(b.targets[mb]));
+          for (std::size_t mb = 0; mb < b.tokens.size(); ++mb) model_->set_tokens(mb, b.tokens[mb], stream_);
+          for (std::size_t mb = 0; mb < b.targets.size(); ++mb) model_->set_targets(mb, b.targets[mb], stream_);
           pos_ = 0;
           running_ = true;
           advance();
         },
         [this](activation_msg& m) {
-          auto u = unit(m.t);
-          model_->set_input(static_cast<std::size_t>(m.t.micro_batch), static_cast<std::size_t>(m.t.chunk), m.t.data);
-          forward_ready_[u] = std::move(m.t.ready);
+          forward_ready_[unit(m.t)] = std::move(m.t);
           advance();
         },
         [this](gradient_msg& m) {
-          auto u = unit(m.t);
-          model_->set_output_grad(static_cast<std::size_t>(m.t.micro_batch), static_cast<std::size_t>(m.t.chunk),
-                                  m.t.data);
-          backward_ready_[u] = std::move(m.t.ready);
+          backward_ready_[unit(m.t)] = std::move(m.t);
           advance();
         },
         [this](const norm_done&) { send(driver_, stage_norm{index_, model_->sq_norm(), model_->loss_sum()}); },
@@ -160,10 +155,8 @@ public:
         [this](const get_parameters&) {
           std::vector<named_parameter> out;
           if (!model_->computes()) return out;
-          for (std::size_t i = 0; i < model_->names().size(); ++i) {
-            const float* p = model_->value_data(i);
-            out.push_back({model_->names()[i], std::vector<float>(p, p + model_->count(i))});
-          }
+          for (std::size_t i = 0; i < model_->names().size(); ++i)
+            out.push_back({model_->names()[i], model_->read_value(i, stream_)});
           return out;
         },
         [this](put_parameters& p) -> expected<void> {
@@ -174,9 +167,10 @@ public:
               if (np.values.size() != model_->count(i))
                 return error(errc::invalid_argument, "parameter '" + np.name + "' has " + std::to_string(np.values.size()) +
                                                          " values; the model expects " + std::to_string(model_->count(i)));
-              std::copy(np.values.begin(), np.values.end(), model_->value_data(i));
+              model_->write_value(i, np.values, stream_);
             }
           }
+          stream_.synchronize();  // the store (re)built before the next step reads these values
           return {};
         },
     };
@@ -185,6 +179,27 @@ public:
 private:
   std::size_t unit(const unit_tensor& t) const {
     return static_cast<std::size_t>(t.micro_batch) * chunks_ + static_cast<std::size_t>(t.chunk);
+  }
+
+  /// Orders this stage's stream after `t` is ready and returns where the stage reads it: in place
+  /// when its device can (host memory between cpu devices, one GPU's memory between its shares),
+  /// else from `staging` after a copy on this stage's stream (another GPU: a peer copy; host and
+  /// GPU: over PCIe). Called when the plan reaches the action, so the wait and the copy sit just
+  /// before the work that needs them, not in front of earlier actions.
+  template <class Staging>
+  const float* receive(const tensor& t, Staging staging) {
+    stream_.wait(t.ready_event());
+    if (!t.valid() || (!copy_always_ && readable_in_place(t, dev_))) return static_cast<const float*>(t.raw_data());
+    const tensor& own = staging();  // allocated on first use
+    stream_.copy(own.storage(), t.storage(), t.bytes());
+    return static_cast<const float*>(own.raw_data());
+  }
+
+  /// The stage's output of a forward or backward action, tagged with the event that makes it ready.
+  unit_tensor produced(const pipeline::action& a, const tensor& t) {
+    tensor out = t;
+    out.set_ready_event(stream_.record());
+    return unit_tensor{step_, a.micro_batch, a.chunk, std::move(out)};
   }
 
   /// Submits the plan's actions in order as far as their inputs have arrived. Submission is
@@ -198,26 +213,30 @@ private:
         if (prev_) {
           auto it = forward_ready_.find(u);
           if (it == forward_ready_.end()) return;
-          stream_.wait(it->second);
+          model_->set_input(mb, ch, receive(it->second.data, [&]() -> const tensor& {
+                              return model_->input_staging(mb, ch, stream_);
+                            }));
           forward_ready_.erase(it);
         }
         stream_.launch(model_->forward_work(mb, ch));
-        if (next_) send(next_, activation_msg{{step_, a.micro_batch, a.chunk, model_->computes() ? model_->output(mb, ch) : nullptr, stream_.record()}});
+        if (next_) send(next_, activation_msg{produced(a, model_->output(mb, ch))});
       } else {
         if (next_) {
           auto it = backward_ready_.find(u);
           if (it == backward_ready_.end()) return;
-          stream_.wait(it->second);
+          model_->set_output_grad(mb, ch, receive(it->second.data, [&]() -> const tensor& {
+                                    return model_->output_grad_staging(mb, ch, stream_);
+                                  }));
           backward_ready_.erase(it);
         }
         stream_.launch(model_->backward_work(mb, ch));
-        if (prev_) send(prev_, gradient_msg{{step_, a.micro_batch, a.chunk, model_->computes() ? model_->input_grad(mb, ch) : nullptr, stream_.record()}});
+        if (prev_) send(prev_, gradient_msg{produced(a, model_->input_grad(mb, ch))});
       }
       ++pos_;
     }
     if (running_ && pos_ == actions_.size()) {
       running_ = false;
-      stream_.launch(model_->norm_work());
+      model_->enqueue_norm(stream_);
       send_on_complete(stream_, self(), norm_done{step_});
     }
   }
@@ -227,13 +246,14 @@ private:
   device dev_;
   stream stream_;
   std::size_t chunks_;
+  bool copy_always_;
   std::vector<pipeline::action> actions_;
   actor_ref store_;
   actor_ref prev_, next_, driver_;
   std::uint64_t step_ = 0;
   std::size_t pos_ = 0;
   bool running_ = false;
-  std::map<std::size_t, event> forward_ready_, backward_ready_;
+  std::map<std::size_t, unit_tensor> forward_ready_, backward_ready_;
 };
 
 // ---- the driver: splits the batch, runs the step boundary (global norm, clip, update) ----------
@@ -347,6 +367,88 @@ struct lm_pipeline::state {
   device store_device;     // where it merges (empty: default)
   std::shared_ptr<stage_clock> store_clock;
   bool store_stale = true; // (re)build the store before the next step
+  bool copy_activations = false;
+  bool failed = false;     // the last step failed: restart the actors before the next one
+  std::size_t restarts = 0;
+
+  /// Spawns the stage actors and the driver on the current streams and wires them.
+  void spawn_actors() {
+    stages.clear();
+    for (std::size_t s = 0; s < models.size(); ++s) {
+      stages.push_back(system->spawn_with<stage_actor>(
+          spawn_options{.name = "stage-" + std::to_string(s) + " (" + devices[s].name() + ")"}, static_cast<int>(s),
+          models[s], devices[s], streams[s], plan.stages[s], config.chunks, copy_activations));
+    }
+    driver = system->spawn_with<driver_actor>(spawn_options{.name = "pipeline-driver"}, config, stages, clocks,
+                                              store_clock);
+    for (std::size_t s = 0; s < stages.size(); ++s) {
+      system->send(stages[s], wire_stage{s > 0 ? stages[s - 1] : actor_ref{},
+                                         s + 1 < stages.size() ? stages[s + 1] : actor_ref{}, driver});
+      if (store) system->send(stages[s], use_store{store});
+    }
+  }
+
+  /// Stops the stage actors and the driver, waits until they have terminated (no more
+  /// submissions; a request to a stopped actor is answered once it has) and their streams have
+  /// drained (a failed stream skips what is left), so that no work item refers to the models.
+  void halt() {
+    for (auto& s : stages) system->stop(s);
+    system->stop(driver);
+    for (auto& s : stages) {
+      auto gone = system->request<void>(s, std::chrono::seconds(30), unit_t{});
+      (void)gone.wait_for(std::chrono::seconds(30));
+    }
+    for (auto& s : streams) {
+      try {
+        s.synchronize();
+      } catch (...) {
+        // A failed step's error was reported by train_step.
+      }
+    }
+  }
+
+  /// After a failed step, all for one: every stage actor and the driver are stopped and spawned
+  /// again on fresh streams (a failed stream stays failed), the gradients the step accumulated are
+  /// zeroed and every stage takes its weights back from the store, which is the master copy (so a
+  /// step that failed while some stages had already updated leaves no stage behind). A store that
+  /// no longer answers is rebuilt from the stages' weights.
+  expected<void> restart() {
+    halt();
+    for (std::size_t s = 0; s < models.size(); ++s) {
+      streams[s] = devices[s].create_stream();
+      models[s]->fail_after(0);
+      streams[s].launch(models[s]->zero_grad_work());
+    }
+    if (store && !store_stale) {
+      kvstore_client client(*system, store, std::chrono::seconds(30));
+      std::vector<kvstore_key> keys;
+      std::vector<tensor> outs;
+      for (auto& m : models)
+        for (std::size_t i = 0; i < m->names().size(); ++i) {
+          keys.emplace_back(m->names()[i]);
+          outs.push_back(m->value(i));
+        }
+      auto pulled = client.pull(std::move(keys), std::move(outs)).get();
+      if (pulled) {
+        std::size_t next = 0;  // the pulled tensors come in the order of the keys: stage by stage
+        for (std::size_t s = 0; s < models.size(); ++s)
+          for (std::size_t i = 0; i < models[s]->names().size(); ++i) streams[s].wait((*pulled)[next++].ready_event());
+      } else {
+        store_stale = true;  // rebuilt from the stages' weights before the next step
+      }
+    }
+    for (auto& s : streams) {
+      try {
+        s.synchronize();
+      } catch (const std::exception& e) {
+        return error(errc::runtime_failure, std::string("the pipeline could not restart after a failed step: ") + e.what());
+      }
+    }
+    spawn_actors();
+    failed = false;
+    ++restarts;
+    return {};
+  }
 
   /// Spawns a fresh kvstore holding the stages' current weights, with SGD(lr).
   expected<void> rebuild_store() {
@@ -356,7 +458,7 @@ struct lm_pipeline::state {
     if (store_device.valid()) {
       opts.kind = kvstore_kind::device;
       opts.merge_device = store_device;
-    } else if (devices.front().kind() == device_kind::sim) {
+    } else if (devices.front().kind() != device_kind::cpu) {  // sim, cuda: merge on the first stage's device
       opts.kind = kvstore_kind::device;
       opts.merge_device = devices.front();
     }
@@ -382,9 +484,22 @@ struct lm_pipeline::state {
 lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
                          pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts,
                          device store_device)
+    : lm_pipeline(system, std::move(devices), std::move(config), schedule, std::move(layer_counts),
+                  lm_pipeline_options{.store_device = std::move(store_device)}) {}
+
+lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
+                         pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts,
+                         lm_pipeline_options options)
     : state_(std::make_unique<state>()) {
   config.validate();
   if (devices.empty()) throw std::invalid_argument("a pipeline needs at least one device");
+  for (const auto& d : devices) {
+    if (!d.valid()) throw std::invalid_argument("a pipeline device is an empty handle");
+    if (d.kind() != devices.front().kind())
+      throw std::invalid_argument("a pipeline's devices must all be of one kind (cpu, sim or cuda); got " +
+                                  devices.front().name() + " and " + d.name());
+  }
+  device store_device = std::move(options.store_device);
   if (layer_counts.size() != devices.size())
     throw std::invalid_argument("the partition names " + std::to_string(layer_counts.size()) + " stages for " +
                                 std::to_string(devices.size()) + " devices");
@@ -430,11 +545,6 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
       }
     });
   }
-  for (std::size_t s = 0; s < spans.size(); ++s) {
-    st.stages.push_back(system.spawn_with<stage_actor>(
-        spawn_options{.name = "stage-" + std::to_string(s) + " (" + st.devices[s].name() + ")"}, static_cast<int>(s),
-        st.models[s], st.devices[s], st.streams[s], st.plan.stages[s], config.chunks));
-  }
   if (store_device.valid()) {
     st.store_device = store_device;
     st.store_clock = std::make_shared<stage_clock>();
@@ -442,32 +552,13 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
       clock->other_ns += (r.end - r.start).count();
     });
   }
-  st.driver = system.spawn_with<driver_actor>(spawn_options{.name = "pipeline-driver"}, config, st.stages, st.clocks,
-                                              st.store_clock);
-  for (std::size_t s = 0; s < st.stages.size(); ++s) {
-    system.send(st.stages[s], wire_stage{s > 0 ? st.stages[s - 1] : actor_ref{},
-                                         s + 1 < st.stages.size() ? st.stages[s + 1] : actor_ref{}, st.driver});
-  }
+  st.copy_activations = options.copy_activations;
+  st.spawn_actors();
 }
 
 lm_pipeline::~lm_pipeline() {
   if (!state_) return;
-  for (auto& s : state_->stages) state_->system->stop(s);
-  state_->system->stop(state_->driver);
-  // Work items on the streams point into the stage models: wait until the stage actors have
-  // terminated (no more submissions; a request to a stopped actor is answered once it has) and
-  // their streams have drained (a failed stream skips what is left) before the models go.
-  for (auto& s : state_->stages) {
-    auto gone = state_->system->request<void>(s, std::chrono::seconds(30), unit_t{});
-    (void)gone.wait_for(std::chrono::seconds(30));
-  }
-  for (auto& s : state_->streams) {
-    try {
-      s.synchronize();
-    } catch (...) {
-      // A failed step's error was reported by train_step.
-    }
-  }
+  state_->halt();  // work items on the streams point into the stage models
   if (state_->store) state_->system->stop(state_->store);
   for (auto& d : state_->devices) d.set_work_observer({});
   if (state_->store_device.valid()) state_->store_device.set_work_observer({});
@@ -489,13 +580,29 @@ expected<step_result> lm_pipeline::train_step(const std::vector<std::int32_t>& t
     if (v < 0 || static_cast<std::size_t>(v) >= c.vocab)
       return error(errc::invalid_argument, "target id " + std::to_string(v) + " is outside the vocabulary [0, " +
                                                std::to_string(c.vocab) + ")");
+  if (state_->failed)
+    if (auto r = state_->restart(); !r) return r.error();
   if (state_->store_stale)
     if (auto r = state_->rebuild_store(); !r) return r.error();
   auto f = state_->system->request<step_result>(state_->driver, timeout, run_step{tokens, targets});
-  return f.get();
+  auto r = f.get();
+  if (!r) state_->failed = true;
+  return r;
 }
 
+expected<actor_ref> lm_pipeline::store() {
+  if (state_->failed)
+    if (auto r = state_->restart(); !r) return r.error();
+  if (state_->store_stale)
+    if (auto r = state_->rebuild_store(); !r) return r.error();
+  return state_->store;
+}
+
+std::size_t lm_pipeline::restarts() const noexcept { return state_->restarts; }
+
 expected<std::vector<named_parameter>> lm_pipeline::parameters(std::chrono::milliseconds timeout) {
+  if (state_->failed)
+    if (auto r = state_->restart(); !r) return r.error();
   std::map<std::string, std::vector<float>> all;
   for (auto& s : state_->stages) {
     auto part = state_->system->request<std::vector<named_parameter>>(s, timeout, get_parameters{}).get();
@@ -512,6 +619,8 @@ expected<std::vector<named_parameter>> lm_pipeline::parameters(std::chrono::mill
 
 expected<void> lm_pipeline::set_parameters(const std::vector<named_parameter>& params,
                                            std::chrono::milliseconds timeout) {
+  if (state_->failed)
+    if (auto r = state_->restart(); !r) return r.error();
   auto names = parameter_names(state_->config);
   for (const auto& p : params) {
     if (std::find(names.begin(), names.end(), p.name) == names.end())

@@ -3,20 +3,127 @@
 #include <algorithm>
 #include <stdexcept>
 
+#include "strata/kernels/elementwise.hpp"
 #include "strata/kernels/embedding.hpp"
 #include "strata/kernels/linear_cross_entropy.hpp"
 #include "strata/kernels/lstm.hpp"
+#include "strata/kernels/reduce.hpp"
+#if STRATA_HAS_CUDA
+#include "strata/kernels/cuda.hpp"
+#endif
 
 namespace strata::lm {
 
 namespace k = strata::kernels;
 
+namespace {
+
+float* fp(const tensor& t) { return static_cast<float*>(t.raw_data()); }
+const std::int32_t* ip(const tensor& t) { return static_cast<const std::int32_t*>(t.raw_data()); }
+
+// The kernels a stage calls, one struct per backend with the same member functions, so that the
+// stage's math (forward_math, backward_math, norm_math) is written once. Every pointer is memory
+// of the stage's device.
+
+/// cpu devices: strata::kernels::cpu on host memory, inside the device's oneTBB arena.
+struct host_ops {
+  void lstm_forward(const k::lstm_dims& d, const k::lstm_weights& w, const k::lstm_forward_args& a) const {
+    k::cpu::lstm_forward(d, w, a);
+  }
+  void lstm_backward(const k::lstm_dims& d, const k::lstm_weights& w, const k::lstm_backward_args& a,
+                     const k::lstm_gradients& g) const {
+    k::cpu::lstm_backward(d, w, a, g);
+  }
+  void embedding_forward(std::size_t vocab, std::size_t dim, const float* table, std::size_t count,
+                         const std::int32_t* ids, float* out) const {
+    k::cpu::embedding_forward(vocab, dim, table, count, ids, out);
+  }
+  void embedding_backward(std::size_t vocab, std::size_t dim, std::size_t count, const std::int32_t* ids,
+                          const float* d_out, float* d_table) const {
+    k::cpu::embedding_backward(vocab, dim, count, ids, d_out, d_table);
+  }
+  /// Decoder forward and backward; the summed loss goes to `*loss` (memory of the device).
+  void decoder(const k::linear_cross_entropy_dims& d, const k::linear_cross_entropy_inputs& in,
+               const k::linear_cross_entropy_gradients& g, float* workspace, std::size_t workspace_size,
+               double* loss) const {
+    *loss = k::cpu::linear_cross_entropy_forward_backward(d, in, g, workspace, workspace_size);
+  }
+  /// The L2 norm of all `tensors` into `*norm`.
+  void global_norm(std::span<const std::span<const float>> tensors, float*, std::size_t, double* norm) const {
+    *norm = k::cpu::global_norm(tensors);
+  }
+  void scale(std::size_t n, float alpha, float* x) const { k::cpu::scale(n, alpha, x); }
+  void fill(std::size_t n, float value, float* x) const { k::cpu::fill(n, value, x); }
+  static std::size_t decoder_workspace(const k::linear_cross_entropy_dims& d, std::size_t block) {
+    return k::linear_cross_entropy_workspace_size(d, block);
+  }
+  static std::size_t norm_workspace(std::size_t) { return 0; }
+};
+
+#if STRATA_HAS_CUDA
+/// cuda devices: strata::kernels::cuda on device memory, enqueued on the stage's stream with the
+/// stream's cuBLAS handle (nothing waits on the host).
+struct gpu_ops {
+  k::cuda::cuda_context ctx;
+  explicit gpu_ops(const cuda_launch_context& c)
+      : ctx{.stream = static_cast<k::cuda::cuda_stream>(c.stream), .blas = static_cast<k::cuda::cublas_handle>(c.cublas)} {}
+
+  void lstm_forward(const k::lstm_dims& d, const k::lstm_weights& w, const k::lstm_forward_args& a) const {
+    k::cuda::lstm_forward(ctx, d, w, a);
+  }
+  void lstm_backward(const k::lstm_dims& d, const k::lstm_weights& w, const k::lstm_backward_args& a,
+                     const k::lstm_gradients& g) const {
+    k::cuda::lstm_backward(ctx, d, w, a, g);
+  }
+  void embedding_forward(std::size_t vocab, std::size_t dim, const float* table, std::size_t count,
+                         const std::int32_t* ids, float* out) const {
+    k::cuda::embedding_forward(ctx, vocab, dim, table, count, ids, out);
+  }
+  void embedding_backward(std::size_t vocab, std::size_t dim, std::size_t count, const std::int32_t* ids,
+                          const float* d_out, float* d_table) const {
+    k::cuda::embedding_backward(ctx, vocab, dim, count, ids, d_out, d_table);
+  }
+  void decoder(const k::linear_cross_entropy_dims& d, const k::linear_cross_entropy_inputs& in,
+               const k::linear_cross_entropy_gradients& g, float* workspace, std::size_t workspace_size,
+               double* loss) const {
+    k::cuda::linear_cross_entropy_forward_backward(ctx, d, in, g, workspace, workspace_size, loss);
+  }
+  void global_norm(std::span<const std::span<const float>> tensors, float* workspace, std::size_t workspace_size,
+                   double* norm) const {
+    k::cuda::global_norm(ctx, tensors, workspace, workspace_size, norm);
+  }
+  void scale(std::size_t n, float alpha, float* x) const { k::cuda::scale(ctx, n, alpha, x); }
+  void fill(std::size_t n, float value, float* x) const { k::cuda::fill(ctx, n, value, x); }
+  static std::size_t decoder_workspace(const k::linear_cross_entropy_dims& d, std::size_t block) {
+    return k::cuda::linear_cross_entropy_device_workspace_size(d, block);
+  }
+  static std::size_t norm_workspace(std::size_t tensors) { return k::cuda::global_norm_workspace_size(tensors); }
+};
+#endif
+
+}  // namespace
+
+bool readable_in_place(const tensor& t, const device& consumer) {
+  const auto kind = t.storage().kind();
+  if (kind != consumer.kind()) return false;
+  if (kind != device_kind::cuda) return true;  // host memory, or sim (no data)
+  return t.get_device().properties().gpu_ordinal == consumer.properties().gpu_ordinal;
+}
+
+tensor lm_stage::floats(std::size_t n, const stream& s) {
+  return tensor::empty({static_cast<std::int64_t>(n)}, dtype::float32, dev_, s);
+}
+
+double* lm_stage::scalar_slot(std::size_t i) const { return reinterpret_cast<double*>(fp(scalars_)) + i; }
+
 lm_stage::lm_stage(const lm_config& config, stage_span span, device dev, const stream& s)
     : config_(config), span_(span), dev_(std::move(dev)) {
   config_.validate();
+#if !STRATA_HAS_CUDA
   if (dev_.kind() == device_kind::cuda)
-    throw std::invalid_argument("LSTM pipeline stages run on cpu and sim devices; cuda stages are not implemented yet");
-  computes_ = dev_.kind() == device_kind::cpu;
+    throw std::invalid_argument("LSTM pipeline stages on " + dev_.name() + " need strata built with CUDA (STRATA_CUDA=ON)");
+#endif
+  computes_ = dev_.kind() != device_kind::sim;
   bm_ = config_.micro_batch_size();
   tc_ = config_.chunk_steps();
   const std::size_t H = config_.hidden, M = config_.micro_batches, C = config_.chunks;
@@ -37,11 +144,9 @@ lm_stage::lm_stage(const lm_config& config, stage_span span, device dev, const s
     dec_b_index_ = names_.size();
     names_.push_back("decoder.bias");
   }
-  tokens_.resize(M);
-  targets_.resize(M);
   input_.assign(units, nullptr);
   dout_.assign(units, nullptr);
-  unit_loss_.assign(units, 0.0);
+  stream str = s;
   for (const auto& name : names_) {
     std::vector<std::int64_t> shape;
     for (auto d : parameter_shape(config_, name)) shape.push_back(static_cast<std::int64_t>(d));
@@ -49,13 +154,22 @@ lm_stage::lm_stage(const lm_config& config, stage_span span, device dev, const s
     grads_.push_back(tensor::empty(shape, dtype::float32, dev_, s));
     if (computes_) {
       auto init = initial_parameter(config_, name);
-      std::copy(init.begin(), init.end(), values_.back().data<float>());
-      std::fill_n(grads_.back().data<float>(), init.size(), 0.f);
+      str.copy_from_host(values_.back().storage(), init.data(), init.size() * sizeof(float));
+      std::vector<float> zeros(init.size(), 0.f);
+      str.copy_from_host(grads_.back().storage(), zeros.data(), zeros.size() * sizeof(float));
     }
   }
   if (!computes_) return;  // sim: costs only, no activation memory
 
   const std::size_t max_in = std::max(config_.embed, H);
+  const std::size_t steps_rows = tc_ * bm_;
+  for (std::size_t mb = 0; mb < M; ++mb) {
+    const auto n = static_cast<std::int64_t>(config_.seq * bm_);
+    if (span_.embedding) tokens_.push_back(tensor::empty({n}, dtype::int32, dev_, s));
+    if (span_.decoder) targets_.push_back(tensor::empty({n}, dtype::int32, dev_, s));
+  }
+  input_staging_.resize(units);
+  dout_staging_.resize(units);
   emb_out_.resize(units);
   y_.resize(units);
   reserve_.resize(units);
@@ -64,80 +178,142 @@ lm_stage::lm_stage(const lm_config& config, stage_span span, device dev, const s
   dtop_.resize(units);
   dx_out_.resize(units);
   for (std::size_t u = 0; u < units; ++u) {
-    if (span_.embedding) emb_out_[u].assign(tc_ * bm_ * config_.embed, 0.f);
+    if (span_.embedding) emb_out_[u] = floats(steps_rows * config_.embed, s);
     for (std::size_t l = span_.first; l < span_.last; ++l) {
-      y_[u].emplace_back(tc_ * bm_ * H, 0.f);
-      reserve_[u].emplace_back(k::lstm_reserve_size({tc_, bm_, layer_input(l), H}), 0.f);
-      h_[u].emplace_back(bm_ * H, 0.f);
-      c_[u].emplace_back(bm_ * H, 0.f);
+      y_[u].push_back(floats(steps_rows * H, s));
+      reserve_[u].push_back(floats(k::lstm_reserve_size({tc_, bm_, layer_input(l), H}), s));
+      h_[u].push_back(floats(bm_ * H, s));
+      c_[u].push_back(floats(bm_ * H, s));
     }
-    if (span_.decoder) dtop_[u].assign(tc_ * bm_ * H, 0.f);
-    if (!span_.embedding) dx_out_[u].assign(tc_ * bm_ * layer_input(span_.first), 0.f);
+    if (span_.decoder) dtop_[u] = floats(steps_rows * H, s);
+    if (!span_.embedding) dx_out_[u] = floats(steps_rows * layer_input(span_.first), s);
   }
   carry_.resize(M * nl);
-  for (auto& c : carry_) c.assign(4, std::vector<float>(bm_ * H, 0.f));
-  dx_a_.assign(tc_ * bm_ * max_in, 0.f);
-  dx_b_.assign(tc_ * bm_ * max_in, 0.f);
-  workspace_.assign(k::lstm_backward_workspace_size({tc_, bm_, max_in, H}), 0.f);
+  for (auto& c : carry_)
+    for (int i = 0; i < 4; ++i) c.push_back(floats(bm_ * H, s));
+  dx_a_ = floats(steps_rows * max_in, s);
+  dx_b_ = floats(steps_rows * max_in, s);
+  workspace_ = floats(k::lstm_backward_workspace_size({tc_, bm_, max_in, H}), s);
+  const bool gpu = dev_.kind() == device_kind::cuda;
   if (span_.decoder) {
-    std::size_t block = std::min<std::size_t>(tc_ * bm_, 256);
-    ce_workspace_.assign(k::linear_cross_entropy_workspace_size({tc_ * bm_, H, config_.vocab}, block), 0.f);
+    const k::linear_cross_entropy_dims d{steps_rows, H, config_.vocab};
+    const std::size_t block = std::min<std::size_t>(steps_rows, 256);
+#if STRATA_HAS_CUDA
+    ce_workspace_ = floats(gpu ? gpu_ops::decoder_workspace(d, block) : host_ops::decoder_workspace(d, block), s);
+#else
+    ce_workspace_ = floats(host_ops::decoder_workspace(d, block), s);
+#endif
   }
+#if STRATA_HAS_CUDA
+  if (gpu) norm_workspace_ = floats(gpu_ops::norm_workspace(grads_.size()), s);
+#endif
+  scalars_ = floats(2 * (units + 1), s);
+  host_scalars_.assign(units + 1, 0.0);
+  std::vector<float> zeros(2 * (units + 1), 0.f);
+  str.copy_from_host(scalars_.storage(), zeros.data(), zeros.size() * sizeof(float));
+  str.synchronize();  // the initial values are in place before anyone (the store) reads them
 }
 
-void lm_stage::forward_math(std::size_t mb, std::size_t chunk) {
+std::vector<float> lm_stage::read_value(std::size_t i, const stream& s) const {
+  if (!computes_) return {};
+  return values_[i].to_host<float>(s);
+}
+
+void lm_stage::write_value(std::size_t i, std::span<const float> values, const stream& s) {
+  if (!computes_) return;
+  if (values.size() != count(i))
+    throw std::invalid_argument("parameter '" + names_[i] + "' has " + std::to_string(values.size()) +
+                                " values; the model expects " + std::to_string(count(i)));
+  stream str = s;
+  str.copy_from_host(values_[i].storage(), values.data(), values.size_bytes());
+}
+
+void lm_stage::set_tokens(std::size_t mb, const std::vector<std::int32_t>& tokens, const stream& s) {
+  if (!computes_ || !span_.embedding) return;
+  stream str = s;
+  str.copy_from_host(tokens_[mb].storage(), tokens.data(), tokens.size() * sizeof(std::int32_t));
+}
+
+void lm_stage::set_targets(std::size_t mb, const std::vector<std::int32_t>& targets, const stream& s) {
+  if (!computes_ || !span_.decoder) return;
+  stream str = s;
+  str.copy_from_host(targets_[mb].storage(), targets.data(), targets.size() * sizeof(std::int32_t));
+}
+
+tensor& lm_stage::input_staging(std::size_t mb, std::size_t chunk, const stream& s) {
+  auto& t = input_staging_[unit(mb, chunk)];
+  if (!t.valid()) t = floats(tc_ * bm_ * layer_input(span_.first), s);
+  return t;
+}
+
+tensor& lm_stage::output_grad_staging(std::size_t mb, std::size_t chunk, const stream& s) {
+  auto& t = dout_staging_[unit(mb, chunk)];
+  if (!t.valid()) t = floats(tc_ * bm_ * config_.hidden, s);
+  return t;
+}
+
+template <class Ops>
+void lm_stage::forward_math(const Ops& ops, std::size_t mb, std::size_t chunk) {
   const std::size_t u = unit(mb, chunk), t0 = chunk * tc_, H = config_.hidden;
   const float* x = nullptr;
   if (span_.embedding) {
-    k::cpu::embedding_forward(config_.vocab, config_.embed, values_[emb_index_].data<float>(), tc_ * bm_,
-                              tokens_[mb].data() + t0 * bm_, emb_out_[u].data());
-    x = emb_out_[u].data();
+    ops.embedding_forward(config_.vocab, config_.embed, fp(values_[emb_index_]), tc_ * bm_,
+                          ip(tokens_[mb]) + t0 * bm_, fp(emb_out_[u]));
+    x = fp(emb_out_[u]);
   } else {
     x = input_[u];
   }
   for (std::size_t kl = 0; kl < span_.last - span_.first; ++kl) {
     const std::size_t l = span_.first + kl, p = layer_index_[kl];
     const bool first_chunk = chunk == 0;
-    k::cpu::lstm_forward({tc_, bm_, layer_input(l), H},
-                         {values_[p].data<float>(), values_[p + 1].data<float>(), values_[p + 2].data<float>(), values_[p + 3].data<float>()},
-                         {x, first_chunk ? nullptr : h_[unit(mb, chunk - 1)][kl].data(),
-                          first_chunk ? nullptr : c_[unit(mb, chunk - 1)][kl].data(), y_[u][kl].data(),
-                          h_[u][kl].data(), c_[u][kl].data(), reserve_[u][kl].data()});
-    x = y_[u][kl].data();
+    ops.lstm_forward({tc_, bm_, layer_input(l), H},
+                     {fp(values_[p]), fp(values_[p + 1]), fp(values_[p + 2]), fp(values_[p + 3])},
+                     {x, first_chunk ? nullptr : fp(h_[unit(mb, chunk - 1)][kl]),
+                      first_chunk ? nullptr : fp(c_[unit(mb, chunk - 1)][kl]), fp(y_[u][kl]), fp(h_[u][kl]),
+                      fp(c_[u][kl]), fp(reserve_[u][kl])});
+    x = fp(y_[u][kl]);
   }
   if (span_.decoder) {
-    k::linear_cross_entropy_inputs in{x, values_[dec_w_index_].data<float>(), values_[dec_b_index_].data<float>(),
-                                      targets_[mb].data() + t0 * bm_, k::loss_reduction::sum};
-    unit_loss_[u] = k::cpu::linear_cross_entropy_forward_backward(
-        {tc_ * bm_, H, config_.vocab}, in,
-        {dtop_[u].data(), grads_[dec_w_index_].data<float>(), grads_[dec_b_index_].data<float>()}, ce_workspace_.data(),
-        ce_workspace_.size());
+    k::linear_cross_entropy_inputs in{x, fp(values_[dec_w_index_]), fp(values_[dec_b_index_]),
+                                      ip(targets_[mb]) + t0 * bm_, k::loss_reduction::sum};
+    ops.decoder({tc_ * bm_, H, config_.vocab}, in, {fp(dtop_[u]), fp(grads_[dec_w_index_]), fp(grads_[dec_b_index_])},
+                fp(ce_workspace_), static_cast<std::size_t>(ce_workspace_.numel()), scalar_slot(u));
   }
 }
 
-void lm_stage::backward_math(std::size_t mb, std::size_t chunk) {
+template <class Ops>
+void lm_stage::backward_math(const Ops& ops, std::size_t mb, std::size_t chunk) {
   const std::size_t u = unit(mb, chunk), t0 = chunk * tc_, H = config_.hidden, nl = span_.last - span_.first;
-  const float* dy = span_.decoder ? dtop_[u].data() : dout_[u];
-  float* scratch[2] = {dx_a_.data(), dx_b_.data()};
+  const float* dy = span_.decoder ? fp(dtop_[u]) : dout_[u];
+  float* scratch[2] = {fp(dx_a_), fp(dx_b_)};
   for (std::size_t kk = nl; kk-- > 0;) {
     const std::size_t l = span_.first + kk, p = layer_index_[kk];
-    const float* x = kk > 0 ? y_[u][kk - 1].data() : (span_.embedding ? emb_out_[u].data() : input_[u]);
-    float* dx = (kk == 0 && !span_.embedding) ? dx_out_[u].data() : scratch[kk % 2];
+    const float* x = kk > 0 ? fp(y_[u][kk - 1]) : (span_.embedding ? fp(emb_out_[u]) : input_[u]);
+    float* dx = (kk == 0 && !span_.embedding) ? fp(dx_out_[u]) : scratch[kk % 2];
     auto& carry = carry_[mb * nl + kk];
     const bool last_chunk = chunk + 1 == config_.chunks;
     const std::size_t read = (chunk + 1) % 2, write = chunk % 2;
-    k::cpu::lstm_backward(
-        {tc_, bm_, layer_input(l), H},
-        {values_[p].data<float>(), values_[p + 1].data<float>(), values_[p + 2].data<float>(), values_[p + 3].data<float>()},
-        {x, reserve_[u][kk].data(), dy, last_chunk ? nullptr : carry[read].data(),
-         last_chunk ? nullptr : carry[2 + read].data(), dx, chunk == 0 ? nullptr : carry[write].data(),
-         chunk == 0 ? nullptr : carry[2 + write].data(), workspace_.data()},
-        {grads_[p].data<float>(), grads_[p + 1].data<float>(), grads_[p + 2].data<float>(), grads_[p + 3].data<float>()});
+    ops.lstm_backward({tc_, bm_, layer_input(l), H},
+                      {fp(values_[p]), fp(values_[p + 1]), fp(values_[p + 2]), fp(values_[p + 3])},
+                      {x, fp(reserve_[u][kk]), dy, last_chunk ? nullptr : fp(carry[read]),
+                       last_chunk ? nullptr : fp(carry[2 + read]), dx, chunk == 0 ? nullptr : fp(carry[write]),
+                       chunk == 0 ? nullptr : fp(carry[2 + write]), fp(workspace_)},
+                      {fp(grads_[p]), fp(grads_[p + 1]), fp(grads_[p + 2]), fp(grads_[p + 3])});
     dy = dx;
   }
   if (span_.embedding)
-    k::cpu::embedding_backward(config_.vocab, config_.embed, tc_ * bm_, tokens_[mb].data() + t0 * bm_, dy,
-                               grads_[emb_index_].data<float>());
+    ops.embedding_backward(config_.vocab, config_.embed, tc_ * bm_, ip(tokens_[mb]) + t0 * bm_, dy,
+                           fp(grads_[emb_index_]));
+}
+
+template <class Ops>
+void lm_stage::norm_math(const Ops& ops) {
+  std::vector<std::span<const float>> spans;
+  for (const auto& g : grads_) spans.emplace_back(fp(g), static_cast<std::size_t>(g.numel()));
+  const std::size_t units = config_.micro_batches * config_.chunks;
+  ops.global_norm(spans, norm_workspace_.valid() ? fp(norm_workspace_) : nullptr,
+                  norm_workspace_.valid() ? static_cast<std::size_t>(norm_workspace_.numel()) : 0,
+                  scalar_slot(units));
 }
 
 namespace {
@@ -160,6 +336,18 @@ work_cost decoder_cost(std::size_t rows, std::size_t hidden, std::size_t vocab) 
   return {3 * 2.0 * static_cast<double>(rows * hidden * vocab), 4.0 * static_cast<double>(3 * vocab * hidden + 2 * rows * vocab)};
 }
 
+namespace {
+/// Gives `w` the host implementation on cpu devices and the CUDA one on cuda devices, both from
+/// the same templated math `run(ops)`; sim devices run neither (they model the cost).
+template <class Run>
+void attach(kernel_work& w, device_kind kind, Run run) {
+  if (kind == device_kind::cpu) w.cpu = [run] { run(host_ops{}); };
+#if STRATA_HAS_CUDA
+  if (kind == device_kind::cuda) w.cuda = [run](const cuda_launch_context& c) { run(gpu_ops{c}); };
+#endif
+}
+}  // namespace
+
 kernel_work lm_stage::forward_work(std::size_t mb, std::size_t chunk) {
   double flops = 0, bytes = 0;
   for (std::size_t l = span_.first; l < span_.last; ++l) {
@@ -173,10 +361,11 @@ kernel_work lm_stage::forward_work(std::size_t mb, std::size_t chunk) {
     bytes += c.bytes;
   }
   kernel_work w{.name = "forward", .kind = work_kind::matmul, .flops = flops, .bytes = bytes};
-  if (computes_) w.cpu = [this, mb, chunk] {
+  auto run = [this, mb, chunk](const auto& ops) {
     maybe_fail();
-    forward_math(mb, chunk);
+    forward_math(ops, mb, chunk);
   };
+  attach(w, dev_.kind(), run);
   return w;
 }
 
@@ -188,10 +377,11 @@ kernel_work lm_stage::backward_work(std::size_t mb, std::size_t chunk) {
     bytes += c.bytes;
   }
   kernel_work w{.name = "backward", .kind = work_kind::matmul, .flops = flops, .bytes = bytes};
-  if (computes_) w.cpu = [this, mb, chunk] {
+  auto run = [this, mb, chunk](const auto& ops) {
     maybe_fail();
-    backward_math(mb, chunk);
+    backward_math(ops, mb, chunk);
   };
+  attach(w, dev_.kind(), run);
   return w;
 }
 
@@ -201,62 +391,41 @@ void lm_stage::maybe_fail() {
     throw std::runtime_error("injected device fault in work item " + std::to_string(at) + " on " + dev_.name());
 }
 
-kernel_work lm_stage::norm_work() {
+void lm_stage::enqueue_norm(const stream& s) {
   double n = 0;
-  for (const auto& name : names_) {
-    auto shape = parameter_shape(config_, name);
-    double e = 1;
-    for (auto d : shape) e *= static_cast<double>(d);
-    n += e;
-  }
+  for (const auto& g : grads_) n += static_cast<double>(g.numel());
   kernel_work w{.name = "grad_norm", .kind = work_kind::pointwise, .flops = 2 * n, .bytes = 4 * n};
-  if (computes_) {
-    w.cpu = [this] {
-      double sq = 0;
-      for (const auto& g : grads_) {
-        const float* p = g.data<float>();
-        for (std::int64_t i = 0; i < g.numel(); ++i) sq += static_cast<double>(p[i]) * p[i];
-      }
-      sq_norm_ = sq;
-      double loss = 0;
-      for (double l : unit_loss_) loss += l;
-      loss_sum_ = loss;
-    };
-  }
-  return w;
+  auto run = [this](const auto& ops) { norm_math(ops); };
+  attach(w, dev_.kind(), run);
+  stream str = s;
+  str.launch(std::move(w));
+  if (dev_.kind() == device_kind::cuda)
+    str.copy_to_host(host_scalars_.data(), scalars_.storage(), host_scalars_.size() * sizeof(double));
 }
 
-kernel_work lm_stage::update_work(double scale, double lr) {
-  double n = 0;
-  for (const auto& v : values_) n += static_cast<double>(v.numel());
-  kernel_work w{.name = "sgd", .kind = work_kind::pointwise, .flops = 3 * n, .bytes = 12 * n};
-  if (computes_) {
-    w.cpu = [this, step = static_cast<float>(lr * scale)] {
-      for (std::size_t i = 0; i < values_.size(); ++i) {
-        float* p = values_[i].data<float>();
-        float* g = grads_[i].data<float>();
-        for (std::size_t j = 0, n2 = static_cast<std::size_t>(values_[i].numel()); j < n2; ++j) {
-          p[j] -= step * g[j];
-          g[j] = 0.f;
-        }
-      }
-    };
-  }
-  return w;
+double lm_stage::sq_norm() const noexcept {
+  if (!computes_) return 0;
+  const std::size_t units = config_.micro_batches * config_.chunks;
+  const double norm = dev_.kind() == device_kind::cuda ? host_scalars_[units] : *scalar_slot(units);
+  return norm * norm;
+}
+
+double lm_stage::loss_sum() const noexcept {
+  if (!computes_ || !span_.decoder) return 0;
+  const std::size_t units = config_.micro_batches * config_.chunks;
+  double loss = 0;
+  for (std::size_t u = 0; u < units; ++u) loss += dev_.kind() == device_kind::cuda ? host_scalars_[u] : *scalar_slot(u);
+  return loss;
 }
 
 kernel_work lm_stage::scale_work(double scale) {
   double n = 0;
   for (const auto& g : grads_) n += static_cast<double>(g.numel());
   kernel_work w{.name = "scale_gradients", .kind = work_kind::pointwise, .flops = n, .bytes = 8 * n};
-  if (computes_) {
-    w.cpu = [this, f = static_cast<float>(scale)] {
-      for (auto& g : grads_) {
-        float* p = g.data<float>();
-        for (std::int64_t i = 0; i < g.numel(); ++i) p[i] *= f;
-      }
-    };
-  }
+  auto run = [this, f = static_cast<float>(scale)](const auto& ops) {
+    for (auto& g : grads_) ops.scale(static_cast<std::size_t>(g.numel()), f, fp(g));
+  };
+  attach(w, dev_.kind(), run);
   return w;
 }
 
@@ -264,11 +433,10 @@ kernel_work lm_stage::zero_grad_work() {
   double n = 0;
   for (const auto& g : grads_) n += static_cast<double>(g.numel());
   kernel_work w{.name = "zero_gradients", .kind = work_kind::pointwise, .flops = 0, .bytes = 4 * n};
-  if (computes_) {
-    w.cpu = [this] {
-      for (auto& g : grads_) std::fill_n(g.data<float>(), g.numel(), 0.f);
-    };
-  }
+  auto run = [this](const auto& ops) {
+    for (auto& g : grads_) ops.fill(static_cast<std::size_t>(g.numel()), 0.f, fp(g));
+  };
+  attach(w, dev_.kind(), run);
   return w;
 }
 

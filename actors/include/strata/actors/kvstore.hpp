@@ -50,13 +50,20 @@ private:
 /// Where a store merges and keeps its values.
 enum class kvstore_kind : std::uint8_t {
   local,   ///< On the host: the store owns a one-thread cpu device of its own.
-  device,  ///< On `kvstore_options::merge_device` (a cpu or sim device).
+  device,  ///< On `kvstore_options::merge_device` (a cpu, sim or cuda device).
 };
 
 /// A user update rule, run inside the store: `stored` is the key's value, `merged` the sum of
-/// the values pushed. Runs as a work item on the store's stream (for cpu stores on its arena
-/// thread, with the data of both tensors ready and host-accessible), one key at a time, in
-/// push order. It must not block; an exception fails that push with the exception's text.
+/// the values pushed. One key at a time, in push order. It must not block; an exception fails
+/// that push with the exception's text.
+/// - cpu stores: runs as a work item on the store's stream (on its arena thread), with the data
+///   of both tensors ready and host-accessible.
+/// - cuda stores: runs on the store's actor thread right after the sum is enqueued; both tensors
+///   are GPU memory whose ready event marks the sum. It must enqueue its own work (on a stream of
+///   its choice, after waiting for that event) and should set `stored`'s ready event to an event
+///   recorded after all of it: the store's stream waits for that event before its next work (an
+///   error carried by the event becomes the store stream's error).
+/// - sim stores: never called (sim tensors hold no data).
 using kvstore_updater = std::function<void(const kvstore_key& key, const tensor& merged, tensor& stored)>;
 
 /// Settings of a store. Every field has a working default (a local, asynchronous store).
@@ -78,8 +85,8 @@ struct kvstore_options {
   /// slices of about equal size (each at most `chunk_bytes`), each slice a key of its own on
   /// consecutive shards, so that one large key merges on every shard at once. 0: never split.
   std::size_t chunk_bytes = std::size_t{4} << 20;
-  /// Sharded stores only: shard i merges on `shard_devices[i % size]` (cpu or sim devices of one
-  /// kind). Empty: every shard is a store of `kind` (local: its own one-thread cpu device).
+  /// Sharded stores only: shard i merges on `shard_devices[i % size]` (cpu, sim or cuda devices of
+  /// one kind). Empty: every shard is a store of `kind` (local: its own one-thread cpu device).
   std::vector<device> shard_devices;
   /// Requests the store hands to its stream at a time (>= 1). The others wait in the store's
   /// ready queue, ordered by priority: 1 gives priority its full effect; more keeps the stream
@@ -156,8 +163,10 @@ struct kvstore_load {
 /// them overtakes them, whatever its priority. On a sharded store a key split in chunks reaches
 /// a user updater once per chunk (a 1-D slice of the value, with the caller's key), on several
 /// shards at once: the updater must be thread-safe. `save` and `load` need `shards` = 1.
-/// \throws std::invalid_argument for a `device` store without a cpu or sim `merge_device`,
-///   `shards` or `max_in_flight` of 0, or `shard_devices` that are not all cpu or all sim.
+/// A store on a cuda device takes float32 cuda tensors of any GPU: values on another GPU are
+/// copied to the merge device first, outputs on another GPU are written peer to peer.
+/// \throws std::invalid_argument for a `device` store without a `merge_device`, `shards` or
+///   `max_in_flight` of 0, or `shard_devices` of more than one kind.
 actor_ref spawn_kvstore(actor_system& system, kvstore_options options = {});
 
 /// A handle on a store for code outside actors: each call sends one message and returns a future

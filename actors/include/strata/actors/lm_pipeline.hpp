@@ -47,6 +47,18 @@ struct named_parameter {
   std::vector<float> values;
 };
 
+/// How an lm_pipeline runs, beyond its devices, model, schedule and partition.
+struct lm_pipeline_options {
+  /// Where the KVStore merges. Default: on the host for cpu stages, on the first stage's device
+  /// for sim and cuda stages.
+  device store_device;
+  /// Copy every activation and gradient into the receiving stage's own memory even where it could
+  /// read the sender's in place (host memory between cpu devices, one GPU's memory between its
+  /// shares). Stages that cannot read each other's memory (two GPUs, host and GPU) always copy;
+  /// this option sends cpu stages down that path too (tests, and measuring what copies cost).
+  bool copy_activations = false;
+};
+
 /// The pipeline: spawns one stage actor per device and a driver that runs steps.
 ///
 /// Stage s owns LSTM layers per `layer_counts` (the embedding on stage 0, the decoder and loss on
@@ -62,11 +74,25 @@ public:
   /// stage's device for sim stages).
   lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
               pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts, device store_device = {});
+  /// Devices may be cpu, sim or cuda (all of one kind); cuda stages compute with
+  /// strata::kernels::cuda on their device's stream and the KVStore merges on the first stage's GPU.
+  /// \throws std::invalid_argument for an invalid config, partition or device mix.
+  lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
+              pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts,
+              lm_pipeline_options options);
   ~lm_pipeline();
   lm_pipeline(const lm_pipeline&) = delete;
   lm_pipeline& operator=(const lm_pipeline&) = delete;
 
   /// One step on tokens and next-token targets, both [seq, batch] row-major (seq-major).
+  ///
+  /// A step that fails (a device error, a stage or the store that stops, a timeout) returns the
+  /// error, naming the stage and the step. Failing before its update (forward, backward, the
+  /// norm) it changes no weights; failing during the update, each parameter ends either updated
+  /// or not, the same in the stages and the store. The next call first restarts
+  /// the pipeline, all for one: stage actors and driver spawned again on fresh streams, the failed
+  /// step's gradients zeroed, every stage's weights taken back from the KVStore (the master copy;
+  /// a store that no longer answers is rebuilt from the stages' weights), then runs its step.
   expected<step_result> train_step(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets,
                                    std::chrono::milliseconds timeout = std::chrono::minutes(10));
 
@@ -76,6 +102,13 @@ public:
   expected<void> set_parameters(const std::vector<named_parameter>& params,
                                 std::chrono::milliseconds timeout = std::chrono::minutes(1));
 
+  /// The KVStore actor that holds the master weights and applies SGD (MXNet's kvstore: the
+  /// stages push gradients and pull weights at the end of each step). Built on first use; a
+  /// replacement after a restart has another handle. For inspection and drills.
+  expected<actor_ref> store();
+  /// How many times a failed step made the pipeline restart its actors.
+  std::size_t restarts() const noexcept;
+
   const pipeline::plan& plan() const noexcept;
   const lm_config& config() const noexcept;
   std::size_t stages() const noexcept;
@@ -83,7 +116,7 @@ public:
   /// (for the plan's ideal step time).
   std::vector<std::pair<double, double>> measured_stage_times_ms() const;
   /// Fault injection (tests, drills): on stage `stage`'s device, the `n`-th forward or backward
-  /// work item from now fails as a device error would. cpu stages only.
+  /// work item from now fails as a device error would (cpu and cuda stages).
   void inject_device_fault(std::size_t stage, std::size_t n);
 
   /// The plan simulated with the device times of step `r`.

@@ -216,6 +216,10 @@ void fill(const cuda_context& ctx, std::size_t n, float value, float* x);
 void scale(const cuda_context& ctx, std::size_t n, float alpha, float* x);
 /// y[i] += alpha * x[i].
 void axpy(const cuda_context& ctx, std::size_t n, float alpha, const float* x, float* y);
+/// dst[i] = src[i] (cudaMemcpyAsync device to device on ctx.stream). The arrays must not overlap
+/// unless they are the same (then nothing is enqueued). With unified addressing (every 64-bit
+/// platform) src and dst may be on different GPUs: CUDA copies between them peer to peer.
+void copy(const cuda_context& ctx, std::size_t n, const float* src, float* dst);
 
 /// Most inputs one sum_arrays launch reads; more take several launches.
 inline constexpr std::size_t sum_arrays_inputs_per_launch = 256;

@@ -50,9 +50,11 @@ struct kernel_work {
 };
 
 /// Start and end of one completed work item, given to a device's work observer (for tracing).
-/// Times are nanoseconds: for cpu since the std::chrono::steady_clock epoch (real times on the arena
-/// thread), for sim since the sim clock's epoch (modelled times; `modelled` is true).
-/// cuda devices do not report work yet.
+/// Times are nanoseconds: for cpu and cuda since the std::chrono::steady_clock epoch (real times:
+/// cpu reads the clock on the arena thread; cuda measures with CUDA events and converts them to
+/// steady-clock times, to a few microseconds), for sim since the sim clock's epoch (modelled times;
+/// `modelled` is true). Copies done by the device layer are reported too, named "copy"
+/// (work_kind::copy; on cpu and cuda `bytes` counts read plus written bytes).
 struct work_record {
   const std::string* name = nullptr;  ///< the kernel_work's name; valid during the call only
   device_kind kind = device_kind::cpu;
@@ -67,7 +69,10 @@ struct work_record {
 };
 
 /// A hook called once per completed work item, on the thread that completes it (cpu: the arena
-/// thread that ran it; sim: the sim clock thread). It must be quick and must not throw.
+/// thread that ran it; sim: the sim clock thread; cuda: the device's reporter thread, shortly after
+/// the GPU finished the item, in issue order — after events recorded behind the item may already
+/// have fired, but before stream::synchronize() returns). It must be quick and must not throw.
+/// Items issued while no observer is set are not timed and never reported.
 using work_observer = std::function<void(const work_record&)>;
 
 }  // namespace strata

@@ -1,0 +1,339 @@
+// Contract tests of kvstores that merge on CUDA devices: every script runs once on a cpu store
+// and once on a cuda store with the same seeded random data, and the pulled values must agree
+// (max |cuda - cpu| <= 1e-6 max |cpu|). They need a GPU: without one every case is skipped
+// (Boost.Test precondition) and the executable exits with 77, which ctest reports as "Skipped".
+#define BOOST_TEST_MODULE strata_kvstore_cuda
+#define BOOST_TEST_NO_MAIN
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <cstddef>
+#include <functional>
+#include <future>
+#include <iostream>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "cuda_test_support.hpp"  // tests/kernels_cuda: the GPU precondition, random data, the error measure
+#include "strata/actors/kvstore.hpp"
+#include "strata/device/device_manager.hpp"
+#include "strata/kernels/cuda.hpp"
+#include "strata/strata.hpp"
+
+namespace {
+
+namespace kc = strata::kernels::cuda;
+namespace kct = strata::kernels::cuda::test;
+
+constexpr auto patience = std::chrono::seconds(60);
+constexpr double tolerance = 1e-6;
+
+template <class T>
+T await(std::future<T>&& f) {
+  if (f.wait_for(patience) != std::future_status::ready) BOOST_FAIL("timed out waiting for the store");
+  return f.get();
+}
+
+boost::test_tools::assertion_result two_gpus(boost::unit_test::test_unit_id) {
+  boost::test_tools::assertion_result r(strata::cuda_gpu_count() >= 2);
+  r.message() << "needs two CUDA GPUs; this machine has " << strata::cuda_gpu_count();
+  return r;
+}
+
+/// Devices of one kind with a stream each, and the tensors a script makes on them.
+struct side {
+  std::vector<strata::device> devs;
+  std::vector<strata::stream> streams;
+
+  explicit side(std::vector<strata::device> d) : devs(std::move(d)) {
+    for (auto& dev : devs) streams.push_back(dev.create_stream());
+  }
+  strata::tensor make(const std::vector<float>& v, std::vector<std::int64_t> shape, std::size_t dev = 0) {
+    return strata::tensor::from_host<float>(std::span<const float>(v), std::move(shape), devs.at(dev), streams.at(dev));
+  }
+  strata::tensor zeros(std::vector<std::int64_t> shape, std::size_t dev = 0) {
+    std::int64_t n = 1;
+    for (auto d : shape) n *= d;
+    return make(std::vector<float>(static_cast<std::size_t>(n), 0.f), std::move(shape), dev);
+  }
+  std::vector<float> read(const strata::tensor& t) {
+    for (std::size_t i = 0; i < devs.size(); ++i)
+      if (devs[i] == t.get_device()) return t.to_host<float>(streams[i]);
+    BOOST_FAIL("a pulled tensor is on a device the test did not create");
+    return {};
+  }
+};
+
+/// What a script pulled, in order.
+using pulls = std::vector<std::vector<float>>;
+/// A session with a store: tensors are made on `s` (device i of the side, i < 3 or the side's size).
+using script = std::function<pulls(strata::kvstore_client& kv, side& s)>;
+
+struct fixture {
+  strata::actor_system sys{strata::system_config{.worker_threads = 2}};
+  strata::device_manager manager{strata::device_options{.cpu_threads_per_device = 1}};
+  side cpu{manager.create("cpu:3")};
+  kct::random_source rng{20240611};
+
+  pulls run(strata::kvstore_options options, side& s, const script& f) {
+    strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, std::move(options)));
+    return f(kv, s);
+  }
+  /// The script on a local cpu store and on `gpu_options` with tensors on `gpu`: same pulls.
+  void same_results(const strata::kvstore_options& cpu_options, const strata::kvstore_options& gpu_options,
+                    side& gpu, const script& f) {
+    const pulls want = run(cpu_options, cpu, f);
+    const pulls got = run(gpu_options, gpu, f);
+    BOOST_REQUIRE(got.size() == want.size());
+    for (std::size_t i = 0; i < want.size(); ++i) {
+      BOOST_TEST_INFO("pull " << i);
+      BOOST_TEST(kct::relative_error(got[i], want[i]) <= tolerance);
+    }
+  }
+  /// `count` seeded random arrays of `n` floats.
+  std::vector<std::vector<float>> arrays(std::size_t count, std::size_t n) {
+    std::vector<std::vector<float>> out;
+    for (std::size_t i = 0; i < count; ++i) out.push_back(rng.values(n));
+    return out;
+  }
+  static strata::kvstore_options on(const strata::device& d) {
+    return {.kind = strata::kvstore_kind::device, .merge_device = d};
+  }
+};
+
+/// Three devices sharing GPU 0 (their own streams each), the merge device being the first.
+struct gpu_fixture : fixture {
+  side gpu{manager.create("cuda:0x3")};
+};
+
+const std::vector<std::int64_t> shape{5, 7};
+constexpr std::size_t numel = 35;
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(kvstore_cuda, *boost::unit_test::precondition(kct::gpu_available))
+
+BOOST_FIXTURE_TEST_CASE(a_cuda_merge_device_is_accepted_and_tensors_of_another_kind_are_refused, gpu_fixture) {
+  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, on(gpu.devs[0])));
+  auto r = await(kv.init(0, cpu.make(rng.values(numel), shape)));
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message() ==
+             "kvstore init: the value for key 0 is on cpu:0, which a store on cuda:0#0 cannot read; expected a cuda "
+             "tensor.");
+  BOOST_TEST(await(kv.init(0, gpu.make(rng.values(numel), shape))).has_value());
+  auto s = await(kv.save("unused.strkv"));
+  BOOST_REQUIRE(!s.has_value());
+  BOOST_TEST(s.error().message() ==
+             "kvstore save: the store is on cuda:0#0, whose tensors are not host memory; expected a cpu store.");
+
+  strata::kvstore_client host(sys, strata::spawn_kvstore(sys));
+  auto h = await(host.init(0, gpu.make(rng.values(numel), shape, 1)));
+  BOOST_REQUIRE(!h.has_value());
+  BOOST_TEST(h.error().message() ==
+             "kvstore init: the value for key 0 is on cuda:0#1, which a store on cpu:0 cannot read; expected a cpu "
+             "tensor.");
+}
+
+BOOST_FIXTURE_TEST_CASE(values_pushed_from_several_devices_are_summed_as_on_the_cpu, gpu_fixture) {
+  auto a = rng.values(numel), b = rng.values(1000);
+  std::vector<std::vector<float>> grads;
+  for (int i = 0; i < 9; ++i) grads.push_back(rng.values(i % 3 == 2 ? 1000 : numel));
+  same_results({}, on(gpu.devs[0]), gpu, [&](strata::kvstore_client& kv, side& s) {
+    pulls out;
+    BOOST_TEST(await(kv.init({1, 2}, {s.make(a, shape), s.make(b, {1000}, 1)})).has_value());
+    for (int round = 0; round < 3; ++round) {
+      const std::size_t o = static_cast<std::size_t>(3 * round);
+      BOOST_TEST(await(kv.push({1, 1, 2}, {s.make(grads[o], shape, 0), s.make(grads[o + 1], shape, 1),
+                                           s.make(grads[o + 2], {1000}, 2)}))
+                     .has_value());
+      auto outs = await(kv.pull({1, 2, 1}, {s.zeros(shape, 1), s.zeros({1000}, 2), s.zeros(shape, 0)})).value();
+      for (const auto& t : outs) out.push_back(s.read(t));
+    }
+    auto both = await(kv.pushpull(1, {s.make(grads[0], shape, 2), s.make(grads[1], shape, 0)}, {s.zeros(shape, 1)}))
+                    .value();
+    out.push_back(s.read(both.at(0)));
+    return out;
+  });
+}
+
+BOOST_FIXTURE_TEST_CASE(sgd_with_nesterov_momentum_and_weight_decay_updates_as_on_the_cpu, gpu_fixture) {
+  const std::size_t n = 1000;
+  auto w = rng.values(n);
+  auto grads = arrays(8, n);
+  same_results({}, on(gpu.devs[0]), gpu, [&](strata::kvstore_client& kv, side& s) {
+    pulls out;
+    BOOST_TEST(await(kv.init("w", s.make(w, {10, 100}))).has_value());
+    BOOST_TEST(await(kv.set_optimizer(strata::kernels::sgd_options{
+                         .lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true}))
+                   .has_value());
+    for (std::size_t step = 0; step < 4; ++step) {
+      BOOST_TEST(await(kv.push("w", {s.make(grads[2 * step], {10, 100}, 1), s.make(grads[2 * step + 1], {10, 100}, 2)}))
+                     .has_value());
+      out.push_back(s.read(await(kv.pull("w", s.zeros({10, 100}, 1))).value().at(0)));
+    }
+    return out;
+  });
+}
+
+BOOST_FIXTURE_TEST_CASE(adam_and_adamw_update_as_on_the_cpu_and_a_new_optimizer_starts_fresh, gpu_fixture) {
+  const std::size_t n = 777;
+  const std::vector<std::int64_t> flat{static_cast<std::int64_t>(n)};
+  auto w = rng.values(n);
+  auto grads = arrays(6, n);
+  same_results({}, on(gpu.devs[0]), gpu, [&](strata::kvstore_client& kv, side& s) {
+    pulls out;
+    BOOST_TEST(await(kv.init(4, s.make(w, flat))).has_value());
+    BOOST_TEST(await(kv.set_optimizer(strata::kernels::adam_options{.lr = 0.01, .weight_decay = 0.02})).has_value());
+    for (std::size_t step = 0; step < 3; ++step) {
+      BOOST_TEST(await(kv.push(4, s.make(grads[step], flat, step % 3))).has_value());
+      out.push_back(s.read(await(kv.pull(4, s.zeros(flat, 2))).value().at(0)));
+    }
+    // AdamW: state and step start again from zero.
+    BOOST_TEST(await(kv.set_optimizer(strata::kernels::adam_options{
+                         .lr = 0.02, .weight_decay = 0.1, .decoupled_weight_decay = true}))
+                   .has_value());
+    for (std::size_t step = 3; step < 6; ++step) {
+      BOOST_TEST(await(kv.push({4, 4}, {s.make(grads[step], flat, 0), s.make(grads[step - 3], flat, 1)})).has_value());
+      out.push_back(s.read(await(kv.pull(4, s.zeros(flat, 0))).value().at(0)));
+    }
+    return out;
+  });
+}
+
+BOOST_FIXTURE_TEST_CASE(a_synchronous_cuda_store_accumulates_values_across_pushes_as_on_the_cpu, gpu_fixture) {
+  auto w = rng.values(numel);
+  auto grads = arrays(6, numel);
+  auto cpu_options = strata::kvstore_options{.contributions_per_version = 3};
+  auto gpu_options = on(gpu.devs[0]);
+  gpu_options.contributions_per_version = 3;
+  same_results(cpu_options, gpu_options, gpu, [&](strata::kvstore_client& kv, side& s) {
+    pulls out;
+    BOOST_TEST(await(kv.init("w", s.make(w, shape))).has_value());
+    BOOST_TEST(await(kv.set_optimizer(strata::kernels::sgd_options{.lr = 0.1, .momentum = 0.5})).has_value());
+    BOOST_TEST(await(kv.push("w", {s.make(grads[0], shape, 0), s.make(grads[1], shape, 1)})).has_value());
+    BOOST_TEST(await(kv.push("w", {s.make(grads[2], shape, 2), s.make(grads[3], shape, 0)})).has_value());
+    out.push_back(s.read(await(kv.pull("w", s.zeros(shape, 1), 1)).value().at(0)));
+    BOOST_TEST(await(kv.push("w", {s.make(grads[4], shape, 1), s.make(grads[5], shape, 2)})).has_value());
+    out.push_back(s.read(await(kv.pull("w", s.zeros(shape, 2), 2)).value().at(0)));
+    BOOST_TEST(await(kv.version("w")).value() == 2u);
+    return out;
+  });
+}
+
+BOOST_FIXTURE_TEST_CASE(a_sharded_cuda_store_with_split_keys_updates_as_a_sharded_cpu_store, gpu_fixture) {
+  // 1000 floats at 1 KiB chunks: four chunks over three shards, read and written through slices.
+  const std::size_t n = 1000;
+  auto big = rng.values(n), small = rng.values(numel);
+  std::vector<std::vector<float>> grads;
+  for (int i = 0; i < 6; ++i) grads.push_back(rng.values(i % 2 == 0 ? n : numel));
+  const strata::kvstore_options cpu_options{.shards = 3, .chunk_bytes = 1024, .shard_devices = cpu.devs};
+  const strata::kvstore_options gpu_options{.shards = 3, .chunk_bytes = 1024, .shard_devices = gpu.devs};
+  same_results(cpu_options, gpu_options, gpu, [&](strata::kvstore_client& kv, side& s) {
+    pulls out;
+    BOOST_TEST(await(kv.init({"big", "small"}, {s.make(big, {8, 125}), s.make(small, shape, 2)})).has_value());
+    BOOST_TEST(await(kv.set_optimizer(strata::kernels::sgd_options{.lr = 0.05, .momentum = 0.9})).has_value());
+    for (std::size_t step = 0; step < 3; ++step) {
+      BOOST_TEST(await(kv.push({"big", "small", "big"}, {s.make(grads[2 * step], {8, 125}, 0),
+                                                        s.make(grads[2 * step + 1], shape, 1),
+                                                        s.make(grads[(2 * step + 2) % 6], {8, 125}, 2)}))
+                     .has_value());
+      auto outs = await(kv.pull({"big", "small", "big"}, {s.zeros({8, 125}, 1), s.zeros(shape, 0), s.zeros({8, 125}, 2)}))
+                      .value();
+      for (const auto& t : outs) out.push_back(s.read(t));
+    }
+    return out;
+  });
+}
+
+BOOST_FIXTURE_TEST_CASE(a_user_updater_on_a_cuda_store_launches_its_own_work_after_the_sum, gpu_fixture) {
+  auto w = rng.values(numel);
+  auto grads = arrays(4, numel);
+  // stored -= 0.5 * merged; -0.5 * g is exact, so the GPU's fused multiply-add rounds as the cpu.
+  auto host_rule = [](const strata::kvstore_key&, const strata::tensor& merged, strata::tensor& stored) {
+    const float* g = merged.data<float>();
+    float* p = stored.data<float>();
+    for (std::int64_t i = 0; i < stored.numel(); ++i) p[i] += -0.5f * g[i];
+  };
+  auto gpu_rule = [](const strata::kvstore_key&, const strata::tensor& merged, strata::tensor& stored) {
+    strata::device dev = stored.get_device();
+    strata::stream s = dev.create_stream();
+    s.wait(merged.ready_event());
+    merged.storage().record_stream(s);
+    const auto n = static_cast<std::size_t>(stored.numel());
+    const auto* g = static_cast<const float*>(merged.raw_data());
+    auto* p = static_cast<float*>(stored.raw_data());
+    s.launch({.name = "user_update", .cuda = [=](const strata::cuda_launch_context& c) {
+                kc::axpy({.stream = static_cast<kc::cuda_stream>(c.stream)}, n, -0.5f, g, p);
+              }});
+    stored.set_ready_event(s.record());
+  };
+  auto session = [&](strata::kvstore_updater rule) {
+    return [&, rule](strata::kvstore_client& kv, side& s) {
+      pulls out;
+      BOOST_TEST(await(kv.init("w", s.make(w, shape))).has_value());
+      BOOST_TEST(await(kv.set_updater(rule)).has_value());
+      BOOST_TEST(await(kv.push("w", {s.make(grads[0], shape, 1), s.make(grads[1], shape, 2)})).has_value());
+      BOOST_TEST(await(kv.push("w", s.make(grads[2], shape, 0))).has_value());  // one value, read in place
+      out.push_back(s.read(await(kv.pull("w", s.zeros(shape, 1))).value().at(0)));
+      return out;
+    };
+  };
+  const pulls want = run({}, cpu, session(host_rule));
+  const pulls got = run(on(gpu.devs[0]), gpu, session(gpu_rule));
+  BOOST_REQUIRE(got.size() == want.size());
+  BOOST_TEST(kct::relative_error(got[0], want[0]) <= tolerance);
+}
+
+BOOST_FIXTURE_TEST_CASE(a_throwing_updater_fails_that_push_only_on_a_cuda_store, gpu_fixture) {
+  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, on(gpu.devs[0])));
+  BOOST_TEST(await(kv.init(1, gpu.make(rng.values(numel), shape))).has_value());
+  BOOST_TEST(await(kv.set_updater([](const strata::kvstore_key&, const strata::tensor&, strata::tensor&) {
+               throw std::runtime_error("boom");
+             })).has_value());
+  auto r = await(kv.push(1, gpu.make(rng.values(numel), shape, 1)));
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message() == "kvstore push: the update of key 1 failed: boom");
+  BOOST_TEST(await(kv.set_updater({})).has_value());  // back to assign; the store still works
+  auto g = rng.values(numel);
+  BOOST_TEST(await(kv.push(1, gpu.make(g, shape, 2))).has_value());
+  BOOST_TEST(gpu.read(await(kv.pull(1, gpu.zeros(shape, 1))).value().at(0)) == g, boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(values_and_outputs_on_another_gpu_are_copied_peer_to_peer, fixture,
+                        *boost::unit_test::precondition(two_gpus)) {
+  side gpus{manager.create("cuda:0,1")};
+  const std::size_t n = 1000;
+  auto w = rng.values(n);
+  auto grads = arrays(6, n);
+  auto session = [&](strata::kvstore_client& kv, side& s) {
+    pulls out;
+    const std::size_t last = s.devs.size() - 1;  // the cpu side has three devices, the gpu side two
+    BOOST_TEST(await(kv.init("w", s.make(w, {8, 125}, 0))).has_value());
+    BOOST_TEST(await(kv.set_optimizer(strata::kernels::sgd_options{.lr = 0.05, .momentum = 0.9})).has_value());
+    for (std::size_t step = 0; step < 3; ++step) {
+      BOOST_TEST(await(kv.push("w", {s.make(grads[2 * step], {8, 125}, 0), s.make(grads[2 * step + 1], {8, 125}, last)}))
+                     .has_value());
+      auto outs = await(kv.pull("w", std::vector<strata::tensor>{s.zeros({8, 125}, 0), s.zeros({8, 125}, last)})).value();
+      for (const auto& t : outs) out.push_back(s.read(t));
+    }
+    return out;
+  };
+  // One store on GPU 1 (values and outputs of GPU 0 are staged or copied peer to peer) ...
+  same_results({}, on(gpus.devs[1]), gpus, session);
+  // ... and shards on both GPUs, where slices of a split key cross GPUs.
+  same_results({.shards = 2, .chunk_bytes = 1024, .shard_devices = cpu.devs},
+               {.shards = 2, .chunk_bytes = 1024, .shard_devices = gpus.devs}, gpus, session);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+int main(int argc, char* argv[]) {
+  int rc = boost::unit_test::unit_test_main(&init_unit_test, argc, argv);
+  if (rc == 0 && strata::cuda_gpu_count() == 0) {
+    std::cout << "test_kvstore_cuda: no CUDA GPU is available; all tests were skipped (exit code 77)\n";
+    return 77;
+  }
+  return rc;
+}
