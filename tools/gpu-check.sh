@@ -40,24 +40,7 @@ rc=${PIPESTATUS[0]}
 line=$(grep -E 'tests passed|tests failed' "$build.ctest.log" | tail -1)
 row "ctest -R cuda" "$( [ "$rc" = 0 ] && echo ok || echo FAILED )" "${line:-no tests} ($(elapsed "$t"))"
 
-echo "== benchmarks"
-found=0
-for bench in $(find "$build" -type f -perm -u+x \( -name 'bench*' -o -name '*_bench' -o -name '*benchmark*' \) 2>/dev/null | sort); do
-  case "$bench" in *CMakeFiles*) continue ;; esac
-  case "$(basename "$bench")" in strata-bench-lm-gpu) continue ;; esac  # run below, with its own arguments
-  found=1
-  name=$(basename "$bench")
-  t=$(date +%s)
-  echo "-- $name"
-  if timeout 120 "$bench" >"$build.$name.log" 2>&1; then
-    row "$name" ok "$(tail -1 "$build.$name.log" | cut -c1-60) ($(elapsed "$t"))"
-  else
-    row "$name" FAILED "see $build.$name.log"
-  fi
-  tail -5 "$build.$name.log"
-done
-[ "$found" = 0 ] && row benchmarks skipped "none built"
-
+# Only GPU benchmarks run here (the CPU ones are measured on the build machines: docs/perf.md).
 # The LM step on this GPU: cuDNN's LSTM step (fp32, TF32) against lm_pipeline on the whole GPU and
 # 8 stage actors sharing it (docs/perf.md). Seed configuration, char vocabulary; ~1 minute.
 echo "== strata-bench-lm-gpu"
@@ -76,6 +59,19 @@ if [ -x "$lm_gpu" ]; then
   [ -n "$line" ] && row "  LM step ms (vs cuDNN fp32)" "" "${line#summary: }"
 else
   row strata-bench-lm-gpu skipped "not built (needs STRATA_CUDA and cuDNN; see $build.configure.log)"
+fi
+
+# README's first command on this machine's default devices (cuda:0x2 on one GPU), briefly.
+echo "== lstm_lm train (default devices, 20 steps)"
+lm="$build/samples/lstm_lm/lstm_lm"
+if [ -x "$lm" ]; then
+  t=$(date +%s)
+  if timeout 150 "$lm" train --steps 20 --val-tokens 2000 >"$build.lstm_lm.log" 2>&1; then
+    row "lstm_lm train 20 steps" ok "$(tail -1 "$build.lstm_lm.log" | cut -c1-90) ($(elapsed "$t"))"
+  else
+    row "lstm_lm train 20 steps" FAILED "exit $? after $(elapsed "$t"), see $build.lstm_lm.log"
+  fi
+  tail -4 "$build.lstm_lm.log"
 fi
 
 printf '\n== summary\n%-28s %-8s %s\n' step result detail

@@ -2,14 +2,14 @@
 
 #include <cblas.h>
 
-#include "kernel_support.hpp"
+#include "common/checks.hpp"
 
 namespace strata::kernels::cpu {
 
 int blas_threads() noexcept { return openblas_get_num_threads(); }
 
 void set_blas_threads(int threads) {
-  detail::require(threads >= 1, "set_blas_threads", "threads must be at least 1");
+  common::require(threads >= 1, "set_blas_threads", "threads must be at least 1");
   openblas_set_num_threads(threads);
 }
 

@@ -4,28 +4,29 @@
 #include <cstddef>
 #include <span>
 
+#include "common/checks.hpp"
 #include "kernel_support.hpp"
 
 namespace strata::kernels::cpu {
 
 void fill(std::size_t n, float value, float* x) {
+  common::check_in_place("fill", n, x);
   if (n == 0) return;
-  detail::require(x != nullptr, "fill", "x must not be null when n > 0");
   detail::parallel_blocks(n, detail::memory_grain,
                           [&](std::size_t lo, std::size_t hi) { std::fill(x + lo, x + hi, value); });
 }
 
 void scale(std::size_t n, float alpha, float* x) {
+  common::check_in_place("scale", n, x);
   if (n == 0) return;
-  detail::require(x != nullptr, "scale", "x must not be null when n > 0");
   detail::parallel_blocks(n, detail::memory_grain, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t i = lo; i < hi; ++i) x[i] *= alpha;
   });
 }
 
 void axpy(std::size_t n, float alpha, const float* x, float* y) {
+  common::check_axpy("axpy", n, x, y);
   if (n == 0) return;
-  detail::require(x != nullptr && y != nullptr, "axpy", "x and y must not be null when n > 0");
   detail::parallel_blocks(n, detail::memory_grain, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t i = lo; i < hi; ++i) y[i] += alpha * x[i];
   });
@@ -49,10 +50,8 @@ void add_pair(float* __restrict acc, const float* __restrict x, const float* __r
 }  // namespace
 
 void sum_arrays(std::span<const float* const> inputs, std::size_t n, float* out) {
-  constexpr const char* where = "sum_arrays";
+  common::check_sum_arrays("sum_arrays", inputs, n, out);
   if (n == 0) return;
-  detail::require(out != nullptr, where, "out must not be null when n > 0");
-  for (const float* in : inputs) detail::require(in != nullptr, where, "no input may be null when n > 0");
   const std::size_t k = inputs.size();
   if (k == 0) {
     fill(n, 0.0f, out);

@@ -3,32 +3,24 @@
 #include <algorithm>
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
+#include "common/checks.hpp"
 #include "kernel_support.hpp"
 
 namespace strata::kernels::cpu {
 namespace {
 
-void check_ids(const char* where, std::size_t vocab, std::size_t dim, std::size_t count,
-               const std::int32_t* ids, const void* in, const void* out) {
-  detail::require(vocab > 0 && dim > 0, where, "vocab and dim must be at least 1");
-  if (count == 0) return;
-  detail::require(ids != nullptr && in != nullptr && out != nullptr, where,
-                  "ids and the arrays must not be null when count > 0");
-  for (std::size_t n = 0; n < count; ++n) {
-    if (ids[n] < 0 || static_cast<std::size_t>(ids[n]) >= vocab) {
-      detail::fail(where, "ids[" + std::to_string(n) + "] = " + std::to_string(ids[n]) +
-                              " lies outside [0, " + std::to_string(vocab) + ")");
-    }
-  }
+void check_args(const char* who, std::size_t vocab, std::size_t dim, std::size_t count,
+                const std::int32_t* ids, const void* in, const void* out) {
+  common::check_embedding(who, vocab, dim, count, ids, in, out);
+  common::check_ids(who, "ids", ids, count, vocab);
 }
 
 }  // namespace
 
 void embedding_forward(std::size_t vocab, std::size_t dim, const float* table, std::size_t count,
                        const std::int32_t* ids, float* out) {
-  check_ids("embedding_forward", vocab, dim, count, ids, table, out);
+  check_args("embedding_forward", vocab, dim, count, ids, table, out);
   const std::size_t grain = std::max<std::size_t>(1, detail::memory_grain / dim);
   detail::parallel_blocks(count, grain, [&](std::size_t lo, std::size_t hi) {
     for (std::size_t n = lo; n < hi; ++n) {
@@ -40,7 +32,7 @@ void embedding_forward(std::size_t vocab, std::size_t dim, const float* table, s
 
 void embedding_backward(std::size_t vocab, std::size_t dim, std::size_t count,
                         const std::int32_t* ids, const float* d_out, float* d_table) {
-  check_ids("embedding_backward", vocab, dim, count, ids, d_out, d_table);
+  check_args("embedding_backward", vocab, dim, count, ids, d_out, d_table);
   // Each task owns a block of columns for all rows: repeated ids never race and every element
   // sums its contributions in the order of n.
   const std::size_t work = count * dim;

@@ -3,11 +3,11 @@
 #include <cblas.h>
 
 #include <algorithm>
-#include <climits>
 #include <cstddef>
 
 #include <tbb/task_arena.h>
 
+#include "common/checks.hpp"
 #include "kernel_support.hpp"
 
 namespace strata::kernels::cpu {
@@ -36,26 +36,6 @@ void scale_c(std::size_t m, std::size_t n, float beta, float* c, std::size_t ldc
       for (std::size_t j = 0; j < n; ++j) row[j] *= beta;
     }
   }
-}
-
-void check_gemm(const char* where, transpose ta, transpose tb, std::size_t m, std::size_t n,
-                std::size_t k, const float* a, std::size_t lda, const float* b, std::size_t ldb,
-                const float* c, std::size_t ldc) {
-  constexpr auto int_max = static_cast<std::size_t>(INT_MAX);
-  detail::require(m <= int_max && n <= int_max && k <= int_max && lda <= int_max &&
-                      ldb <= int_max && ldc <= int_max,
-                  where, "m, n, k and the leading dimensions must fit in a 32-bit BLAS integer");
-  const std::size_t a_cols = ta == transpose::no ? k : m;
-  const std::size_t b_cols = tb == transpose::no ? n : k;
-  if (m == 0 || n == 0) return;
-  detail::require(c != nullptr, where, "c must not be null when m and n are positive");
-  detail::require(ldc >= n, where, "ldc must be at least n");
-  if (k == 0) return;
-  detail::require(a != nullptr && b != nullptr, where, "a and b must not be null when m, n and k are positive");
-  detail::require(lda >= a_cols, where,
-                  "lda must be at least the stored column count of A (k, or m when transposed)");
-  detail::require(ldb >= b_cols, where,
-                  "ldb must be at least the stored column count of B (n, or k when transposed)");
 }
 
 }  // namespace
@@ -113,7 +93,7 @@ void sgemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t
 void gemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t k, float alpha,
           const float* a, std::size_t lda, const float* b, std::size_t ldb, float beta, float* c,
           std::size_t ldc) {
-  check_gemm("gemm", ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+  common::check_gemm("gemm", ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
   detail::sgemm(ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -122,12 +102,9 @@ void gemm_strided_batched(transpose ta, transpose tb, std::size_t m, std::size_t
                           std::size_t stride_a, const float* b, std::size_t ldb,
                           std::size_t stride_b, float beta, float* c, std::size_t ldc,
                           std::size_t stride_c, std::size_t batch) {
-  constexpr const char* where = "gemm_strided_batched";
-  if (batch == 0) return;
-  check_gemm(where, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
-  if (m == 0 || n == 0) return;
-  detail::require(batch == 1 || stride_c >= (m - 1) * ldc + n, where,
-                  "stride_c must be at least (m - 1) * ldc + n so that the C matrices do not overlap");
+  common::check_gemm_strided_batched("gemm_strided_batched", ta, tb, m, n, k, a, lda, b, ldb, c,
+                                     ldc, stride_c, batch);
+  if (batch == 0 || m == 0 || n == 0) return;
   // Many small products: one task per matrix, each a single BLAS call. Large products: one
   // after another, each split by detail::sgemm.
   const double flops = 2.0 * static_cast<double>(m) * static_cast<double>(n) * static_cast<double>(k);

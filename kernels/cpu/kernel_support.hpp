@@ -1,14 +1,13 @@
 #pragma once
 
-// Private helpers shared by the CPU kernels: argument checks, vectorisable activation
-// functions, the oneTBB blocking helper and the internal GEMM entry point.
+// Private helpers shared by the CPU kernels: vectorisable activation functions, the oneTBB
+// blocking helper and the internal GEMM entry point. (The argument checks, shared with the CUDA
+// kernels, are in kernels/common/checks.hpp.)
 
 #include <algorithm>
 #include <bit>
 #include <cstddef>
 #include <cstdint>
-#include <stdexcept>
-#include <string>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
@@ -16,15 +15,6 @@
 #include "strata/kernels/gemm.hpp"
 
 namespace strata::kernels::cpu::detail {
-
-/// Throws std::invalid_argument("<where>: <what>.") — the one error path of the API edge.
-[[noreturn]] inline void fail(const char* where, const std::string& what) {
-  throw std::invalid_argument(std::string(where) + ": " + what + ".");
-}
-
-inline void require(bool ok, const char* where, const char* what) {
-  if (!ok) fail(where, what);
-}
 
 // exp(x) for float with ~2 ulp error, written so GCC vectorises loops that call it (no libm
 // call, no branches): Cody-Waite range reduction and the Cephes expf polynomial. Inputs are

@@ -4,11 +4,11 @@
 #include <cmath>
 #include <cstddef>
 #include <cstdint>
-#include <string>
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_reduce.h>
 
+#include "common/checks.hpp"
 #include "kernel_support.hpp"
 
 namespace strata::kernels::cpu {
@@ -51,21 +51,12 @@ double exp_shift_sum(float* x, std::size_t n, float shift) noexcept {
   return r;
 }
 
-void check(const char* where, const linear_cross_entropy_dims& d, const linear_cross_entropy_inputs& in,
+void check(const char* who, const linear_cross_entropy_dims& d, const linear_cross_entropy_inputs& in,
            const float* workspace, std::size_t workspace_size) {
-  detail::require(d.rows > 0 && d.hidden > 0 && d.classes > 0, where,
-                  "dims.rows, dims.hidden and dims.classes must be at least 1");
-  detail::require(in.h != nullptr && in.w != nullptr && in.targets != nullptr, where,
-                  "inputs.h, inputs.w and inputs.targets must not be null");
-  detail::require(workspace != nullptr && workspace_size >= d.classes, where,
+  common::check_linear_cross_entropy(who, d, in);
+  common::require(workspace != nullptr && workspace_size >= d.classes, who,
                   "the workspace must hold at least dims.classes floats (one row of logits)");
-  for (std::size_t n = 0; n < d.rows; ++n) {
-    const std::int32_t t = in.targets[n];
-    if (t < 0 || static_cast<std::size_t>(t) >= d.classes) {
-      detail::fail(where, "targets[" + std::to_string(n) + "] = " + std::to_string(t) +
-                              " lies outside [0, " + std::to_string(d.classes) + ")");
-    }
-  }
+  common::check_ids(who, "targets", in.targets, d.rows, d.classes);
 }
 
 double run(const char* where, const linear_cross_entropy_dims& d,

@@ -3,38 +3,12 @@
 #include <algorithm>
 #include <cstddef>
 
+#include "common/checks.hpp"
+#include "common/lstm_layout.hpp"
 #include "kernel_support.hpp"
 
 namespace strata::kernels::cpu {
 namespace {
-
-// Views of the reserve (see lstm_reserve_size for the regions); F is float or const float.
-template <class F>
-struct reserve_layout {
-  F* gates;   // [n, B, 4H] post-activation i, f, g, o
-  F* c;       // [n+1, B, H] c_0 .. c_n
-  F* tanh_c;  // [n, B, H] tanh(c_t), t = 1..n
-  F* h;       // [n+1, B, H] h_0 .. h_n (h[t] is step t's h_{t-1})
-  F* bias;    // [4H] b_ih + b_hh
-};
-
-template <class F>
-reserve_layout<F> layout(const lstm_dims& d, F* r) noexcept {
-  const std::size_t bh = d.batch * d.hidden;
-  reserve_layout<F> l{};
-  l.gates = r;
-  l.c = l.gates + d.steps * bh * 4;
-  l.tanh_c = l.c + (d.steps + 1) * bh;
-  l.h = l.tanh_c + d.steps * bh;
-  l.bias = l.h + (d.steps + 1) * bh;
-  return l;
-}
-
-void check_dims(const char* where, const lstm_dims& d) {
-  detail::require(d.batch > 0, where, "dims.batch must be at least 1");
-  detail::require(d.input > 0, where, "dims.input must be at least 1");
-  detail::require(d.hidden > 0, where, "dims.hidden must be at least 1");
-}
 
 void copy_or_zero(const float* src, float* dst, std::size_t n) {
   if (src != nullptr) {
@@ -111,8 +85,7 @@ void backward_row(std::size_t h, const float* __restrict act, const float* __res
 }  // namespace
 
 void lstm_forward(const lstm_dims& d, const lstm_weights& w, const lstm_forward_args& a) {
-  constexpr const char* where = "lstm_forward";
-  check_dims(where, d);
+  common::check_lstm_forward("lstm_forward", d, w, a);
   const std::size_t n = d.steps;
   const std::size_t bsz = d.batch;
   const std::size_t hs = d.hidden;
@@ -123,12 +96,8 @@ void lstm_forward(const lstm_dims& d, const lstm_weights& w, const lstm_forward_
     if (a.c_out != nullptr) copy_or_zero(a.c_in, a.c_out, bh);
     return;
   }
-  detail::require(w.w_ih != nullptr && w.w_hh != nullptr, where, "weights.w_ih and weights.w_hh must not be null");
-  detail::require(a.x != nullptr, where, "args.x must not be null when dims.steps > 0");
-  detail::require(a.y != nullptr, where, "args.y must not be null when dims.steps > 0");
-  detail::require(a.reserve != nullptr, where, "args.reserve must not be null when dims.steps > 0");
 
-  const reserve_layout<float> r = layout(d, a.reserve);
+  const common::lstm_reserve_regions<float> r = common::split_lstm_reserve(d, a.reserve);
   for (std::size_t j = 0; j < g4; ++j) {
     r.bias[j] = (w.b_ih != nullptr ? w.b_ih[j] : 0.0f) + (w.b_hh != nullptr ? w.b_hh[j] : 0.0f);
   }
@@ -165,8 +134,7 @@ void lstm_forward(const lstm_dims& d, const lstm_weights& w, const lstm_forward_
 
 void lstm_backward(const lstm_dims& d, const lstm_weights& w, const lstm_backward_args& a,
                    const lstm_gradients& g) {
-  constexpr const char* where = "lstm_backward";
-  check_dims(where, d);
+  common::check_lstm_backward("lstm_backward", d, w, a, g);
   const std::size_t n = d.steps;
   const std::size_t bsz = d.batch;
   const std::size_t hs = d.hidden;
@@ -177,16 +145,12 @@ void lstm_backward(const lstm_dims& d, const lstm_weights& w, const lstm_backwar
     if (a.dc_in != nullptr) copy_or_zero(a.dc_out, a.dc_in, bh);
     return;
   }
-  detail::require(w.w_hh != nullptr, where, "weights.w_hh must not be null");
-  detail::require(a.dx == nullptr || w.w_ih != nullptr, where, "weights.w_ih must not be null when args.dx is wanted");
-  detail::require(a.x != nullptr || g.dw_ih == nullptr, where, "args.x must not be null when gradients.dw_ih is wanted");
-  detail::require(a.reserve != nullptr, where, "args.reserve must not be null when dims.steps > 0");
-  detail::require(a.workspace != nullptr, where, "args.workspace must not be null when dims.steps > 0");
 
-  const reserve_layout<const float> r = layout(d, a.reserve);
-  float* dgates = a.workspace;         // [n, B, 4H]
-  float* dh_rec = dgates + n * bsz * g4;  // [B, H] dh arriving from step t+1
-  float* dc = dh_rec + bh;             // [B, H] carried cell gradient
+  const common::lstm_reserve_regions<const float> r = common::split_lstm_reserve(d, a.reserve);
+  const common::lstm_backward_scratch ws = common::split_lstm_backward_workspace(d, a.workspace);
+  float* dgates = ws.dgates;
+  float* dh_rec = ws.dh_rec;
+  float* dc = ws.dc;
   copy_or_zero(a.dh_out, dh_rec, bh);
   copy_or_zero(a.dc_out, dc, bh);
 

@@ -7,6 +7,7 @@
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_reduce.h>
 
+#include "common/checks.hpp"
 #include "kernel_support.hpp"
 
 namespace strata::kernels::cpu {
@@ -50,7 +51,7 @@ double global_norm(std::span<const std::span<const float>> tensors) {
 }
 
 double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm) {
-  detail::require(max_norm >= 0.0, "clip_grad_norm", "max_norm must be a non-negative number");
+  common::check_clip_grad_norm("clip_grad_norm", max_norm);
   double total_sq = 0.0;
   for (const auto& g : grads) total_sq += tensor_sum_squares(g);
   const double total = std::sqrt(total_sq);

@@ -4,6 +4,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/checks.hpp"
 #include "device_math.cuh"
 
 namespace strata::kernels::cuda {
@@ -135,24 +136,24 @@ void add_column_sums(cudaStream_t s, std::size_t rows, std::size_t cols, const f
 }  // namespace detail
 
 void fill(const cuda_context& ctx, std::size_t n, float value, float* x) {
+  common::check_in_place("cuda::fill", n, x);
   if (n == 0) return;
-  detail::require(x != nullptr, "fill", "x must not be null when n > 0");
   const bool vec = aligned16(x);
   fill_kernel<<<detail::blocks_for(vec ? n / 4 : n), detail::block_threads, 0, ctx.stream>>>(n, value, x, vec);
   detail::check_launch("fill_kernel");
 }
 
 void scale(const cuda_context& ctx, std::size_t n, float alpha, float* x) {
+  common::check_in_place("cuda::scale", n, x);
   if (n == 0) return;
-  detail::require(x != nullptr, "scale", "x must not be null when n > 0");
   const bool vec = aligned16(x);
   scale_kernel<<<detail::blocks_for(vec ? n / 4 : n), detail::block_threads, 0, ctx.stream>>>(n, alpha, x, vec);
   detail::check_launch("scale_kernel");
 }
 
 void axpy(const cuda_context& ctx, std::size_t n, float alpha, const float* x, float* y) {
+  common::check_axpy("cuda::axpy", n, x, y);
   if (n == 0) return;
-  detail::require(x != nullptr && y != nullptr, "axpy", "x and y must not be null when n > 0");
   const bool vec = aligned16(x) && aligned16(y);
   axpy_kernel<<<detail::blocks_for(vec ? n / 4 : n), detail::block_threads, 0, ctx.stream>>>(n, alpha, x, y, vec);
   detail::check_launch("axpy_kernel");
@@ -160,19 +161,18 @@ void axpy(const cuda_context& ctx, std::size_t n, float alpha, const float* x, f
 
 void copy(const cuda_context& ctx, std::size_t n, const float* src, float* dst) {
   if (n == 0 || src == dst) return;
-  detail::require(src != nullptr && dst != nullptr, "copy", "src and dst must not be null when n > 0");
+  common::require(src != nullptr && dst != nullptr, "cuda::copy", "src and dst must not be null when n > 0");
   detail::check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream),
                 "cudaMemcpyAsync");
 }
 
 void sum_arrays(const cuda_context& ctx, std::span<const float* const> inputs, std::size_t n,
                 float* out) {
-  constexpr const char* where = "sum_arrays";
+  constexpr const char* who = "cuda::sum_arrays";
+  common::check_sum_arrays(who, inputs, n, out);
   if (n == 0) return;
-  detail::require(out != nullptr, where, "out must not be null when n > 0");
-  for (const float* in : inputs) detail::require(in != nullptr, where, "no input may be null when n > 0");
   for (std::size_t j = sum_arrays_inputs_per_launch; j < inputs.size(); ++j) {
-    detail::require(inputs[j] != out, where,
+    common::require(inputs[j] != out, who,
                     "out may be one of the first 256 inputs only (later launches read out as the partial sum)");
   }
   if (inputs.empty()) {

@@ -5,18 +5,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/checks.hpp"
 #include "device_math.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
-
-void check_args(const char* where, std::size_t vocab, std::size_t dim, std::size_t count,
-                const std::int32_t* ids, const void* in, const void* out) {
-  detail::require(vocab > 0 && dim > 0, where, "vocab and dim must be at least 1");
-  if (count == 0) return;
-  detail::require(ids != nullptr && in != nullptr && out != nullptr, where,
-                  "ids and the arrays must not be null when count > 0");
-}
 
 __device__ __forceinline__ bool valid_id(std::int32_t id, std::size_t vocab) {
   return id >= 0 && static_cast<std::size_t>(id) < vocab;
@@ -64,7 +57,8 @@ bool aligned16(const void* p) noexcept { return reinterpret_cast<std::uintptr_t>
 
 void embedding_forward(const cuda_context& ctx, std::size_t vocab, std::size_t dim,
                        const float* table, std::size_t count, const std::int32_t* ids, float* out) {
-  check_args("embedding_forward", vocab, dim, count, ids, table, out);
+  // Ids are not range-checked here (device memory): the gather writes NaN rows for bad ones.
+  common::check_embedding("cuda::embedding_forward", vocab, dim, count, ids, table, out);
   if (count == 0) return;
   if (dim % 4 == 0 && aligned16(table) && aligned16(out)) {
     const std::size_t d4 = dim / 4;
@@ -80,7 +74,7 @@ void embedding_forward(const cuda_context& ctx, std::size_t vocab, std::size_t d
 void embedding_backward(const cuda_context& ctx, std::size_t vocab, std::size_t dim,
                         std::size_t count, const std::int32_t* ids, const float* d_out,
                         float* d_table) {
-  check_args("embedding_backward", vocab, dim, count, ids, d_out, d_table);
+  common::check_embedding("cuda::embedding_backward", vocab, dim, count, ids, d_out, d_table);
   if (count == 0) return;
   embedding_scatter_add<<<detail::blocks_for(count * dim), detail::block_threads, 0, ctx.stream>>>(
       vocab, dim, count, ids, d_out, d_table);

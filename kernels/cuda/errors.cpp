@@ -1,13 +1,10 @@
 #include "support.hpp"
 
-#include <stdexcept>
 #include <string>
 
-namespace strata::kernels::cuda::detail {
+#include "common/checks.hpp"
 
-void fail(const char* where, const std::string& what) {
-  throw std::invalid_argument(std::string("cuda::") + where + ": " + what + ".");
-}
+namespace strata::kernels::cuda::detail {
 
 std::string error_message(const char* call, const char* status_name, const char* status_text) {
   return std::string("strata::kernels::cuda: ") + call + " failed: " + status_name + " (" +
@@ -26,8 +23,8 @@ void check(cublasStatus_t status, const char* call) {
                    error_message(call, cublasGetStatusName(status), cublasGetStatusString(status)));
 }
 
-cublasHandle_t blas_on_stream(const cuda_context& ctx, const char* where) {
-  require(ctx.blas != nullptr, where, "ctx.blas must not be null (matrix products need a cuBLAS handle)");
+cublasHandle_t blas_on_stream(const cuda_context& ctx, const char* who) {
+  common::require(ctx.blas != nullptr, who, "ctx.blas must not be null (matrix products need a cuBLAS handle)");
   cudaStream_t bound = nullptr;
   check(cublasGetStream(ctx.blas, &bound), "cublasGetStream");
   if (bound != ctx.stream) check(cublasSetStream(ctx.blas, ctx.stream), "cublasSetStream");

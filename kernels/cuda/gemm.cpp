@@ -6,6 +6,8 @@
 #include <climits>
 #include <cstddef>
 
+#include "common/checks.hpp"
+
 namespace strata::kernels::cuda {
 namespace {
 
@@ -16,27 +18,6 @@ cublasComputeType_t compute_type(gemm_math math) noexcept {
 }
 
 int to_int(std::size_t v) noexcept { return static_cast<int>(v); }
-
-// The checks of cpu::gemm, word for word (prefixed "cuda::").
-void check_gemm(const char* where, transpose ta, transpose tb, std::size_t m, std::size_t n,
-                std::size_t k, const float* a, std::size_t lda, const float* b, std::size_t ldb,
-                const float* c, std::size_t ldc) {
-  constexpr auto int_max = static_cast<std::size_t>(INT_MAX);
-  detail::require(m <= int_max && n <= int_max && k <= int_max && lda <= int_max &&
-                      ldb <= int_max && ldc <= int_max,
-                  where, "m, n, k and the leading dimensions must fit in a 32-bit BLAS integer");
-  const std::size_t a_cols = ta == transpose::no ? k : m;
-  const std::size_t b_cols = tb == transpose::no ? n : k;
-  if (m == 0 || n == 0) return;
-  detail::require(c != nullptr, where, "c must not be null when m and n are positive");
-  detail::require(ldc >= n, where, "ldc must be at least n");
-  if (k == 0) return;
-  detail::require(a != nullptr && b != nullptr, where, "a and b must not be null when m, n and k are positive");
-  detail::require(lda >= a_cols, where,
-                  "lda must be at least the stored column count of A (k, or m when transposed)");
-  detail::require(ldb >= b_cols, where,
-                  "ldb must be at least the stored column count of B (n, or k when transposed)");
-}
 
 }  // namespace
 
@@ -81,10 +62,10 @@ void sgemm(cublasHandle_t h, gemm_math math, cudaStream_t stream, transpose ta, 
 void gemm(const cuda_context& ctx, transpose ta, transpose tb, std::size_t m, std::size_t n,
           std::size_t k, float alpha, const float* a, std::size_t lda, const float* b,
           std::size_t ldb, float beta, float* c, std::size_t ldc) {
-  constexpr const char* where = "gemm";
-  check_gemm(where, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
+  constexpr const char* who = "cuda::gemm";
+  common::check_gemm(who, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
   if (m == 0 || n == 0) return;
-  cublasHandle_t h = k == 0 ? nullptr : detail::blas_on_stream(ctx, where);
+  cublasHandle_t h = k == 0 ? nullptr : detail::blas_on_stream(ctx, who);
   detail::sgemm(h, ctx.math, ctx.stream, ta, tb, m, n, k, alpha, a, lda, b, ldb, beta, c, ldc);
 }
 
@@ -93,19 +74,16 @@ void gemm_strided_batched(const cuda_context& ctx, transpose ta, transpose tb, s
                           std::size_t lda, std::size_t stride_a, const float* b, std::size_t ldb,
                           std::size_t stride_b, float beta, float* c, std::size_t ldc,
                           std::size_t stride_c, std::size_t batch) {
-  constexpr const char* where = "gemm_strided_batched";
-  if (batch == 0) return;
-  check_gemm(where, ta, tb, m, n, k, a, lda, b, ldb, c, ldc);
-  if (m == 0 || n == 0) return;
-  detail::require(batch == 1 || stride_c >= (m - 1) * ldc + n, where,
-                  "stride_c must be at least (m - 1) * ldc + n so that the C matrices do not overlap");
-  detail::require(batch <= static_cast<std::size_t>(INT_MAX), where,
+  constexpr const char* who = "cuda::gemm_strided_batched";
+  common::check_gemm_strided_batched(who, ta, tb, m, n, k, a, lda, b, ldb, c, ldc, stride_c, batch);
+  if (batch == 0 || m == 0 || n == 0) return;
+  common::require(batch <= static_cast<std::size_t>(INT_MAX), who,
                   "batch must fit in a 32-bit BLAS integer");
   if (k == 0) {
     for (std::size_t i = 0; i < batch; ++i) detail::scale_matrix(ctx.stream, m, n, beta, c + i * stride_c, ldc);
     return;
   }
-  cublasHandle_t h = detail::blas_on_stream(ctx, where);
+  cublasHandle_t h = detail::blas_on_stream(ctx, who);
   const column_major_gemm g = to_column_major(ta, tb, m, n, k, lda, ldb, ldc);
   detail::check(
       cublasGemmStridedBatchedEx(h, to_cublas(g.op_first), to_cublas(g.op_second), to_int(g.m),

@@ -9,6 +9,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "common/checks.hpp"
 #include "device_math.cuh"
 
 namespace strata::kernels::cuda {
@@ -68,21 +69,19 @@ __global__ void __launch_bounds__(1024)
   if (threadIdx.x == 0) *loss = mean ? s / static_cast<double>(rows) : s;
 }
 
-void run(const char* where, const cuda_context& ctx, const linear_cross_entropy_dims& d,
+// Targets are not range-checked here (device memory): a bad one makes its row's loss NaN.
+void run(const char* who, const cuda_context& ctx, const linear_cross_entropy_dims& d,
          const linear_cross_entropy_inputs& in, const linear_cross_entropy_gradients* g,
          float* workspace, std::size_t workspace_size, double* loss) {
-  detail::require(d.rows > 0 && d.hidden > 0 && d.classes > 0, where,
-                  "dims.rows, dims.hidden and dims.classes must be at least 1");
-  detail::require(d.rows <= static_cast<std::size_t>(INT_MAX), where,
+  common::check_linear_cross_entropy(who, d, in);
+  common::require(d.rows <= static_cast<std::size_t>(INT_MAX), who,
                   "dims.rows must fit in a 32-bit grid dimension (one thread block per row)");
-  detail::require(in.h != nullptr && in.w != nullptr && in.targets != nullptr, where,
-                  "inputs.h, inputs.w and inputs.targets must not be null");
-  detail::require(g != nullptr || loss != nullptr, where, "loss must not be null");
-  detail::require(workspace != nullptr && workspace_size >= linear_cross_entropy_device_workspace_size(d, 1), where,
+  common::require(g != nullptr || loss != nullptr, who, "loss must not be null");
+  common::require(workspace != nullptr && workspace_size >= linear_cross_entropy_device_workspace_size(d, 1), who,
                   "the workspace must hold at least cuda::linear_cross_entropy_device_workspace_size(dims, 1) floats");
-  detail::require(reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) == 0, where,
+  common::require(reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) == 0, who,
                   "the workspace must be 8-byte aligned");
-  cublasHandle_t h = detail::blas_on_stream(ctx, where);
+  cublasHandle_t h = detail::blas_on_stream(ctx, who);
   cudaStream_t s = ctx.stream;
   const std::size_t v = d.classes, hs = d.hidden;
   auto* row_loss = reinterpret_cast<double*>(workspace);  // [rows]
@@ -125,7 +124,7 @@ void run(const char* where, const cuda_context& ctx, const linear_cross_entropy_
 void linear_cross_entropy_forward(const cuda_context& ctx, const linear_cross_entropy_dims& d,
                                   const linear_cross_entropy_inputs& in, float* workspace,
                                   std::size_t workspace_size, double* loss) {
-  run("linear_cross_entropy_forward", ctx, d, in, nullptr, workspace, workspace_size, loss);
+  run("cuda::linear_cross_entropy_forward", ctx, d, in, nullptr, workspace, workspace_size, loss);
 }
 
 void linear_cross_entropy_forward_backward(const cuda_context& ctx,
@@ -134,7 +133,7 @@ void linear_cross_entropy_forward_backward(const cuda_context& ctx,
                                            const linear_cross_entropy_gradients& g,
                                            float* workspace, std::size_t workspace_size,
                                            double* loss) {
-  run("linear_cross_entropy_forward_backward", ctx, d, in, &g, workspace, workspace_size, loss);
+  run("cuda::linear_cross_entropy_forward_backward", ctx, d, in, &g, workspace, workspace_size, loss);
 }
 
 }  // namespace strata::kernels::cuda

@@ -4,38 +4,12 @@
 
 #include <cstddef>
 
+#include "common/checks.hpp"
+#include "common/lstm_layout.hpp"
 #include "device_math.cuh"
 
 namespace strata::kernels::cuda {
 namespace {
-
-// Views of the reserve; the same regions as the CPU kernel (see lstm_reserve_size).
-template <class F>
-struct reserve_layout {
-  F* gates;   // [n, B, 4H] post-activation i, f, g, o
-  F* c;       // [n+1, B, H] c_0 .. c_n
-  F* tanh_c;  // [n, B, H] tanh(c_t), t = 1..n
-  F* h;       // [n+1, B, H] h_0 .. h_n (h[t] is step t's h_{t-1})
-  F* bias;    // [4H] b_ih + b_hh
-};
-
-template <class F>
-reserve_layout<F> layout(const lstm_dims& d, F* r) noexcept {
-  const std::size_t bh = d.batch * d.hidden;
-  reserve_layout<F> l{};
-  l.gates = r;
-  l.c = l.gates + d.steps * bh * 4;
-  l.tanh_c = l.c + (d.steps + 1) * bh;
-  l.h = l.tanh_c + d.steps * bh;
-  l.bias = l.h + (d.steps + 1) * bh;
-  return l;
-}
-
-void check_dims(const char* where, const lstm_dims& d) {
-  detail::require(d.batch > 0, where, "dims.batch must be at least 1");
-  detail::require(d.input > 0, where, "dims.input must be at least 1");
-  detail::require(d.hidden > 0, where, "dims.hidden must be at least 1");
-}
 
 __global__ void lstm_bias_kernel(std::size_t n, const float* b_ih, const float* b_hh, float* bias) {
   const std::size_t stride = detail::grid_threads();
@@ -105,8 +79,8 @@ __global__ void lstm_backward_pointwise(std::size_t batch, std::size_t hidden,
 
 void lstm_forward(const cuda_context& ctx, const lstm_dims& d, const lstm_weights& w,
                   const lstm_forward_args& a) {
-  constexpr const char* where = "lstm_forward";
-  check_dims(where, d);
+  constexpr const char* who = "cuda::lstm_forward";
+  common::check_lstm_forward(who, d, w, a);
   const std::size_t n = d.steps, bsz = d.batch, hs = d.hidden, bh = bsz * hs, g4 = 4 * hs;
   cudaStream_t s = ctx.stream;
   if (n == 0) {
@@ -114,13 +88,10 @@ void lstm_forward(const cuda_context& ctx, const lstm_dims& d, const lstm_weight
     if (a.c_out != nullptr) detail::copy_or_zero(s, a.c_in, a.c_out, bh);
     return;
   }
-  detail::require(w.w_ih != nullptr && w.w_hh != nullptr, where, "weights.w_ih and weights.w_hh must not be null");
-  detail::require(a.x != nullptr, where, "args.x must not be null when dims.steps > 0");
-  detail::require(a.y != nullptr, where, "args.y must not be null when dims.steps > 0");
-  detail::require(a.reserve != nullptr, where, "args.reserve must not be null when dims.steps > 0");
-  cublasHandle_t h = detail::blas_on_stream(ctx, where);
+  cublasHandle_t h = detail::blas_on_stream(ctx, who);
 
-  const reserve_layout<float> r = layout(d, a.reserve);
+  // The CPU kernel's reserve layout.
+  const common::lstm_reserve_regions<float> r = common::split_lstm_reserve(d, a.reserve);
   lstm_bias_kernel<<<detail::blocks_for(g4), detail::block_threads, 0, s>>>(g4, w.b_ih, w.b_hh, r.bias);
   detail::check_launch("lstm_bias_kernel");
   detail::copy_or_zero(s, a.h_in, r.h, bh);
@@ -147,8 +118,8 @@ void lstm_forward(const cuda_context& ctx, const lstm_dims& d, const lstm_weight
 
 void lstm_backward(const cuda_context& ctx, const lstm_dims& d, const lstm_weights& w,
                    const lstm_backward_args& a, const lstm_gradients& g) {
-  constexpr const char* where = "lstm_backward";
-  check_dims(where, d);
+  constexpr const char* who = "cuda::lstm_backward";
+  common::check_lstm_backward(who, d, w, a, g);
   const std::size_t n = d.steps, bsz = d.batch, hs = d.hidden, bh = bsz * hs, g4 = 4 * hs;
   cudaStream_t s = ctx.stream;
   if (n == 0) {
@@ -156,17 +127,13 @@ void lstm_backward(const cuda_context& ctx, const lstm_dims& d, const lstm_weigh
     if (a.dc_in != nullptr) detail::copy_or_zero(s, a.dc_out, a.dc_in, bh);
     return;
   }
-  detail::require(w.w_hh != nullptr, where, "weights.w_hh must not be null");
-  detail::require(a.dx == nullptr || w.w_ih != nullptr, where, "weights.w_ih must not be null when args.dx is wanted");
-  detail::require(a.x != nullptr || g.dw_ih == nullptr, where, "args.x must not be null when gradients.dw_ih is wanted");
-  detail::require(a.reserve != nullptr, where, "args.reserve must not be null when dims.steps > 0");
-  detail::require(a.workspace != nullptr, where, "args.workspace must not be null when dims.steps > 0");
-  cublasHandle_t h = detail::blas_on_stream(ctx, where);
+  cublasHandle_t h = detail::blas_on_stream(ctx, who);
 
-  const reserve_layout<const float> r = layout(d, a.reserve);
-  float* dgates = a.workspace;             // [n, B, 4H]
-  float* dh_rec = dgates + n * bsz * g4;  // [B, H] dh arriving from step t+1
-  float* dc = dh_rec + bh;                // [B, H] carried cell gradient
+  const common::lstm_reserve_regions<const float> r = common::split_lstm_reserve(d, a.reserve);
+  const common::lstm_backward_scratch ws = common::split_lstm_backward_workspace(d, a.workspace);
+  float* dgates = ws.dgates;
+  float* dh_rec = ws.dh_rec;
+  float* dc = ws.dc;
   detail::copy_or_zero(s, a.dh_out, dh_rec, bh);
   detail::copy_or_zero(s, a.dc_out, dc, bh);
 

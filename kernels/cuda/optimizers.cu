@@ -2,10 +2,11 @@
 // (kernels/cpu/optimizers.cpp), one fused elementwise kernel each.
 #include "support.hpp"
 
-#include <cmath>
 #include <cstddef>
 #include <cstdint>
 
+#include "common/checks.hpp"
+#include "common/optimizer_scalars.hpp"
 #include "device_math.cuh"
 
 namespace strata::kernels::cuda {
@@ -33,12 +34,8 @@ __global__ void sgd_kernel(std::size_t n, float* __restrict__ p, const float* __
   }
 }
 
-struct adam_scalars {
-  float neg_step_size, bc2_sqrt, one_minus_b1, b2, one_minus_b2, eps, wd, decay;
-};
-
 __global__ void adam_kernel(std::size_t n, float* __restrict__ p, const float* __restrict__ gr,
-                            float* __restrict__ m, float* __restrict__ v, adam_scalars k) {
+                            float* __restrict__ m, float* __restrict__ v, common::adam_scalars k) {
   const std::size_t stride = detail::grid_threads();
   for (std::size_t i = detail::global_thread(); i < n; i += stride) {
     const float pv = p[i] * k.decay;
@@ -55,14 +52,10 @@ __global__ void adam_kernel(std::size_t n, float* __restrict__ p, const float* _
 
 void sgd_step(const cuda_context& ctx, std::size_t n, float* param, const float* grad,
               float* momentum_buffer, const sgd_options& o) {
-  constexpr const char* where = "sgd_step";
+  common::check_sgd_step("cuda::sgd_step", n, param, grad, momentum_buffer, o);
   if (n == 0) return;
-  detail::require(param != nullptr && grad != nullptr, where, "param and grad must not be null");
-  detail::require(o.momentum == 0.0 || momentum_buffer != nullptr, where,
-                  "momentum_buffer must not be null when momentum != 0");
-  const auto wd = static_cast<float>(o.weight_decay);
-  const auto mom = static_cast<float>(o.momentum);
-  const auto neg_lr = static_cast<float>(-o.lr);
+  const common::sgd_scalars k = common::sgd_step_scalars(o);
+  const float wd = k.wd, mom = k.mom, neg_lr = k.neg_lr;
   const unsigned blocks = detail::blocks_for(n);
   cudaStream_t s = ctx.stream;
   if (o.momentum == 0.0) {
@@ -77,23 +70,9 @@ void sgd_step(const cuda_context& ctx, std::size_t n, float* param, const float*
 
 void adam_step(const cuda_context& ctx, std::size_t n, float* param, const float* grad,
                float* exp_avg, float* exp_avg_sq, std::int64_t step, const adam_options& o) {
-  constexpr const char* where = "adam_step";
-  detail::require(step >= 1, where, "step must be at least 1 (steps count from 1)");
+  common::check_adam_step("cuda::adam_step", n, param, grad, exp_avg, exp_avg_sq, step);
   if (n == 0) return;
-  detail::require(param != nullptr && grad != nullptr && exp_avg != nullptr && exp_avg_sq != nullptr,
-                  where, "param, grad, exp_avg and exp_avg_sq must not be null");
-  const double stepd = static_cast<double>(step);
-  const double bias_correction1 = 1.0 - std::pow(o.beta1, stepd);
-  const double bias_correction2 = 1.0 - std::pow(o.beta2, stepd);
-  adam_scalars k{};
-  k.neg_step_size = static_cast<float>(-(o.lr / bias_correction1));
-  k.bc2_sqrt = static_cast<float>(std::sqrt(bias_correction2));
-  k.one_minus_b1 = static_cast<float>(1.0 - o.beta1);
-  k.b2 = static_cast<float>(o.beta2);
-  k.one_minus_b2 = static_cast<float>(1.0 - o.beta2);
-  k.eps = static_cast<float>(o.eps);
-  k.wd = o.decoupled_weight_decay ? 0.0f : static_cast<float>(o.weight_decay);
-  k.decay = o.decoupled_weight_decay ? static_cast<float>(1.0 - o.lr * o.weight_decay) : 1.0f;
+  const common::adam_scalars k = common::adam_step_scalars(step, o);
   adam_kernel<<<detail::blocks_for(n), detail::block_threads, 0, ctx.stream>>>(n, param, grad, exp_avg, exp_avg_sq, k);
   detail::check_launch("adam_kernel");
 }

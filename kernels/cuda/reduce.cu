@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 
+#include "common/checks.hpp"
 #include "device_math.cuh"
 
 namespace strata::kernels::cuda {
@@ -81,14 +82,14 @@ void for_groups(Span tensors, const Launch& launch) {
 // Shared by global_norm and clip_grad_norm: checks, partial sums, total. Returns the device
 // slot that holds the total.
 template <class Span>
-double* norm_into_workspace(const char* where, const cuda_context& ctx, Span tensors,
+double* norm_into_workspace(const char* who, const cuda_context& ctx, Span tensors,
                             float* workspace, std::size_t workspace_size, double* norm) {
-  detail::require(workspace != nullptr && workspace_size >= global_norm_workspace_size(tensors.size()), where,
+  common::require(workspace != nullptr && workspace_size >= global_norm_workspace_size(tensors.size()), who,
                   "the workspace must hold cuda::global_norm_workspace_size(tensor count) floats");
-  detail::require(reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) == 0, where,
+  common::require(reinterpret_cast<std::uintptr_t>(workspace) % alignof(double) == 0, who,
                   "the workspace must be 8-byte aligned");
   for (const auto& t : tensors) {
-    detail::require(t.empty() || t.data() != nullptr, where, "a tensor with elements must not be null");
+    common::require(t.empty() || t.data() != nullptr, who, "a tensor with elements must not be null");
   }
   auto* partials = reinterpret_cast<double*>(workspace);
   double* slot = partials + norm_partials_per_tensor * tensors.size();
@@ -107,17 +108,17 @@ double* norm_into_workspace(const char* where, const cuda_context& ctx, Span ten
 
 void global_norm(const cuda_context& ctx, std::span<const std::span<const float>> tensors,
                  float* workspace, std::size_t workspace_size, double* norm) {
-  constexpr const char* where = "global_norm";
-  detail::require(norm != nullptr, where, "norm must not be null");
-  norm_into_workspace(where, ctx, tensors, workspace, workspace_size, norm);
+  constexpr const char* who = "cuda::global_norm";
+  common::require(norm != nullptr, who, "norm must not be null");
+  norm_into_workspace(who, ctx, tensors, workspace, workspace_size, norm);
 }
 
 void clip_grad_norm(const cuda_context& ctx, std::span<const std::span<float>> grads,
                     double max_norm, float* workspace, std::size_t workspace_size,
                     double* total_norm) {
-  constexpr const char* where = "clip_grad_norm";
-  detail::require(max_norm >= 0.0, where, "max_norm must be a non-negative number");
-  const double* total = norm_into_workspace(where, ctx, grads, workspace, workspace_size, total_norm);
+  constexpr const char* who = "cuda::clip_grad_norm";
+  common::check_clip_grad_norm(who, max_norm);
+  const double* total = norm_into_workspace(who, ctx, grads, workspace, workspace_size, total_norm);
   for_groups(grads, [&](const tensor_group& g, std::size_t, std::size_t count) {
     const dim3 grid(static_cast<unsigned>(norm_partials_per_tensor), static_cast<unsigned>(count));
     clip_kernel<<<grid, norm_threads, 0, ctx.stream>>>(g, total, max_norm);

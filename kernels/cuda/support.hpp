@@ -1,8 +1,9 @@
 #pragma once
 
-// Private helpers of the CUDA kernels (host side; compiled by g++ and nvcc alike): argument
-// checks, CUDA/cuBLAS status checks, launch sizes and the internal entry points shared between
-// the kernel files.
+// Private helpers of the CUDA kernels (host side; compiled by g++ and nvcc alike): CUDA/cuBLAS
+// status checks, launch sizes and the internal entry points shared between the kernel files.
+// The argument checks, shared with the CPU kernels, are in kernels/common/checks.hpp; the CUDA
+// kernels pass them the name "cuda::<fn>", so their messages start with it.
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -14,13 +15,6 @@
 #include "strata/kernels/cuda.hpp"
 
 namespace strata::kernels::cuda::detail {
-
-/// Throws std::invalid_argument("cuda::<where>: <what>.") — the argument-check error path.
-[[noreturn]] void fail(const char* where, const std::string& what);
-
-inline void require(bool ok, const char* where, const char* what) {
-  if (!ok) fail(where, what);
-}
 
 /// Throws cuda_error naming `call` unless `status` is cudaSuccess.
 void check(cudaError_t status, const char* call);
@@ -35,8 +29,8 @@ std::string error_message(const char* call, const char* status_name, const char*
 inline cudaStream_t stream_of(const cuda_context& ctx) noexcept { return ctx.stream; }
 
 /// ctx.blas, bound to ctx.stream (cublasSetStream only if it is bound elsewhere).
-/// \throws std::invalid_argument if ctx.blas is null.
-cublasHandle_t blas_on_stream(const cuda_context& ctx, const char* where);
+/// \throws std::invalid_argument("<who>: ctx.blas must not be null ...") if ctx.blas is null.
+cublasHandle_t blas_on_stream(const cuda_context& ctx, const char* who);
 
 /// Threads per block of the elementwise kernels.
 inline constexpr unsigned block_threads = 256;

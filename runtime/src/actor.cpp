@@ -114,7 +114,7 @@ expected<void> detail::deliver(cell_base* target, envelope* e) noexcept {
   return err;
 }
 
-detail::system_impl* detail::system_of(cell_base* cell) noexcept { return as_cell(cell)->sys; }
+detail::system_impl* detail::system_of(cell_base* cell) noexcept { return as_cell(cell)->sys.get(); }
 actor_system& detail::public_system(system_impl* sys) noexcept { return *sys->pub; }
 detail::actor_cell* detail::current_cell() noexcept { return tls_current; }
 
@@ -158,7 +158,7 @@ struct detail::actor_access {
   }
   static void attach(actor& a, actor_cell* c) noexcept {
     a.cell_ = c;
-    a.sys_ = c->sys;
+    a.sys_ = c->sys.get();
   }
   static void start(actor& a) { a.behavior_ = a.make_behavior(); }
 };
@@ -334,7 +334,7 @@ void detail::terminate_actor(actor_cell* c, error reason) noexcept {
     c->terminated = true;
     c->stop_reason = reason;
   }
-  system_impl* sys = c->sys;
+  system_impl* sys = c->sys.get();
   actor_cell* outer = tls_current;
   tls_current = c;
   if (c->instance) {

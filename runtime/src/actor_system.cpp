@@ -97,8 +97,7 @@ actor_ref actor_system::spawn_instance(std::unique_ptr<actor> instance, spawn_op
   if (!impl_->accepting.load(std::memory_order_acquire))
     throw error_exception(error(errc::runtime_failure, "cannot spawn an actor: the actor system has shut down"));
   auto* c = new actor_cell;
-  c->sys = impl_.get();
-  c->sys_owner = impl_;
+  c->sys = impl_;
   c->id = impl_->next_id.fetch_add(1, std::memory_order_relaxed);
   c->name = options.name.empty() ? "actor-" + std::to_string(c->id) : std::move(options.name);
   c->capacity = options.mailbox_capacity;

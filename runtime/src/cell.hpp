@@ -27,8 +27,9 @@ enum class run_result : std::uint8_t {
 };
 
 struct actor_cell : cell_base {
-  system_impl* sys = nullptr;
-  std::shared_ptr<system_impl> sys_owner;  // keeps `sys` valid while any handle exists
+  // Owning: the system state outlives every handle, so late deliveries after ~actor_system stay
+  // valid. Declared first so that it is destroyed last (after the instance and the mailbox).
+  std::shared_ptr<system_impl> sys;
   mailbox box;
   std::unique_ptr<actor> instance;
   std::string name;

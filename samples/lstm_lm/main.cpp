@@ -64,6 +64,7 @@ struct train_options {
   std::size_t save_every = 0;
   std::string trace, checkpoint, log, report;
   std::size_t crash_after_step = 0;  // testing hook: SIGKILL itself after this step
+  bool carry_state = false;
 };
 
 double median(std::vector<double> v) {
@@ -290,18 +291,9 @@ int run_train(const train_options& o) {
   pl::model_costs costs;
   if (part.kind == pl::partition_spec::kind_t::automatic) {
     const auto t0 = std::chrono::steady_clock::now();
-    if (devices.front().kind() == strata::device_kind::cuda) {
-      // cuda devices do not time single layers yet: the h200 sim profile models the same work
-      // items from their FLOPs and bytes (what the stages submit).
-      strata::device_manager modelled({.sim_time_scale = 0.0, .sim_follow_host_clock = false});
-      auto sim = modelled.create("sim:1:h200");
-      costs = lm::measure_layer_costs(cfg, sim.front());
-      costs_note = "costs modelled with the h200 sim profile (cuda layer timing is not implemented)";
-    } else {
-      costs = lm::measure_layer_costs(cfg, devices.front());
-      const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-      costs_note = "costs measured on " + devices.front().name() + " in " + fmt(ms, 0) + " ms";
-    }
+    costs = lm::measure_layer_costs(cfg, devices.front());
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    costs_note = "costs measured on " + devices.front().name() + " in " + fmt(ms, 0) + " ms";
     std::cerr << "lstm_lm: " << costs_note << ": embedding " << fmt(1e3 * (costs.embedding.forward_s + costs.embedding.backward_s), 2)
               << " ms, lstm 0 " << fmt(1e3 * (costs.lstm.front().forward_s + costs.lstm.front().backward_s), 2) << " ms"
               << (costs.lstm.size() > 1 ? ", lstm 1-" + std::to_string(costs.lstm.size() - 1) + " " +
@@ -352,7 +344,8 @@ int run_train(const train_options& o) {
   sc.worker_threads = 2;
   sc.trace_file = o.trace;
   strata::actor_system system(sc);
-  lm::lm_pipeline pipe(system, std::move(devices), cfg, schedule, counts);
+  lm::lm_pipeline pipe(system, std::move(devices), cfg, schedule, counts,
+                       lm::lm_pipeline_options{.carry_state = o.carry_state});
   if (resume) {
     if (auto r = pipe.set_parameters(resume->parameters); !r) throw std::runtime_error(r.error().message());
   }
@@ -399,6 +392,8 @@ int run_train(const train_options& o) {
   double last_loss = 0;
   for (std::size_t step = first_step; step < total_steps; ++step) {
     batches->window(step % windows, x, y);
+    if (o.carry_state && step % windows == 0 && step != first_step)  // the column streams start over
+      if (auto r = pipe.reset_state(); !r) throw std::runtime_error(r.error().message());
     auto t0 = std::chrono::steady_clock::now();
     auto r = pipe.train_step(x, y);
     if (!r) throw std::runtime_error("step " + std::to_string(step + 1) + " failed: " + r.error().message());
@@ -460,6 +455,7 @@ int run_train(const train_options& o) {
   json summary = {{"summary", true},
                   {"steps", final_step},
                   {"steps_this_run", step_ms.size()},
+                  {"carry_state", o.carry_state},
                   {"loss", last_loss},
                   {"val_loss", last_val->first.loss},
                   {"val_ppl", std::exp(last_val->first.loss)},
@@ -585,6 +581,8 @@ int main(int argc, char** argv) {
   train->add_option("--seed", t.seed, "initialisation seed")->capture_default_str();
   train->add_option("--val-fraction", t.val_fraction, "held-out tail of the corpus")->capture_default_str();
   train->add_option("--val-tokens", t.val_tokens, "validation predictions at most (0: the whole held-out text)")->capture_default_str();
+  train->add_flag("--carry-state", t.carry_state,
+                  "start each step from the LSTM state the previous window ended with (truncated BPTT; reset every epoch)");
   train->add_option("--trace", t.trace, "record a strata trace into FILE");
   train->add_option("--checkpoint", t.checkpoint, "checkpoint directory: saved every epoch and at the end; resumed from when present");
   train->add_option("--save-every", t.save_every, "also save the checkpoint every N steps");

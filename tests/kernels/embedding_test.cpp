@@ -2,6 +2,7 @@
 #include "strata/kernels/embedding.hpp"
 
 #include <stdexcept>
+#include <string>
 
 #include <boost/test/unit_test.hpp>
 
@@ -74,6 +75,24 @@ BOOST_AUTO_TEST_CASE(embedding_rejects_ids_outside_the_vocabulary_before_writing
   const std::int32_t negative[] = {-1};
   ref::fvec d_table(12, 0.0f);
   BOOST_CHECK_THROW(sk::cpu::embedding_backward(4, 3, 1, negative, out.data(), d_table.data()), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(embedding_names_the_first_id_outside_the_vocabulary) {
+  const ref::fvec table(12, 1.0f);
+  ref::fvec out(12, 0.0f);
+  const std::int32_t ids[] = {0, 3, 4, -2};
+  try {
+    sk::cpu::embedding_forward(4, 3, table.data(), 4, ids, out.data());
+    BOOST_FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == "embedding_forward: ids[2] = 4 lies outside [0, 4).");
+  }
+  try {
+    sk::cpu::embedding_backward(4, 3, 4, ids + 3, out.data(), out.data());
+    BOOST_FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == "embedding_backward: ids[0] = -2 lies outside [0, 4).");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -3,6 +3,7 @@
 
 #include <cmath>
 #include <stdexcept>
+#include <string>
 
 #include <boost/test/unit_test.hpp>
 
@@ -111,6 +112,27 @@ BOOST_AUTO_TEST_CASE(linear_cross_entropy_rejects_a_small_workspace_and_bad_targ
   BOOST_CHECK_THROW((void)sk::cpu::linear_cross_entropy_forward(d, {h.data(), w.data(), nullptr, bad}, ws.data(), 8),
                     std::invalid_argument);
   BOOST_TEST(std::isfinite(sk::cpu::linear_cross_entropy_forward(d, {h.data(), w.data(), nullptr, good}, ws.data(), 4)));
+}
+
+BOOST_AUTO_TEST_CASE(linear_cross_entropy_names_the_workspace_rule_and_the_first_bad_target) {
+  const ref::fvec h(6, 0.1f), w(12, 0.2f);
+  ref::fvec ws(8);
+  const std::int32_t bad[] = {7, -1};
+  const sk::linear_cross_entropy_dims d{2, 3, 4};
+  try {
+    (void)sk::cpu::linear_cross_entropy_forward(d, {h.data(), w.data(), nullptr, bad}, ws.data(), 3);
+    BOOST_FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) ==
+               "linear_cross_entropy_forward: the workspace must hold at least dims.classes floats (one row of "
+               "logits).");
+  }
+  try {
+    (void)sk::cpu::linear_cross_entropy_forward_backward(d, {h.data(), w.data(), nullptr, bad}, {}, ws.data(), 8);
+    BOOST_FAIL("expected std::invalid_argument");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == "linear_cross_entropy_forward_backward: targets[0] = 7 lies outside [0, 4).");
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -55,6 +55,27 @@ void expect_invalid(const F& call, const std::string& message) {
   }
 }
 
+// The std::invalid_argument message `call` throws ("" if it throws none).
+template <class F>
+std::string invalid_argument_message(const F& call) {
+  try {
+    call();
+  } catch (const std::invalid_argument& e) {
+    return e.what();
+  }
+  return "";
+}
+
+// The CPU and CUDA calls reject the same arguments with the same sentence, the CUDA one
+// prefixed "cuda::".
+template <class Cpu, class Cuda>
+void expect_same_rejection(const Cpu& cpu_call, const Cuda& cuda_call) {
+  const std::string cpu = invalid_argument_message(cpu_call);
+  const std::string cuda = invalid_argument_message(cuda_call);
+  BOOST_TEST(!cpu.empty());
+  BOOST_TEST(cuda == "cuda::" + cpu);
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(host_logic)
@@ -185,6 +206,69 @@ BOOST_AUTO_TEST_CASE(bad_elementwise_optimiser_and_norm_arguments_throw_before_a
   // n == 0 is a no-op that needs no device.
   kc::fill(no_device, 0, 1.0f, nullptr);
   kc::sum_arrays(no_device, {}, 0, nullptr);
+}
+
+BOOST_AUTO_TEST_CASE(cuda_argument_checks_give_the_cpu_messages_prefixed_with_cuda) {
+  namespace cpu = sk::cpu;
+  alignas(16) float x[64] = {};
+  const std::int32_t ids[3] = {0, 1, 2};
+
+  expect_same_rejection([&] { cpu::gemm(transpose::no, transpose::no, 2, 3, 4, 1.0f, x, 4, x, 3, 0.0f, x, 2); },
+                        [&] { kc::gemm(no_device, transpose::no, transpose::no, 2, 3, 4, 1.0f, x, 4, x, 3, 0.0f, x, 2); });
+  expect_same_rejection([&] { cpu::gemm(transpose::no, transpose::yes, 2, 3, 4, 1.0f, x, 4, x, 3, 0.0f, x, 3); },
+                        [&] { kc::gemm(no_device, transpose::no, transpose::yes, 2, 3, 4, 1.0f, x, 4, x, 3, 0.0f, x, 3); });
+  expect_same_rejection(
+      [&] { cpu::gemm_strided_batched(transpose::no, transpose::no, 2, 3, 4, 1.0f, x, 4, 8, x, 3, 12, 0.0f, x, 3, 5, 2); },
+      [&] {
+        kc::gemm_strided_batched(no_device, transpose::no, transpose::no, 2, 3, 4, 1.0f, x, 4, 8, x, 3, 12, 0.0f, x,
+                                 3, 5, 2);
+      });
+
+  const sk::lstm_weights w{.w_ih = x, .w_hh = x};
+  const sk::lstm_dims d{.steps = 2, .batch = 1, .input = 3, .hidden = 4};
+  expect_same_rejection([&] { cpu::lstm_forward({.steps = 2, .batch = 1, .input = 3, .hidden = 0}, w, {}); },
+                        [&] { kc::lstm_forward(no_device, {.steps = 2, .batch = 1, .input = 3, .hidden = 0}, w, {}); });
+  expect_same_rejection([&] { cpu::lstm_forward(d, {.w_ih = x}, {.x = x, .y = x, .reserve = x}); },
+                        [&] { kc::lstm_forward(no_device, d, {.w_ih = x}, {.x = x, .y = x, .reserve = x}); });
+  expect_same_rejection([&] { cpu::lstm_forward(d, w, {.x = x, .reserve = x}); },
+                        [&] { kc::lstm_forward(no_device, d, w, {.x = x, .reserve = x}); });
+  expect_same_rejection([&] { cpu::lstm_backward(d, w, {.reserve = x, .workspace = x}, {.dw_ih = x}); },
+                        [&] { kc::lstm_backward(no_device, d, w, {.reserve = x, .workspace = x}, {.dw_ih = x}); });
+  expect_same_rejection([&] { cpu::lstm_backward(d, w, {.x = x, .workspace = x}, {}); },
+                        [&] { kc::lstm_backward(no_device, d, w, {.x = x, .workspace = x}, {}); });
+
+  expect_same_rejection([&] { cpu::embedding_forward(4, 0, x, 3, ids, x); },
+                        [&] { kc::embedding_forward(no_device, 4, 0, x, 3, ids, x); });
+  expect_same_rejection([&] { cpu::embedding_backward(4, 4, 3, ids, nullptr, x); },
+                        [&] { kc::embedding_backward(no_device, 4, 4, 3, ids, nullptr, x); });
+
+  const sk::linear_cross_entropy_dims xd{.rows = 3, .hidden = 4, .classes = 5};
+  const sk::linear_cross_entropy_inputs in{.h = x, .w = x, .targets = ids};
+  double loss = 0.0;
+  expect_same_rejection([&] { (void)cpu::linear_cross_entropy_forward({.rows = 3, .hidden = 4}, in, x, 64); },
+                        [&] { kc::linear_cross_entropy_forward(no_device, {.rows = 3, .hidden = 4}, in, x, 64, &loss); });
+  expect_same_rejection([&] { cpu::linear_cross_entropy_forward_backward(xd, {.h = x, .targets = ids}, {}, x, 64); },
+                        [&] { kc::linear_cross_entropy_forward_backward(no_device, xd, {.h = x, .targets = ids}, {}, x, 64, &loss); });
+
+  expect_same_rejection([&] { cpu::sgd_step(4, x, nullptr, nullptr, {}); },
+                        [&] { kc::sgd_step(no_device, 4, x, nullptr, nullptr, {}); });
+  expect_same_rejection([&] { cpu::sgd_step(4, x, x, nullptr, {.momentum = 0.9}); },
+                        [&] { kc::sgd_step(no_device, 4, x, x, nullptr, {.momentum = 0.9}); });
+  expect_same_rejection([&] { cpu::adam_step(0, nullptr, nullptr, nullptr, nullptr, 0, {}); },
+                        [&] { kc::adam_step(no_device, 0, nullptr, nullptr, nullptr, nullptr, 0, {}); });
+  expect_same_rejection([&] { cpu::adam_step(4, x, x, nullptr, x, 1, {}); },
+                        [&] { kc::adam_step(no_device, 4, x, x, nullptr, x, 1, {}); });
+
+  expect_same_rejection([&] { cpu::fill(4, 1.0f, nullptr); }, [&] { kc::fill(no_device, 4, 1.0f, nullptr); });
+  expect_same_rejection([&] { cpu::scale(4, 2.0f, nullptr); }, [&] { kc::scale(no_device, 4, 2.0f, nullptr); });
+  expect_same_rejection([&] { cpu::axpy(4, 2.0f, x, nullptr); }, [&] { kc::axpy(no_device, 4, 2.0f, x, nullptr); });
+  const float* with_null[2] = {x, nullptr};
+  expect_same_rejection([&] { cpu::sum_arrays(with_null, 4, x); }, [&] { kc::sum_arrays(no_device, with_null, 4, x); });
+  expect_same_rejection([&] { cpu::sum_arrays({}, 4, nullptr); }, [&] { kc::sum_arrays(no_device, {}, 4, nullptr); });
+
+  const std::span<float> g[1] = {{x, 16}};
+  expect_same_rejection([&] { (void)cpu::clip_grad_norm(g, -1.0); },
+                        [&] { kc::clip_grad_norm(no_device, g, -1.0, x, 64, nullptr); });
 }
 
 BOOST_AUTO_TEST_CASE(failed_cuda_and_cublas_calls_become_cuda_errors_naming_the_call) {

@@ -13,6 +13,7 @@
 #include <string>
 #include <vector>
 
+#include "lm_ops.hpp"
 #include "lm_stage.hpp"
 #include "strata/device/stream.hpp"
 #include "strata/kernels/embedding.hpp"
@@ -66,118 +67,167 @@ std::vector<std::int32_t> random_ids(std::size_t n, std::size_t vocab, std::uint
   return v;
 }
 
-// ---- cpu: the kernels for real, timed on the device's arena thread ---------------------------
+// ---- cpu and cuda: the kernels for real, timed by the device ---------------------------------
 
-class cpu_timer {
+/// Runs work items on a stream of `dev` and reads their durations from the device's work observer
+/// (cpu: steady-clock times on the arena thread; cuda: CUDA events), so that one measurement
+/// serves both backends. Buffers live on the device, uploaded on the same stream.
+class device_timer {
 public:
-  cpu_timer(device& dev, const cost_measurement_options& o) : stream_(dev.create_stream()), opt_(o) {}
+  device_timer(device& dev, const cost_measurement_options& o) : dev_(dev), stream_(dev.create_stream()), opt_(o) {
+    dev_.set_work_observer([seen = seen_](const work_record& r) {
+      std::lock_guard lk(seen->mu);
+      seen->seconds[*r.name].push_back(std::chrono::duration<double>(r.end - r.start).count());
+      seen->cv.notify_all();
+    });
+  }
+  ~device_timer() {
+    try {
+      stream_.synchronize();
+    } catch (...) {
+      // reported by the call that failed
+    }
+    dev_.set_work_observer({});
+  }
+  device_timer(const device_timer&) = delete;
+  device_timer& operator=(const device_timer&) = delete;
 
-  /// Runs `body` warmup + repetitions times as work items on the stream, returns the median of
-  /// the timed runs in seconds. `body` may reference the caller's buffers: this waits for it.
-  template <class Body>
-  double median_s(const std::string& name, Body body) {
-    auto samples = std::make_shared<std::vector<double>>();
-    const int runs = std::max(0, opt_.warmup) + std::max(1, opt_.repetitions);
-    const int warmup = std::max(0, opt_.warmup);
-    for (int i = 0; i < runs; ++i) {
+  /// A device copy of `values`.
+  template <class T>
+  tensor upload(const std::vector<T>& values) {
+    return tensor::from_host<T>(std::span<const T>(values), dev_, stream_);
+  }
+  tensor zeros(std::size_t n) { return upload(std::vector<float>(n, 0.f)); }
+
+  /// Runs `run(ops)` warmup + repetitions times as work items; the median of the timed runs in
+  /// seconds. `run` may reference the caller's buffers: this waits for it.
+  template <class Run>
+  double median_s(const std::string& name, Run run) {
+    const int warmup = std::max(0, opt_.warmup), timed = std::max(1, opt_.repetitions);
+    const std::string measured = "measure." + name;
+    for (int i = 0; i < warmup + timed; ++i) {
+      kernel_work w{.name = i < warmup ? "warmup." + name : measured, .kind = work_kind::matmul};
+      ops::attach(w, dev_.kind(), run);
       try {
-        stream_.launch({.name = "measure." + name, .kind = work_kind::matmul, .cpu = [body, samples, timed = i >= warmup] {
-                          const auto start = std::chrono::steady_clock::now();
-                          body();
-                          const auto end = std::chrono::steady_clock::now();
-                          if (timed) samples->push_back(std::chrono::duration<double>(end - start).count());
-                        }});
+        stream_.launch(std::move(w));
       } catch (...) {
         stream_.synchronize();  // earlier items reference the caller's buffers
         throw;
       }
     }
     stream_.synchronize();  // rethrows what a kernel threw
-    return median(*samples);
+    std::unique_lock lk(seen_->mu);
+    auto& samples = seen_->seconds[measured];
+    if (!seen_->cv.wait_for(lk, std::chrono::seconds(60), [&] { return samples.size() >= static_cast<std::size_t>(timed); }))
+      throw std::runtime_error("measure_layer_costs: " + dev_.name() + " reported " + std::to_string(samples.size()) +
+                               " of " + std::to_string(timed) + " timed runs of " + name);
+    return median(samples);
   }
 
 private:
+  struct seen_t {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::map<std::string, std::vector<double>> seconds;
+  };
+  device& dev_;
   stream stream_;
   cost_measurement_options opt_;
+  std::shared_ptr<seen_t> seen_ = std::make_shared<seen_t>();
 };
+
+float* fp(const tensor& t) { return static_cast<float*>(t.raw_data()); }
+const std::int32_t* ip(const tensor& t) { return static_cast<const std::int32_t*>(t.raw_data()); }
 
 struct times {
   double forward = 0, backward = 0;
 };
 
-times measure_embedding(const lm_config& c, cpu_timer& timer) {
+times measure_embedding(const lm_config& c, device_timer& timer) {
   const std::size_t T = c.seq, bm = c.micro_batch_size(), tc = c.chunk_steps(), E = c.embed, V = c.vocab;
-  auto table = random_floats(V * E, 1.0f, 1);
-  std::vector<float> grad(V * E, 0.f), out(T * bm * E);
-  auto ids = random_ids(T * bm, V, 2);
-  auto dout = random_floats(T * bm * E, 1e-3f, 3);
+  auto table = timer.upload(random_floats(V * E, 1.0f, 1));
+  auto grad = timer.zeros(V * E), out = timer.zeros(T * bm * E);
+  auto ids = timer.upload(random_ids(T * bm, V, 2));
+  auto dout = timer.upload(random_floats(T * bm * E, 1e-3f, 3));
   times t;
-  t.forward = timer.median_s("embedding_forward", [&] {
+  t.forward = timer.median_s("embedding_forward", [&](const auto& o) {
     for (std::size_t ch = 0; ch < c.chunks; ++ch)
-      k::cpu::embedding_forward(V, E, table.data(), tc * bm, ids.data() + ch * tc * bm, out.data() + ch * tc * bm * E);
+      o.embedding_forward(V, E, fp(table), tc * bm, ip(ids) + ch * tc * bm, fp(out) + ch * tc * bm * E);
   });
-  t.backward = timer.median_s("embedding_backward", [&] {
+  t.backward = timer.median_s("embedding_backward", [&](const auto& o) {
     for (std::size_t ch = c.chunks; ch-- > 0;)
-      k::cpu::embedding_backward(V, E, tc * bm, ids.data() + ch * tc * bm, dout.data() + ch * tc * bm * E, grad.data());
+      o.embedding_backward(V, E, tc * bm, ip(ids) + ch * tc * bm, fp(dout) + ch * tc * bm * E, fp(grad));
   });
   return t;
 }
 
 // One LSTM layer with `in` inputs, run over the micro-batch's chunks as lm_stage runs it: forward
 // chunks ascending carrying h/c, backward chunks descending carrying dh/dc.
-times measure_lstm(const lm_config& c, std::size_t in, cpu_timer& timer) {
+times measure_lstm(const lm_config& c, std::size_t in, device_timer& timer) {
   const std::size_t T = c.seq, bm = c.micro_batch_size(), tc = c.chunk_steps(), H = c.hidden, C = c.chunks;
   const float scale = 1.0f / std::sqrt(static_cast<float>(H));
-  auto w_ih = random_floats(4 * H * in, scale, 11), w_hh = random_floats(4 * H * H, scale, 12);
-  auto b_ih = random_floats(4 * H, scale, 13), b_hh = random_floats(4 * H, scale, 14);
-  std::vector<float> g_ih(w_ih.size(), 0.f), g_hh(w_hh.size(), 0.f), gb_ih(4 * H, 0.f), gb_hh(4 * H, 0.f);
-  auto x = random_floats(T * bm * in, 1.0f, 15);
-  auto dy = random_floats(T * bm * H, 1e-3f, 16);
-  std::vector<float> y(T * bm * H), dx(T * bm * in);
+  auto w_ih = timer.upload(random_floats(4 * H * in, scale, 11)), w_hh = timer.upload(random_floats(4 * H * H, scale, 12));
+  auto b_ih = timer.upload(random_floats(4 * H, scale, 13)), b_hh = timer.upload(random_floats(4 * H, scale, 14));
+  auto g_ih = timer.zeros(4 * H * in), g_hh = timer.zeros(4 * H * H), gb_ih = timer.zeros(4 * H), gb_hh = timer.zeros(4 * H);
+  auto x = timer.upload(random_floats(T * bm * in, 1.0f, 15));
+  auto dy = timer.upload(random_floats(T * bm * H, 1e-3f, 16));
+  auto y = timer.zeros(T * bm * H), dx = timer.zeros(T * bm * in);
   const k::lstm_dims d{tc, bm, in, H};
-  std::vector<std::vector<float>> reserve(C, std::vector<float>(k::lstm_reserve_size(d))), h(C, std::vector<float>(bm * H)),
-      cs(C, std::vector<float>(bm * H)), carry(4, std::vector<float>(bm * H, 0.f));
-  std::vector<float> workspace(k::lstm_backward_workspace_size(d));
-  const k::lstm_weights w{w_ih.data(), w_hh.data(), b_ih.data(), b_hh.data()};
+  std::vector<tensor> reserve, h, cs, carry;
+  for (std::size_t ch = 0; ch < C; ++ch) {
+    reserve.push_back(timer.zeros(k::lstm_reserve_size(d)));
+    h.push_back(timer.zeros(bm * H));
+    cs.push_back(timer.zeros(bm * H));
+  }
+  for (int i = 0; i < 4; ++i) carry.push_back(timer.zeros(bm * H));
+  auto workspace = timer.zeros(k::lstm_backward_workspace_size(d));
+  const k::lstm_weights w{fp(w_ih), fp(w_hh), fp(b_ih), fp(b_hh)};
   times t;
-  t.forward = timer.median_s("lstm_forward", [&] {
+  t.forward = timer.median_s("lstm_forward", [&](const auto& o) {
     for (std::size_t ch = 0; ch < C; ++ch) {
       const bool first = ch == 0;
-      k::cpu::lstm_forward(d, w,
-                           {x.data() + ch * tc * bm * in, first ? nullptr : h[ch - 1].data(), first ? nullptr : cs[ch - 1].data(),
-                            y.data() + ch * tc * bm * H, h[ch].data(), cs[ch].data(), reserve[ch].data()});
+      o.lstm_forward(d, w,
+                     {fp(x) + ch * tc * bm * in, first ? nullptr : fp(h[ch - 1]), first ? nullptr : fp(cs[ch - 1]),
+                      fp(y) + ch * tc * bm * H, fp(h[ch]), fp(cs[ch]), fp(reserve[ch])});
     }
   });
-  t.backward = timer.median_s("lstm_backward", [&] {
+  t.backward = timer.median_s("lstm_backward", [&](const auto& o) {
     for (std::size_t ch = C; ch-- > 0;) {
       const bool last = ch + 1 == C;
       const std::size_t read = (ch + 1) % 2, write = ch % 2;
-      k::cpu::lstm_backward(d, w,
-                            {x.data() + ch * tc * bm * in, reserve[ch].data(), dy.data() + ch * tc * bm * H,
-                             last ? nullptr : carry[read].data(), last ? nullptr : carry[2 + read].data(),
-                             dx.data() + ch * tc * bm * in, ch == 0 ? nullptr : carry[write].data(),
-                             ch == 0 ? nullptr : carry[2 + write].data(), workspace.data()},
-                            {g_ih.data(), g_hh.data(), gb_ih.data(), gb_hh.data()});
+      o.lstm_backward(d, w,
+                      {fp(x) + ch * tc * bm * in, fp(reserve[ch]), fp(dy) + ch * tc * bm * H,
+                       last ? nullptr : fp(carry[read]), last ? nullptr : fp(carry[2 + read]),
+                       fp(dx) + ch * tc * bm * in, ch == 0 ? nullptr : fp(carry[write]),
+                       ch == 0 ? nullptr : fp(carry[2 + write]), fp(workspace)},
+                      {fp(g_ih), fp(g_hh), fp(gb_ih), fp(gb_hh)});
     }
   });
   return t;
 }
 
-times measure_decoder(const lm_config& c, cpu_timer& timer) {
+times measure_decoder(const lm_config& c, device_timer& timer, bool gpu) {
   const std::size_t T = c.seq, bm = c.micro_batch_size(), tc = c.chunk_steps(), H = c.hidden, V = c.vocab;
   const float scale = 1.0f / std::sqrt(static_cast<float>(H));
-  auto w = random_floats(V * H, scale, 21), b = random_floats(V, scale, 22);
-  std::vector<float> dw(V * H, 0.f), db(V, 0.f), dh(T * bm * H);
-  auto h = random_floats(T * bm * H, 1.0f, 23);
-  auto targets = random_ids(T * bm, V, 24);
-  std::vector<float> ws(k::linear_cross_entropy_workspace_size({tc * bm, H, V}, ce_block_rows(c)));
+  auto w = timer.upload(random_floats(V * H, scale, 21)), b = timer.upload(random_floats(V, scale, 22));
+  auto dw = timer.zeros(V * H), db = timer.zeros(V), dh = timer.zeros(T * bm * H);
+  auto h = timer.upload(random_floats(T * bm * H, 1.0f, 23));
+  auto targets = timer.upload(random_ids(T * bm, V, 24));
+  const k::linear_cross_entropy_dims d{tc * bm, H, V};
+  std::size_t ws_size = ops::host_ops::decoder_workspace(d, ce_block_rows(c));
+#if STRATA_HAS_CUDA
+  if (gpu) ws_size = ops::gpu_ops::decoder_workspace(d, ce_block_rows(c));
+#else
+  (void)gpu;
+#endif
+  auto ws = timer.zeros(ws_size);
+  auto loss = timer.zeros(2);  // one double
   times t;
-  t.forward = timer.median_s("decoder", [&] {
+  t.forward = timer.median_s("decoder", [&](const auto& o) {
     for (std::size_t ch = 0; ch < c.chunks; ++ch) {
       const std::size_t r0 = ch * tc * bm;
-      k::linear_cross_entropy_inputs in{h.data() + r0 * H, w.data(), b.data(), targets.data() + r0, k::loss_reduction::sum};
-      (void)k::cpu::linear_cross_entropy_forward_backward({tc * bm, H, V}, in, {dh.data() + r0 * H, dw.data(), db.data()},
-                                                          ws.data(), ws.size());
+      k::linear_cross_entropy_inputs in{fp(h) + r0 * H, fp(w), fp(b), ip(targets) + r0, k::loss_reduction::sum};
+      o.decoder(d, in, {fp(dh) + r0 * H, fp(dw), fp(db)}, fp(ws), ws_size, reinterpret_cast<double*>(fp(loss)));
     }
   });
   return t;
@@ -265,15 +315,12 @@ pipeline::model_costs measure_layer_costs(const lm_config& config, device& dev, 
   config.validate();
   if (!dev.valid()) throw std::invalid_argument("measure_layer_costs needs a device");
   auto m = layer_memory_costs(config);
-  switch (dev.kind()) {
-    case device_kind::sim:
-      return model_on_sim(config, dev, std::move(m));
-    case device_kind::cpu:
-      break;
-    default:
-      throw std::invalid_argument("measure_layer_costs runs on cpu and sim devices; " + dev.name() + " is neither");
-  }
-  cpu_timer timer(dev, options);
+  if (dev.kind() == device_kind::sim) return model_on_sim(config, dev, std::move(m));
+#if !STRATA_HAS_CUDA
+  if (dev.kind() == device_kind::cuda)
+    throw std::invalid_argument("measure_layer_costs on " + dev.name() + " needs strata built with CUDA (STRATA_CUDA=ON)");
+#endif
+  device_timer timer(dev, options);
   const auto emb = measure_embedding(config, timer);
   m.embedding.forward_s = emb.forward;
   m.embedding.backward_s = emb.backward;
@@ -284,7 +331,7 @@ pipeline::model_costs measure_layer_costs(const lm_config& config, device& dev, 
     m.lstm[l].backward_s = l == 0 ? first.backward : rest.backward;
   }
   // The fused decoder computes its backward in the forward pass, as the last stage runs it.
-  m.decoder.forward_s = measure_decoder(config, timer).forward;
+  m.decoder.forward_s = measure_decoder(config, timer, dev.kind() == device_kind::cuda).forward;
   m.decoder.backward_s = 0;
   return m;
 }

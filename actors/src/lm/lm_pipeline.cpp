@@ -64,6 +64,7 @@ struct use_store {
   actor_ref store;
 };
 struct get_parameters {};
+struct reset_state {};
 struct put_parameters {
   std::vector<named_parameter> params;
 };
@@ -152,6 +153,7 @@ public:
         [this](const device_failure& f) {
           throw std::runtime_error("stage " + std::to_string(index_) + " device work failed: " + f.what);
         },
+        [this](const reset_state&) { stream_.launch(model_->zero_state_work()); },
         [this](const get_parameters&) {
           std::vector<named_parameter> out;
           if (!model_->computes()) return out;
@@ -368,6 +370,7 @@ struct lm_pipeline::state {
   std::shared_ptr<stage_clock> store_clock;
   bool store_stale = true; // (re)build the store before the next step
   bool copy_activations = false;
+  bool carry_state = false;
   bool failed = false;     // the last step failed: restart the actors before the next one
   std::size_t restarts = 0;
 
@@ -418,6 +421,7 @@ struct lm_pipeline::state {
       streams[s] = devices[s].create_stream();
       models[s]->fail_after(0);
       streams[s].launch(models[s]->zero_grad_work());
+      streams[s].launch(models[s]->zero_state_work());
     }
     if (store && !store_stale) {
       kvstore_client client(*system, store, std::chrono::seconds(30));
@@ -512,7 +516,7 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
                                 static_cast<int>(config.chunks));
   for (std::size_t s = 0; s < spans.size(); ++s) {
     st.streams.push_back(st.devices[s].create_stream());
-    st.models.push_back(std::make_shared<lm_stage>(config, spans[s], st.devices[s], st.streams[s]));
+    st.models.push_back(std::make_shared<lm_stage>(config, spans[s], st.devices[s], st.streams[s], options.carry_state));
     auto clock = std::make_shared<stage_clock>();
     st.clocks.push_back(clock);
     std::uint32_t fwd_name = 0, bwd_name = 0, other_name = 0;
@@ -553,6 +557,7 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
     });
   }
   st.copy_activations = options.copy_activations;
+  st.carry_state = options.carry_state;
   st.spawn_actors();
 }
 
@@ -599,6 +604,16 @@ expected<actor_ref> lm_pipeline::store() {
 }
 
 std::size_t lm_pipeline::restarts() const noexcept { return state_->restarts; }
+
+expected<void> lm_pipeline::reset_state(std::chrono::milliseconds timeout) {
+  if (state_->failed)
+    if (auto r = state_->restart(); !r) return r.error();  // zeroes the state too
+  for (auto& s : state_->stages) {
+    auto r = state_->system->request<void>(s, timeout, strata::lm::reset_state{}).get();
+    if (!r) return r.error();
+  }
+  return {};
+}
 
 expected<std::vector<named_parameter>> lm_pipeline::parameters(std::chrono::milliseconds timeout) {
   if (state_->failed)

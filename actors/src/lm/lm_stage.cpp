@@ -3,103 +3,22 @@
 #include <algorithm>
 #include <stdexcept>
 
-#include "strata/kernels/elementwise.hpp"
-#include "strata/kernels/embedding.hpp"
-#include "strata/kernels/linear_cross_entropy.hpp"
-#include "strata/kernels/lstm.hpp"
-#include "strata/kernels/reduce.hpp"
-#if STRATA_HAS_CUDA
-#include "strata/kernels/cuda.hpp"
-#endif
+#include "lm_ops.hpp"
 
 namespace strata::lm {
 
 namespace k = strata::kernels;
+using ops::attach;
+using ops::host_ops;
+#if STRATA_HAS_CUDA
+using ops::gpu_ops;
+#endif
 
 namespace {
 
 float* fp(const tensor& t) { return static_cast<float*>(t.raw_data()); }
 const std::int32_t* ip(const tensor& t) { return static_cast<const std::int32_t*>(t.raw_data()); }
 
-// The kernels a stage calls, one struct per backend with the same member functions, so that the
-// stage's math (forward_math, backward_math, norm_math) is written once. Every pointer is memory
-// of the stage's device.
-
-/// cpu devices: strata::kernels::cpu on host memory, inside the device's oneTBB arena.
-struct host_ops {
-  void lstm_forward(const k::lstm_dims& d, const k::lstm_weights& w, const k::lstm_forward_args& a) const {
-    k::cpu::lstm_forward(d, w, a);
-  }
-  void lstm_backward(const k::lstm_dims& d, const k::lstm_weights& w, const k::lstm_backward_args& a,
-                     const k::lstm_gradients& g) const {
-    k::cpu::lstm_backward(d, w, a, g);
-  }
-  void embedding_forward(std::size_t vocab, std::size_t dim, const float* table, std::size_t count,
-                         const std::int32_t* ids, float* out) const {
-    k::cpu::embedding_forward(vocab, dim, table, count, ids, out);
-  }
-  void embedding_backward(std::size_t vocab, std::size_t dim, std::size_t count, const std::int32_t* ids,
-                          const float* d_out, float* d_table) const {
-    k::cpu::embedding_backward(vocab, dim, count, ids, d_out, d_table);
-  }
-  /// Decoder forward and backward; the summed loss goes to `*loss` (memory of the device).
-  void decoder(const k::linear_cross_entropy_dims& d, const k::linear_cross_entropy_inputs& in,
-               const k::linear_cross_entropy_gradients& g, float* workspace, std::size_t workspace_size,
-               double* loss) const {
-    *loss = k::cpu::linear_cross_entropy_forward_backward(d, in, g, workspace, workspace_size);
-  }
-  /// The L2 norm of all `tensors` into `*norm`.
-  void global_norm(std::span<const std::span<const float>> tensors, float*, std::size_t, double* norm) const {
-    *norm = k::cpu::global_norm(tensors);
-  }
-  void scale(std::size_t n, float alpha, float* x) const { k::cpu::scale(n, alpha, x); }
-  void fill(std::size_t n, float value, float* x) const { k::cpu::fill(n, value, x); }
-  static std::size_t decoder_workspace(const k::linear_cross_entropy_dims& d, std::size_t block) {
-    return k::linear_cross_entropy_workspace_size(d, block);
-  }
-  static std::size_t norm_workspace(std::size_t) { return 0; }
-};
-
-#if STRATA_HAS_CUDA
-/// cuda devices: strata::kernels::cuda on device memory, enqueued on the stage's stream with the
-/// stream's cuBLAS handle (nothing waits on the host).
-struct gpu_ops {
-  k::cuda::cuda_context ctx;
-  explicit gpu_ops(const cuda_launch_context& c)
-      : ctx{.stream = static_cast<k::cuda::cuda_stream>(c.stream), .blas = static_cast<k::cuda::cublas_handle>(c.cublas)} {}
-
-  void lstm_forward(const k::lstm_dims& d, const k::lstm_weights& w, const k::lstm_forward_args& a) const {
-    k::cuda::lstm_forward(ctx, d, w, a);
-  }
-  void lstm_backward(const k::lstm_dims& d, const k::lstm_weights& w, const k::lstm_backward_args& a,
-                     const k::lstm_gradients& g) const {
-    k::cuda::lstm_backward(ctx, d, w, a, g);
-  }
-  void embedding_forward(std::size_t vocab, std::size_t dim, const float* table, std::size_t count,
-                         const std::int32_t* ids, float* out) const {
-    k::cuda::embedding_forward(ctx, vocab, dim, table, count, ids, out);
-  }
-  void embedding_backward(std::size_t vocab, std::size_t dim, std::size_t count, const std::int32_t* ids,
-                          const float* d_out, float* d_table) const {
-    k::cuda::embedding_backward(ctx, vocab, dim, count, ids, d_out, d_table);
-  }
-  void decoder(const k::linear_cross_entropy_dims& d, const k::linear_cross_entropy_inputs& in,
-               const k::linear_cross_entropy_gradients& g, float* workspace, std::size_t workspace_size,
-               double* loss) const {
-    k::cuda::linear_cross_entropy_forward_backward(ctx, d, in, g, workspace, workspace_size, loss);
-  }
-  void global_norm(std::span<const std::span<const float>> tensors, float* workspace, std::size_t workspace_size,
-                   double* norm) const {
-    k::cuda::global_norm(ctx, tensors, workspace, workspace_size, norm);
-  }
-  void scale(std::size_t n, float alpha, float* x) const { k::cuda::scale(ctx, n, alpha, x); }
-  void fill(std::size_t n, float value, float* x) const { k::cuda::fill(ctx, n, value, x); }
-  static std::size_t decoder_workspace(const k::linear_cross_entropy_dims& d, std::size_t block) {
-    return k::cuda::linear_cross_entropy_device_workspace_size(d, block);
-  }
-  static std::size_t norm_workspace(std::size_t tensors) { return k::cuda::global_norm_workspace_size(tensors); }
-};
-#endif
 
 }  // namespace
 
@@ -116,8 +35,8 @@ tensor lm_stage::floats(std::size_t n, const stream& s) {
 
 double* lm_stage::scalar_slot(std::size_t i) const { return reinterpret_cast<double*>(fp(scalars_)) + i; }
 
-lm_stage::lm_stage(const lm_config& config, stage_span span, device dev, const stream& s)
-    : config_(config), span_(span), dev_(std::move(dev)) {
+lm_stage::lm_stage(const lm_config& config, stage_span span, device dev, const stream& s, bool carry_state)
+    : config_(config), span_(span), dev_(std::move(dev)), carry_state_(carry_state) {
   config_.validate();
 #if !STRATA_HAS_CUDA
   if (dev_.kind() == device_kind::cuda)
@@ -191,10 +110,22 @@ lm_stage::lm_stage(const lm_config& config, stage_span span, device dev, const s
   carry_.resize(M * nl);
   for (auto& c : carry_)
     for (int i = 0; i < 4; ++i) c.push_back(floats(bm_ * H, s));
+  if (carry_state_) {
+    state_h_.resize(M);
+    state_c_.resize(M);
+    std::vector<float> zeros(bm_ * H, 0.f);
+    for (std::size_t mb = 0; mb < M; ++mb)
+      for (std::size_t kl = 0; kl < nl; ++kl) {
+        state_h_[mb].push_back(floats(bm_ * H, s));
+        state_c_[mb].push_back(floats(bm_ * H, s));
+        str.copy_from_host(state_h_[mb].back().storage(), zeros.data(), zeros.size() * sizeof(float));
+        str.copy_from_host(state_c_[mb].back().storage(), zeros.data(), zeros.size() * sizeof(float));
+      }
+  }
   dx_a_ = floats(steps_rows * max_in, s);
   dx_b_ = floats(steps_rows * max_in, s);
   workspace_ = floats(k::lstm_backward_workspace_size({tc_, bm_, max_in, H}), s);
-  const bool gpu = dev_.kind() == device_kind::cuda;
+  [[maybe_unused]] const bool gpu = dev_.kind() == device_kind::cuda;
   if (span_.decoder) {
     const k::linear_cross_entropy_dims d{steps_rows, H, config_.vocab};
     const std::size_t block = std::min<std::size_t>(steps_rows, 256);
@@ -265,12 +196,18 @@ void lm_stage::forward_math(const Ops& ops, std::size_t mb, std::size_t chunk) {
   }
   for (std::size_t kl = 0; kl < span_.last - span_.first; ++kl) {
     const std::size_t l = span_.first + kl, p = layer_index_[kl];
-    const bool first_chunk = chunk == 0;
+    const float* h_in = nullptr;  // chunk 0: zeros, or the state carried from the previous step
+    const float* c_in = nullptr;
+    if (chunk > 0) {
+      h_in = fp(h_[unit(mb, chunk - 1)][kl]);
+      c_in = fp(c_[unit(mb, chunk - 1)][kl]);
+    } else if (carry_state_) {
+      h_in = fp(state_h_[mb][kl]);
+      c_in = fp(state_c_[mb][kl]);
+    }
     ops.lstm_forward({tc_, bm_, layer_input(l), H},
                      {fp(values_[p]), fp(values_[p + 1]), fp(values_[p + 2]), fp(values_[p + 3])},
-                     {x, first_chunk ? nullptr : fp(h_[unit(mb, chunk - 1)][kl]),
-                      first_chunk ? nullptr : fp(c_[unit(mb, chunk - 1)][kl]), fp(y_[u][kl]), fp(h_[u][kl]),
-                      fp(c_[u][kl]), fp(reserve_[u][kl])});
+                     {x, h_in, c_in, fp(y_[u][kl]), fp(h_[u][kl]), fp(c_[u][kl]), fp(reserve_[u][kl])});
     x = fp(y_[u][kl]);
   }
   if (span_.decoder) {
@@ -314,6 +251,22 @@ void lm_stage::norm_math(const Ops& ops) {
   ops.global_norm(spans, norm_workspace_.valid() ? fp(norm_workspace_) : nullptr,
                   norm_workspace_.valid() ? static_cast<std::size_t>(norm_workspace_.numel()) : 0,
                   scalar_slot(units));
+  // Every forward of the step is done: keep where each micro-batch's columns ended.
+  for (std::size_t mb = 0; mb < state_h_.size(); ++mb)
+    for (std::size_t kl = 0; kl < state_h_[mb].size(); ++kl) {
+      const std::size_t last = unit(mb, config_.chunks - 1);
+      ops.copy(bm_ * config_.hidden, fp(h_[last][kl]), fp(state_h_[mb][kl]));
+      ops.copy(bm_ * config_.hidden, fp(c_[last][kl]), fp(state_c_[mb][kl]));
+    }
+}
+
+template <class Ops>
+void lm_stage::zero_state_math(const Ops& ops) {
+  for (std::size_t mb = 0; mb < state_h_.size(); ++mb)
+    for (std::size_t kl = 0; kl < state_h_[mb].size(); ++kl) {
+      ops.fill(bm_ * config_.hidden, 0.f, fp(state_h_[mb][kl]));
+      ops.fill(bm_ * config_.hidden, 0.f, fp(state_c_[mb][kl]));
+    }
 }
 
 namespace {
@@ -335,18 +288,6 @@ work_cost lstm_backward_cost(std::size_t steps, std::size_t batch, std::size_t i
 work_cost decoder_cost(std::size_t rows, std::size_t hidden, std::size_t vocab) {
   return {3 * 2.0 * static_cast<double>(rows * hidden * vocab), 4.0 * static_cast<double>(3 * vocab * hidden + 2 * rows * vocab)};
 }
-
-namespace {
-/// Gives `w` the host implementation on cpu devices and the CUDA one on cuda devices, both from
-/// the same templated math `run(ops)`; sim devices run neither (they model the cost).
-template <class Run>
-void attach(kernel_work& w, device_kind kind, Run run) {
-  if (kind == device_kind::cpu) w.cpu = [run] { run(host_ops{}); };
-#if STRATA_HAS_CUDA
-  if (kind == device_kind::cuda) w.cuda = [run](const cuda_launch_context& c) { run(gpu_ops{c}); };
-#endif
-}
-}  // namespace
 
 kernel_work lm_stage::forward_work(std::size_t mb, std::size_t chunk) {
   double flops = 0, bytes = 0;
@@ -425,6 +366,14 @@ kernel_work lm_stage::scale_work(double scale) {
   auto run = [this, f = static_cast<float>(scale)](const auto& ops) {
     for (auto& g : grads_) ops.scale(static_cast<std::size_t>(g.numel()), f, fp(g));
   };
+  attach(w, dev_.kind(), run);
+  return w;
+}
+
+kernel_work lm_stage::zero_state_work() {
+  const double n = 2.0 * static_cast<double>(config_.micro_batches * (span_.last - span_.first) * bm_ * config_.hidden);
+  kernel_work w{.name = "zero_state", .kind = work_kind::pointwise, .flops = 0, .bytes = 4 * n};
+  auto run = [this](const auto& ops) { zero_state_math(ops); };
   attach(w, dev_.kind(), run);
   return w;
 }

@@ -40,9 +40,11 @@ bool readable_in_place(const tensor& t, const device& consumer);
 
 class lm_stage {
 public:
-  /// Parameters and gradients are tensors on `dev`, allocated and initialised on `s`.
+  /// Parameters and gradients are tensors on `dev`, allocated and initialised on `s`. With
+  /// `carry_state`, each step's first chunk starts from the (h, c) its micro-batch's columns
+  /// ended the previous step with (detached: no gradient crosses steps).
   /// \throws std::invalid_argument for an invalid config; device_error when memory runs out.
-  lm_stage(const lm_config& config, stage_span span, device dev, const stream& s);
+  lm_stage(const lm_config& config, stage_span span, device dev, const stream& s, bool carry_state = false);
 
   const stage_span& span() const noexcept { return span_; }
   const device& get_device() const noexcept { return dev_; }
@@ -88,6 +90,8 @@ public:
   kernel_work scale_work(double scale);
   /// Zeroes every gradient (after the kvstore applied them).
   kernel_work zero_grad_work();
+  /// Zeroes the carried recurrent state (no-op without carry_state).
+  kernel_work zero_state_work();
   double sq_norm() const noexcept;
   double loss_sum() const noexcept;  // last stage: summed cross-entropy of the step
   /// Fault injection: the `n`-th forward/backward work item from now throws (0: never).
@@ -103,6 +107,8 @@ private:
   void backward_math(const Ops& ops, std::size_t mb, std::size_t chunk);
   template <class Ops>
   void norm_math(const Ops& ops);
+  template <class Ops>
+  void zero_state_math(const Ops& ops);
 
   std::size_t unit(std::size_t mb, std::size_t chunk) const noexcept { return mb * config_.chunks + chunk; }
   std::size_t layer_input(std::size_t layer) const noexcept { return layer == 0 ? config_.embed : config_.hidden; }
@@ -130,6 +136,8 @@ private:
   std::vector<tensor> dtop_;                                 // last stage: dh of the top layer, per unit
   std::vector<tensor> dx_out_;                               // per unit: gradient for the previous stage
   std::vector<std::vector<tensor>> carry_;                   // per (mb, layer): dh/dc x2 parities
+  bool carry_state_ = false;
+  std::vector<std::vector<tensor>> state_h_, state_c_;       // carry_state: per micro-batch, per stage layer
   tensor dx_a_, dx_b_, workspace_, ce_workspace_, norm_workspace_;
   tensor scalars_;                                           // (units + 1) doubles on the device
   std::vector<double> host_scalars_;                         // their host copy (cuda)

@@ -16,7 +16,7 @@
 
 namespace strata::lm {
 
-/// How many times measure_layer_costs runs each layer on a cpu device.
+/// How many times measure_layer_costs runs each layer on a cpu or cuda device.
 struct cost_measurement_options {
   int warmup = 1;       ///< untimed runs first (caches, the allocator, oneTBB's threads)
   int repetitions = 3;  ///< timed runs; the median is reported
@@ -25,8 +25,10 @@ struct cost_measurement_options {
 /// Measures what each layer of `config`'s model costs per micro-batch (`micro_batch_size()`
 /// columns, all `seq` timesteps, run as `chunks` time chunks exactly as a pipeline stage runs it).
 ///
-/// - **cpu device:** runs each distinct layer once for real with the CPU kernels, as work items on
-///   a stream of `dev` (so inside its arena, with its threads): the embedding forward and backward,
+/// - **cpu and cuda devices:** runs each distinct layer for real with the device's kernels
+///   (strata::kernels::cpu inside the device's arena; strata::kernels::cuda on its stream), as
+///   work items on a stream of `dev`, timed by the device's work observer (cpu: steady-clock
+///   times on the arena thread; cuda: CUDA events): the embedding forward and backward,
 ///   an LSTM layer with input `embed` (layer 0), an LSTM layer with input `hidden` (its time is
 ///   reused for layers 1..L-1, which have the same shape), and the fused decoder + cross-entropy
 ///   (forward and backward in one pass, reported as forward; backward 0, as the stage runs it).
@@ -36,9 +38,10 @@ struct cost_measurement_options {
 ///   observer is replaced during the call and removed at its end.
 /// - **memory** (either kind) is layer_memory_costs(config).
 ///
-/// Takes roughly (warmup + repetitions) x one step's compute on cpu devices. Not thread-safe
-/// with other users of `dev`'s work observer.
-/// \throws std::invalid_argument for an invalid config or a cuda device; what the kernels throw.
+/// Takes roughly (warmup + repetitions) x one step's compute. Replaces `dev`'s work observer
+/// during the call and removes it at its end: not for a device a pipeline is using.
+/// \throws std::invalid_argument for an invalid config (or a cuda device in a build without
+///         CUDA); what the kernels throw.
 pipeline::model_costs measure_layer_costs(const lm_config& config, device& dev,
                                           const cost_measurement_options& options = {});
 

@@ -57,6 +57,12 @@ struct lm_pipeline_options {
   /// shares). Stages that cannot read each other's memory (two GPUs, host and GPU) always copy;
   /// this option sends cpu stages down that path too (tests, and measuring what copies cost).
   bool copy_activations = false;
+  /// Truncated backpropagation through time across steps, as PyTorch's word_language_model
+  /// trains (`repackage_hidden`): each step's first timestep starts from the (h, c) the same batch
+  /// columns ended the previous step with, detached (no gradient flows into the previous step).
+  /// Meant for consecutive windows of column streams (token_batches); call reset_state() where
+  /// the streams restart (an epoch). Off: every step starts from zeros.
+  bool carry_state = false;
 };
 
 /// The pipeline: spawns one stage actor per device and a driver that runs steps.
@@ -108,6 +114,9 @@ public:
   expected<actor_ref> store();
   /// How many times a failed step made the pipeline restart its actors.
   std::size_t restarts() const noexcept;
+  /// Zeroes the recurrent state carried across steps (lm_pipeline_options::carry_state); the
+  /// next step starts from zeros. A restart after a failed step zeroes it too.
+  expected<void> reset_state(std::chrono::milliseconds timeout = std::chrono::minutes(1));
 
   const pipeline::plan& plan() const noexcept;
   const lm_config& config() const noexcept;
