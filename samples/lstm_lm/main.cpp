@@ -64,6 +64,8 @@ struct train_options {
   std::size_t save_every = 0;
   std::string trace, checkpoint, log, report;
   std::size_t crash_after_step = 0;  // testing hook: SIGKILL itself after this step
+  std::size_t fault_at_step = 0;     // testing hook: a device fault in the last stage during this step
+  std::size_t retries = 0;
   bool carry_state = false;
 };
 
@@ -394,8 +396,17 @@ int run_train(const train_options& o) {
     batches->window(step % windows, x, y);
     if (o.carry_state && step % windows == 0 && step != first_step)  // the column streams start over
       if (auto r = pipe.reset_state(); !r) throw std::runtime_error(r.error().message());
+    if (o.fault_at_step == step + 1) pipe.inject_device_fault(pipe.stages() - 1, 1);
     auto t0 = std::chrono::steady_clock::now();
     auto r = pipe.train_step(x, y);
+    // A failed step changes no weights; the next train_step restarts the pipeline's actors.
+    for (std::size_t attempt = 1; !r && attempt <= o.retries; ++attempt) {
+      std::cerr << "\nlstm_lm: step " << step + 1 << " failed: " << r.error().message() << "; retrying (" << attempt
+                << " of " << o.retries << ")\n";
+      log_line({{"step", step + 1}, {"retry", attempt}, {"error", r.error().message()}});
+      t0 = std::chrono::steady_clock::now();
+      r = pipe.train_step(x, y);
+    }
     if (!r) throw std::runtime_error("step " + std::to_string(step + 1) + " failed: " + r.error().message());
     const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double tps = tokens_per_step / (wall_ms / 1e3);
@@ -589,6 +600,9 @@ int main(int argc, char** argv) {
   train->add_option("--log", t.log, "JSON lines: one per step, per validation and a summary");
   train->add_option("--report", t.report, "directory for loss.svg, timeline.svg and index.html");
   train->add_option("--crash-after-step", t.crash_after_step, "testing: kill the process (SIGKILL) after step N")->group("");
+  train->add_option("--fault-at-step", t.fault_at_step, "testing: a device fault in the last stage during step N")->group("");
+  train->add_option("--retries", t.retries, "retry a failed step up to N times (the pipeline restarts its actors first)")
+      ->capture_default_str();
 
   std::string ck_dir, text_file, prompt;
   bool as_json = false;

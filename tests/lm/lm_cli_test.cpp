@@ -75,4 +75,36 @@ BOOST_AUTO_TEST_CASE(a_run_killed_after_a_checkpoint_resumes_on_the_same_loss_cu
   fs::remove_all(dir);
 }
 
+BOOST_AUTO_TEST_CASE(a_failed_step_ends_the_run_or_is_retried_on_the_same_loss_curve) {
+  const fs::path dir = fs::temp_directory_path() / ("strata_lm_retry_" + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  {
+    std::ofstream corpus(dir / "corpus.txt");
+    for (int i = 0; i < 300; ++i) corpus << "line " << i << ": " << (i * 7919 % 1000) << " green bottles on the wall\n";
+  }
+  const std::string common = "train --corpus " + (dir / "corpus.txt").string() +
+                             " --devices cpu:2 --layers 2 --hidden 16 --embed 8 --batch 4 --seq 8 --val-tokens 300 --steps 6";
+  BOOST_REQUIRE_EQUAL(run(common + " --log " + (dir / "clean.jsonl").string()), 0);
+  // Without retries the device fault in step 3 ends the run: exit status 1.
+  const int failed = run(common + " --fault-at-step 3 --log " + (dir / "failed.jsonl").string());
+  BOOST_TEST((WIFEXITED(failed) && WEXITSTATUS(failed) == 1), "status " << failed);
+  BOOST_TEST(read_log(dir / "failed.jsonl").losses.size() == 2u);
+  // With one retry the pipeline restarts and the run continues as if nothing had failed.
+  BOOST_REQUIRE_EQUAL(run(common + " --fault-at-step 3 --retries 1 --log " + (dir / "retried.jsonl").string()), 0);
+  auto clean = read_log(dir / "clean.jsonl"), retried = read_log(dir / "retried.jsonl");
+  BOOST_REQUIRE_EQUAL(retried.losses.size(), 6u);
+  for (auto& [step, loss] : retried.losses) {
+    BOOST_TEST_CONTEXT("step " << step) { BOOST_TEST(std::abs(loss - clean.losses.find(step)->second) <= 1e-6); }
+  }
+  BOOST_TEST(std::abs(clean.summary.at("param_norm").get<double>() - retried.summary.at("param_norm").get<double>()) <= 1e-6);
+  std::ifstream in(dir / "retried.jsonl");
+  std::string line;
+  int retry_lines = 0;
+  while (std::getline(in, line))
+    if (line.find("\"retry\":1") != std::string::npos && line.find("injected device fault") != std::string::npos) ++retry_lines;
+  BOOST_TEST(retry_lines == 1);
+  fs::remove_all(dir);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
