@@ -136,8 +136,8 @@ private:
   std::shared_ptr<seen_t> seen_ = std::make_shared<seen_t>();
 };
 
-float* fp(const tensor& t) { return static_cast<float*>(t.raw_data()); }
-const std::int32_t* ip(const tensor& t) { return static_cast<const std::int32_t*>(t.raw_data()); }
+using ops::fp;
+using ops::ip;
 
 struct times {
   double forward = 0, backward = 0;

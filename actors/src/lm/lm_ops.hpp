@@ -10,6 +10,7 @@
 #include <span>
 
 #include "strata/device/kind.hpp"
+#include "strata/device/tensor.hpp"
 #include "strata/device/work.hpp"
 #include "strata/kernels/elementwise.hpp"
 #include "strata/kernels/embedding.hpp"
@@ -23,6 +24,10 @@
 namespace strata::lm::ops {
 
 namespace k = strata::kernels;
+
+/// The element pointers of a tensor for the kernels (host memory on cpu, device memory on cuda).
+inline float* fp(const tensor& t) { return static_cast<float*>(t.raw_data()); }
+inline const std::int32_t* ip(const tensor& t) { return static_cast<const std::int32_t*>(t.raw_data()); }
 
 /// cpu devices: strata::kernels::cpu on host memory, inside the device's oneTBB arena.
 struct host_ops {

@@ -87,10 +87,10 @@ struct stage_clock {
 
 class stage_actor final : public actor {
 public:
-  stage_actor(int index, std::shared_ptr<lm_stage> model, device dev, stream s, std::vector<pipeline::action> actions,
-              std::size_t chunks, bool copy_always)
-      : index_(index), model_(std::move(model)), dev_(std::move(dev)), stream_(std::move(s)), chunks_(chunks),
-        copy_always_(copy_always) {
+  stage_actor(int index, std::shared_ptr<lm_stage> model, device dev, stream s, stream copies,
+              std::vector<pipeline::action> actions, std::size_t chunks, bool copy_always)
+      : index_(index), model_(std::move(model)), dev_(std::move(dev)), stream_(std::move(s)),
+        copy_stream_(std::move(copies)), chunks_(chunks), copy_always_(copy_always) {
     for (const auto& a : actions)
       if (pipeline::is_compute(a.kind)) actions_.push_back(a);
   }
@@ -183,17 +183,21 @@ private:
     return static_cast<std::size_t>(t.micro_batch) * chunks_ + static_cast<std::size_t>(t.chunk);
   }
 
-  /// Orders this stage's stream after `t` is ready and returns where the stage reads it: in place
-  /// when its device can (host memory between cpu devices, one GPU's memory between its shares),
-  /// else from `staging` after a copy on this stage's stream (another GPU: a peer copy; host and
-  /// GPU: over PCIe). Called when the plan reaches the action, so the wait and the copy sit just
-  /// before the work that needs them, not in front of earlier actions.
+  /// Orders this stage's compute stream after `t` is ready and returns where the stage reads it:
+  /// in place when its device can (host memory between cpu devices, one GPU's memory between its
+  /// shares), else from `staging` after a copy (another GPU: a peer copy; host and GPU: over
+  /// PCIe) on the stage's copy stream, so that transfers overlap the compute of earlier actions.
+  /// Called when the plan reaches the action: the wait sits just before the work that needs it.
   template <class Staging>
   const float* receive(const tensor& t, Staging staging) {
-    stream_.wait(t.ready_event());
-    if (!t.valid() || (!copy_always_ && readable_in_place(t, dev_))) return static_cast<const float*>(t.raw_data());
-    const tensor& own = staging();  // allocated on first use
-    stream_.copy(own.storage(), t.storage(), t.bytes());
+    if (!t.valid() || (!copy_always_ && readable_in_place(t, dev_))) {
+      stream_.wait(t.ready_event());
+      return static_cast<const float*>(t.raw_data());
+    }
+    copy_stream_.wait(t.ready_event());
+    const tensor& own = staging();  // allocated on first use, on the copy stream
+    copy_stream_.copy(own.storage(), t.storage(), t.bytes());
+    stream_.wait(copy_stream_.record());
     return static_cast<const float*>(own.raw_data());
   }
 
@@ -216,7 +220,7 @@ private:
           auto it = forward_ready_.find(u);
           if (it == forward_ready_.end()) return;
           model_->set_input(mb, ch, receive(it->second.data, [&]() -> const tensor& {
-                              return model_->input_staging(mb, ch, stream_);
+                              return model_->input_staging(mb, ch, copy_stream_);
                             }));
           forward_ready_.erase(it);
         }
@@ -227,7 +231,7 @@ private:
           auto it = backward_ready_.find(u);
           if (it == backward_ready_.end()) return;
           model_->set_output_grad(mb, ch, receive(it->second.data, [&]() -> const tensor& {
-                                    return model_->output_grad_staging(mb, ch, stream_);
+                                    return model_->output_grad_staging(mb, ch, copy_stream_);
                                   }));
           backward_ready_.erase(it);
         }
@@ -247,6 +251,7 @@ private:
   std::shared_ptr<lm_stage> model_;
   device dev_;
   stream stream_;
+  stream copy_stream_;  // activations and gradients this stage cannot read in place
   std::size_t chunks_;
   bool copy_always_;
   std::vector<pipeline::action> actions_;
@@ -362,7 +367,8 @@ struct lm_pipeline::state {
   std::vector<device> devices;
   std::vector<std::shared_ptr<lm_stage>> models;
   std::vector<std::shared_ptr<stage_clock>> clocks;
-  std::vector<stream> streams;
+  std::vector<stream> streams;       // per stage: compute
+  std::vector<stream> copy_streams;  // per stage: incoming copies (GPUs that cannot read each other)
   std::vector<actor_ref> stages;
   actor_ref driver;
   actor_ref store;         // holds the master weights and applies SGD
@@ -380,7 +386,7 @@ struct lm_pipeline::state {
     for (std::size_t s = 0; s < models.size(); ++s) {
       stages.push_back(system->spawn_with<stage_actor>(
           spawn_options{.name = "stage-" + std::to_string(s) + " (" + devices[s].name() + ")"}, static_cast<int>(s),
-          models[s], devices[s], streams[s], plan.stages[s], config.chunks, copy_activations));
+          models[s], devices[s], streams[s], copy_streams[s], plan.stages[s], config.chunks, copy_activations));
     }
     driver = system->spawn_with<driver_actor>(spawn_options{.name = "pipeline-driver"}, config, stages, clocks,
                                               store_clock);
@@ -401,13 +407,14 @@ struct lm_pipeline::state {
       auto gone = system->request<void>(s, std::chrono::seconds(30), unit_t{});
       (void)gone.wait_for(std::chrono::seconds(30));
     }
-    for (auto& s : streams) {
-      try {
-        s.synchronize();
-      } catch (...) {
-        // A failed step's error was reported by train_step.
+    for (auto* list : {&copy_streams, &streams})
+      for (auto& s : *list) {
+        try {
+          s.synchronize();
+        } catch (...) {
+          // A failed step's error was reported by train_step.
+        }
       }
-    }
   }
 
   /// After a failed step, all for one: every stage actor and the driver are stopped and spawned
@@ -419,6 +426,7 @@ struct lm_pipeline::state {
     halt();
     for (std::size_t s = 0; s < models.size(); ++s) {
       streams[s] = devices[s].create_stream();
+      copy_streams[s] = devices[s].create_stream();
       models[s]->fail_after(0);
       streams[s].launch(models[s]->zero_grad_work());
       streams[s].launch(models[s]->zero_state_work());
@@ -516,6 +524,7 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
                                 static_cast<int>(config.chunks));
   for (std::size_t s = 0; s < spans.size(); ++s) {
     st.streams.push_back(st.devices[s].create_stream());
+    st.copy_streams.push_back(st.devices[s].create_stream());
     st.models.push_back(std::make_shared<lm_stage>(config, spans[s], st.devices[s], st.streams[s], options.carry_state));
     auto clock = std::make_shared<stage_clock>();
     st.clocks.push_back(clock);

@@ -9,18 +9,12 @@ namespace strata::lm {
 
 namespace k = strata::kernels;
 using ops::attach;
+using ops::fp;
+using ops::ip;
 using ops::host_ops;
 #if STRATA_HAS_CUDA
 using ops::gpu_ops;
 #endif
-
-namespace {
-
-float* fp(const tensor& t) { return static_cast<float*>(t.raw_data()); }
-const std::int32_t* ip(const tensor& t) { return static_cast<const std::int32_t*>(t.raw_data()); }
-
-
-}  // namespace
 
 bool readable_in_place(const tensor& t, const device& consumer) {
   const auto kind = t.storage().kind();
