@@ -76,6 +76,7 @@ struct run_step {
 struct stage_clock {
   std::atomic<std::int64_t> forward_ns{0}, backward_ns{0}, other_ns{0};
   std::atomic<std::int64_t> forward_items{0}, backward_items{0};
+  std::atomic<std::uint64_t> copy_stream{0};  // its transfers are not compute: not busy time
   void reset() {
     forward_ns = backward_ns = other_ns = 0;
     forward_items = backward_items = 0;
@@ -427,6 +428,7 @@ struct lm_pipeline::state {
     for (std::size_t s = 0; s < models.size(); ++s) {
       streams[s] = devices[s].create_stream();
       copy_streams[s] = devices[s].create_stream();
+      clocks[s]->copy_stream = copy_streams[s].id();
       models[s]->fail_after(0);
       streams[s].launch(models[s]->zero_grad_work());
       streams[s].launch(models[s]->zero_state_work());
@@ -527,6 +529,7 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
     st.copy_streams.push_back(st.devices[s].create_stream());
     st.models.push_back(std::make_shared<lm_stage>(config, spans[s], st.devices[s], st.streams[s], options.carry_state));
     auto clock = std::make_shared<stage_clock>();
+    clock->copy_stream = st.copy_streams.back().id();
     st.clocks.push_back(clock);
     std::uint32_t fwd_name = 0, bwd_name = 0, other_name = 0;
     if (trace::enabled()) {
@@ -538,7 +541,9 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
     st.devices[s].set_work_observer([clock, fwd_name, bwd_name, other_name, device_track](const work_record& r) {
       const auto ns = (r.end - r.start).count();
       const std::string& name = *r.name;
-      if (name == "forward") {
+      if (r.stream_id == clock->copy_stream.load(std::memory_order_relaxed)) {
+        // an incoming activation or gradient (traced below, not busy time)
+      } else if (name == "forward") {
         clock->forward_ns += ns;
         ++clock->forward_items;
       } else if (name == "backward") {
