@@ -13,6 +13,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "support/lm_test_support.hpp"
 #include "strata/actors/lm_checkpoint.hpp"
 
 namespace {
@@ -21,13 +22,7 @@ using namespace strata::lm;
 namespace fs = std::filesystem;
 
 lm_config small_config() {
-  lm_config c;
-  c.vocab = 6;
-  c.embed = 3;
-  c.layers = 2;
-  c.hidden = 4;
-  c.batch = 2;
-  c.seq = 5;
+  lm_config c = strata::lm::test::config_of(6, 3, 4, 2, 5, 2);
   c.seed = 3;
   return c;
 }

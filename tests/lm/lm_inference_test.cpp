@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "support/lm_test_support.hpp"
 #include "strata/actors/lm_data.hpp"
 #include "strata/actors/lm_inference.hpp"
 #include "strata/actors/lm_pipeline.hpp"
@@ -20,14 +21,8 @@ namespace {
 using namespace strata::lm;
 using strata::pipeline::schedule_kind;
 
-lm_config tiny_config() {
-  lm_config c;
-  c.vocab = 13;
-  c.embed = 5;
-  c.layers = 2;
-  c.hidden = 6;
-  c.batch = 4;
-  c.seq = 7;
+lm_config config_of() {
+  lm_config c = strata::lm::test::config_of(13, 5, 6, 2, 7, 4);
   c.seed = 9;
   return c;
 }
@@ -43,7 +38,7 @@ std::vector<named_parameter> initial(const lm_config& c) {
 BOOST_AUTO_TEST_SUITE(lm_inference)
 
 BOOST_AUTO_TEST_CASE(host_evaluation_equals_the_loss_the_pipeline_computes_on_the_same_window) {
-  auto c = tiny_config();
+  auto c = config_of();
   c.micro_batches = 2;
   std::mt19937 rng(3);
   std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(c.vocab) - 1);
@@ -63,7 +58,7 @@ BOOST_AUTO_TEST_CASE(host_evaluation_equals_the_loss_the_pipeline_computes_on_th
 }
 
 BOOST_AUTO_TEST_CASE(a_stream_evaluated_in_small_windows_equals_one_window_because_the_state_is_carried) {
-  auto c = tiny_config();
+  auto c = config_of();
   lm_model model(c, initial(c));
   std::mt19937 rng(4);
   std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(c.vocab) - 1);
@@ -78,7 +73,7 @@ BOOST_AUTO_TEST_CASE(a_stream_evaluated_in_small_windows_equals_one_window_becau
 }
 
 BOOST_AUTO_TEST_CASE(generation_is_reproducible_from_its_seed_and_greedy_at_temperature_zero) {
-  auto c = tiny_config();
+  auto c = config_of();
   lm_model model(c, initial(c));
   auto a = generate(model, {1, 2, 3}, 20, 1.0, 5), b = generate(model, {1, 2, 3}, 20, 1.0, 5);
   BOOST_TEST((a == b));
@@ -128,14 +123,7 @@ BOOST_AUTO_TEST_CASE(a_small_pipeline_learns_a_markov_source_to_within_five_perc
   auto vocab = vocabulary::build(token_kind::chars, train_text);
   auto train_ids = vocab.encode(train_text).value(), val_ids = vocab.encode(val_text).value();
 
-  lm_config c;
-  c.vocab = vocab.size();
-  c.embed = 16;
-  c.layers = 2;
-  c.hidden = 32;
-  c.batch = 16;
-  c.seq = 32;
-  c.micro_batches = 2;
+  lm_config c = strata::lm::test::config_of(vocab.size(), 16, 32, 2, 32, 16, 2);
   c.lr = 2.0;
   c.clip = 5.0;
   c.seed = 1;

@@ -9,10 +9,10 @@
 #include <string>
 #include <vector>
 
+#include "support/lm_test_support.hpp"
 #include "strata/actors/lm_pipeline.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
-#include "support/lm_test_support.hpp"
 
 namespace {
 
@@ -37,7 +37,7 @@ struct run {
 };
 
 lm_config small_model() {
-  auto c = strata::lm::test::tiny_config(23, 12, 16, 4, 8, 8);
+  auto c = strata::lm::test::config_of(23, 12, 16, 4, 8, 8);
   c.lr = 0.5;
   c.clip = 0.5;  // clipping is active: the global norm crosses stages
   c.seed = 3;

@@ -6,8 +6,6 @@
 
 #include <boost/test/unit_test.hpp>
 
-#include "support/lm_test_support.hpp"
-
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -22,6 +20,7 @@
 #include <unistd.h>
 
 #include "mini_pipeline.hpp"
+#include "support/lm_test_support.hpp"
 #include "strata/actors/kvstore.hpp"
 #include "strata/actors/lm_pipeline.hpp"
 #include "strata/device/device_manager.hpp"
@@ -66,14 +65,7 @@ BOOST_AUTO_TEST_CASE(a_device_fault_at_any_kernel_of_any_stage_ends_the_lm_step_
   auto devices = manager.create("cpu:3");
   int drills = 0;
   for (auto kind : {schedule_kind::gpipe, schedule_kind::one_f_one_b, schedule_kind::wavefront}) {
-    lm_config c;
-    c.vocab = 11;
-    c.embed = 4;
-    c.hidden = 6;
-    c.layers = 3;
-    c.seq = 4;
-    c.batch = 4;
-    c.micro_batches = 2;
+    lm_config c = strata::lm::test::config_of(11, 4, 6, 3, 4, 4, 2);
     c.chunks = kind == schedule_kind::wavefront ? 2 : 1;
     const std::size_t items = 2 * c.micro_batches * c.chunks;  // forward + backward per unit
     std::vector<std::int32_t> tokens(c.seq * c.batch), targets(c.seq * c.batch);
@@ -135,7 +127,7 @@ BOOST_AUTO_TEST_CASE(an_lm_pipeline_whose_kvstore_stopped_fails_one_step_then_re
   using strata::lm::lm_config;
   using strata::lm::lm_pipeline;
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
-  lm_config c = strata::lm::test::tiny_config(11, 4, 6, 2, 4, 4, 2);
+  lm_config c = strata::lm::test::config_of(11, 4, 6, 2, 4, 4, 2);
   std::vector<std::int32_t> tokens(c.seq * c.batch, 3), targets(c.seq * c.batch, 5);
   lm_pipeline p(sys, strata::make_devices("cpu:2"), c, strata::pipeline::schedule_kind::one_f_one_b, {1, 1});
   BOOST_REQUIRE(p.train_step(tokens, targets, 60s).has_value());
