@@ -37,6 +37,23 @@ run_log read_log(const fs::path& p) {
   return r;
 }
 
+/// An empty temporary directory (named after `prefix` and this process) holding corpus.txt: 300
+/// generated lines ending in `tail`.
+fs::path fresh_dir_with_corpus(const std::string& prefix, const std::string& tail) {
+  const fs::path dir = fs::temp_directory_path() / (prefix + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream corpus(dir / "corpus.txt");
+  for (int i = 0; i < 300; ++i) corpus << "line " << i << ": " << (i * 7919 % 1000) << tail << "\n";
+  return dir;
+}
+
+/// `train` on that corpus with a small model on cpu:2 (add --steps).
+std::string small_run(const fs::path& dir) {
+  return "train --corpus " + (dir / "corpus.txt").string() +
+         " --devices cpu:2 --layers 2 --hidden 16 --embed 8 --batch 4 --seq 8 --val-tokens 300";
+}
+
 int run(const std::string& args) {
   const std::string cmd = std::string(STRATA_LSTM_LM_EXE) + " " + args + " 2>/dev/null";
   return std::system(cmd.c_str());
@@ -47,15 +64,8 @@ int run(const std::string& args) {
 BOOST_AUTO_TEST_SUITE(lm_cli)
 
 BOOST_AUTO_TEST_CASE(a_run_killed_after_a_checkpoint_resumes_on_the_same_loss_curve) {
-  const fs::path dir = fs::temp_directory_path() / ("strata_lm_resume_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  {
-    std::ofstream corpus(dir / "corpus.txt");
-    for (int i = 0; i < 300; ++i) corpus << "line " << i << ": " << (i * 7919 % 1000) << " bottles of beer on the wall\n";
-  }
-  const std::string common = "train --corpus " + (dir / "corpus.txt").string() +
-                             " --devices cpu:2 --layers 2 --hidden 16 --embed 8 --batch 4 --seq 8 --val-tokens 300 --steps 30";
+  const fs::path dir = fresh_dir_with_corpus("strata_lm_resume_", " bottles of beer on the wall");
+  const std::string common = small_run(dir) + " --steps 30";
   BOOST_REQUIRE_EQUAL(run(common + " --log " + (dir / "a.jsonl").string()), 0);
   // Saves at step 10 and 20, dies (SIGKILL) after step 25, then resumes from step 20.
   const int crashed = run(common + " --save-every 10 --crash-after-step 25 --checkpoint " + (dir / "ck").string() +
@@ -76,15 +86,8 @@ BOOST_AUTO_TEST_CASE(a_run_killed_after_a_checkpoint_resumes_on_the_same_loss_cu
 }
 
 BOOST_AUTO_TEST_CASE(a_failed_step_ends_the_run_or_is_retried_on_the_same_loss_curve) {
-  const fs::path dir = fs::temp_directory_path() / ("strata_lm_retry_" + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  {
-    std::ofstream corpus(dir / "corpus.txt");
-    for (int i = 0; i < 300; ++i) corpus << "line " << i << ": " << (i * 7919 % 1000) << " green bottles on the wall\n";
-  }
-  const std::string common = "train --corpus " + (dir / "corpus.txt").string() +
-                             " --devices cpu:2 --layers 2 --hidden 16 --embed 8 --batch 4 --seq 8 --val-tokens 300 --steps 6";
+  const fs::path dir = fresh_dir_with_corpus("strata_lm_retry_", " green bottles on the wall");
+  const std::string common = small_run(dir) + " --steps 6";
   BOOST_REQUIRE_EQUAL(run(common + " --log " + (dir / "clean.jsonl").string()), 0);
   // Without retries the device fault in step 3 ends the run: exit status 1.
   const int failed = run(common + " --fault-at-step 3 --log " + (dir / "failed.jsonl").string());

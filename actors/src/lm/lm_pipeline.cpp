@@ -435,13 +435,7 @@ struct lm_pipeline::state {
     }
     if (store && !store_stale) {
       kvstore_client client(*system, store, std::chrono::seconds(30));
-      std::vector<kvstore_key> keys;
-      std::vector<tensor> outs;
-      for (auto& m : models)
-        for (std::size_t i = 0; i < m->names().size(); ++i) {
-          keys.emplace_back(m->names()[i]);
-          outs.push_back(m->value(i));
-        }
+      auto [keys, outs] = parameter_tensors();
       auto pulled = client.pull(std::move(keys), std::move(outs)).get();
       if (pulled) {
         std::size_t next = 0;  // the pulled tensors come in the order of the keys: stage by stage
@@ -464,6 +458,17 @@ struct lm_pipeline::state {
     return {};
   }
 
+  /// Every stage's parameter names (the store's keys) and value tensors, stage by stage.
+  std::pair<std::vector<kvstore_key>, std::vector<tensor>> parameter_tensors() const {
+    std::pair<std::vector<kvstore_key>, std::vector<tensor>> out;
+    for (const auto& m : models)
+      for (std::size_t i = 0; i < m->names().size(); ++i) {
+        out.first.emplace_back(m->names()[i]);
+        out.second.push_back(m->value(i));
+      }
+    return out;
+  }
+
   /// Spawns a fresh kvstore holding the stages' current weights, with SGD(lr).
   expected<void> rebuild_store() {
     if (store) system->stop(store);
@@ -481,13 +486,7 @@ struct lm_pipeline::state {
     kernels::sgd_options sgd;
     sgd.lr = config.lr;
     if (auto r = client.set_optimizer(sgd).get(); !r) return r.error();
-    std::vector<kvstore_key> keys;
-    std::vector<tensor> values;
-    for (auto& m : models)
-      for (std::size_t i = 0; i < m->names().size(); ++i) {
-        keys.emplace_back(m->names()[i]);
-        values.push_back(m->value(i));
-      }
+    auto [keys, values] = parameter_tensors();
     if (auto r = client.init(std::move(keys), std::move(values)).get(); !r) return r.error();
     for (auto& s : stages) system->send(s, use_store{store});
     store_stale = false;
