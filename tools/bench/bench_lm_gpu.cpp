@@ -1,14 +1,19 @@
 // strata-bench-lm-gpu: the LSTM LM training step on one GPU, in one run: the step PyTorch's
 // nn.LSTM runs there (cuDNN's RNN API, fp32 and TF32; cudnn_lstm_step.cpp), strata's lm_pipeline
-// on the whole GPU (one stage), and S stage actors sharing the GPU (cuda:GxS, 1F1B and GPipe).
+// on the whole GPU (one stage), and S stage actors sharing the GPU (cuda:GxS, 1F1B and GPipe);
+// where python3 has PyTorch with CUDA, PyTorch's own step too (lm_step_torch.py, fp32 and TF32).
 // Results: docs/perf.md ("GPU: 8 stage actors on one H200 vs cuDNN").
 //
 //   strata-bench-lm-gpu [--vocab 96 --layers 8 --hidden 400 --embed 200 --batch 20 --seq 35]
-//                       [--stages 8] [--micro-batches 4] [--warmup 3] [--steps 10] [--gpu 0] [--json]
+//                       [--stages 8] [--micro-batches 4] [--warmup 3] [--steps 10] [--gpu 0] [--no-torch]
+//                       [--json]
+// PyTorch: STRATA_PYTHON names the interpreter (default /usr/bin/python3), STRATA_SOURCE_DIR the
+// source tree holding tools/bench/lm_step_torch.py when the build was carried to another machine.
 
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <random>
 #include <stdexcept>
@@ -19,6 +24,7 @@
 #include <nlohmann/json.hpp>
 
 #include "cudnn_lstm_step.hpp"
+#include "torch_anchor.hpp"
 #include "strata/actors/lm_pipeline.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
@@ -31,7 +37,7 @@ using strata::pipeline::schedule_kind;
 /// One row of the table: a configuration and what its timed steps measured.
 struct row {
   std::string name;
-  std::string kind;  // "cudnn" or "strata"
+  std::string kind;  // "cudnn", "torch" or "strata"
   std::string devices, schedule, math;
   std::size_t stages = 1, micro_batches = 1;
   double step_ms = 0, tokens_per_s = 0;
@@ -160,6 +166,33 @@ row run_strata(strata::actor_system& sys, const std::string& spec, lm_config c, 
   return r;
 }
 
+/// PyTorch's own step on the GPU (lm_step_torch.py as a subprocess, after the other rows have
+/// released the GPU's memory): its own initial parameters and tokens, so only its time compares.
+row run_torch_gpu(int gpu, const lm_config& c, bool tf32, int warmup, int steps) {
+  row r;
+  r.name = std::string("PyTorch nn.LSTM (cuDNN) ") + (tf32 ? "TF32" : "fp32");
+  r.kind = "torch";
+  r.devices = "cuda:" + std::to_string(gpu);
+  r.math = tf32 ? "tf32" : "fp32";
+  const std::string args = "--device cuda" + std::string(tf32 ? " --tf32" : "") + " --vocab " + std::to_string(c.vocab) +
+                           " --embed " + std::to_string(c.embed) + " --layers " + std::to_string(c.layers) +
+                           " --hidden " + std::to_string(c.hidden) + " --batch " + std::to_string(c.batch) +
+                           " --seq " + std::to_string(c.seq);
+  const std::string old = std::getenv("CUDA_VISIBLE_DEVICES") ? std::getenv("CUDA_VISIBLE_DEVICES") : "";
+  // The script runs on "cuda" (its device 0): show it only --gpu.
+  if (gpu != 0) setenv("CUDA_VISIBLE_DEVICES", std::to_string(gpu).c_str(), 1);
+  const auto t = strata::bench::run_torch(1, warmup, steps, args);
+  if (gpu != 0) old.empty() ? unsetenv("CUDA_VISIBLE_DEVICES") : setenv("CUDA_VISIBLE_DEVICES", old.c_str(), 1);
+  if (!t.ok) {
+    r.error = t.why;
+    return r;
+  }
+  r.name += " " + t.version;
+  r.step_ms = t.step_ms;
+  r.tokens_per_s = static_cast<double>(c.seq * c.batch) / (t.step_ms / 1e3);
+  return r;
+}
+
 std::string ratio(const row& r, const row& anchor) {
   if (!r.error.empty() || !anchor.error.empty() || anchor.tokens_per_s <= 0) return "n/a";
   char b[32];
@@ -179,7 +212,10 @@ nlohmann::json to_json(const row& r, const row& fp32, const row& tf32) {
   j["grad_norm_step1"] = r.grad_norm_first;
   if (fp32.error.empty()) j["vs_cudnn_fp32"] = r.tokens_per_s / fp32.tokens_per_s;
   if (tf32.error.empty()) j["vs_cudnn_tf32"] = r.tokens_per_s / tf32.tokens_per_s;
-  if (r.kind == "strata") {
+  if (r.kind == "torch") {
+    j.erase("loss_step1");
+    j.erase("grad_norm_step1");
+  } else if (r.kind == "strata") {
     j["schedule"] = r.schedule;
     j["stages"] = r.stages;
     j["micro_batches"] = r.micro_batches;
@@ -206,8 +242,10 @@ void print_table(const std::vector<row>& rows, const row& fp32, const row& tf32)
     char bubble[32] = "", ideal[32] = "";
     if (r.bubble >= 0) std::snprintf(bubble, sizeof bubble, "%.1f %% (plan %.1f %%)", 100 * r.bubble, 100 * r.ideal_bubble);
     if (r.ideal_step_ms >= 0) std::snprintf(ideal, sizeof ideal, "%.2f", r.ideal_step_ms);
-    std::printf("| %s | %.2f | %.0f | %s | %s | %s | %s | %.5f |\n", r.name.c_str(), r.step_ms, r.tokens_per_s,
-                ratio(r, fp32).c_str(), ratio(r, tf32).c_str(), bubble, ideal, r.loss_first);
+    char loss[32] = "(own data)";
+    if (r.kind != "torch") std::snprintf(loss, sizeof loss, "%.5f", r.loss_first);
+    std::printf("| %s | %.2f | %.0f | %s | %s | %s | %s | %s |\n", r.name.c_str(), r.step_ms, r.tokens_per_s,
+                ratio(r, fp32).c_str(), ratio(r, tf32).c_str(), bubble, ideal, loss);
   }
 }
 
@@ -219,7 +257,7 @@ int main(int argc, char** argv) {
   c.vocab = 96;  // a character vocabulary, as lstm_lm trains by default
   std::size_t stages = 8, micro_batches = 4;
   int warmup = 3, steps = 10, gpu = 0, threads = 0;
-  bool json = false;
+  bool json = false, no_torch = false;
   app.add_option("--vocab", c.vocab, "vocabulary (embedding rows, decoder classes)")->check(CLI::Range(2, 1000000));
   app.add_option("--embed", c.embed, "embedding width")->check(CLI::Range(1, 8192));
   app.add_option("--layers", c.layers, "LSTM layers")->check(CLI::Range(1, 64));
@@ -233,6 +271,7 @@ int main(int argc, char** argv) {
   app.add_option("--steps", steps, "timed steps per configuration (the median is reported)")->check(CLI::Range(1, 10000));
   app.add_option("--gpu", gpu, "CUDA device ordinal")->check(CLI::Range(0, 63));
   app.add_option("--threads", threads, "actor scheduler threads (0: one per hardware thread)")->check(CLI::Range(0, 1024));
+  app.add_flag("--no-torch", no_torch, "leave out PyTorch's own step (lm_step_torch.py on the GPU)");
   app.add_flag("--json", json, "print one JSON object on one line");
   CLI11_PARSE(app, argc, argv);
 
@@ -278,9 +317,15 @@ int main(int argc, char** argv) {
     rows.push_back(run_strata(sys, shared, c, schedule_kind::one_f_one_b, stages, micro_batches, warmup, steps));
     rows.push_back(run_strata(sys, shared, c, schedule_kind::gpipe, stages, micro_batches, warmup, steps));
   }
+  // PyTorch's rows are informative: a machine without PyTorch on CUDA reports why and still passes.
+  std::vector<row> torch_rows;
+  if (!no_torch)
+    for (bool tf32 : {false, true}) torch_rows.push_back(run_torch_gpu(gpu, c, tf32, warmup, steps));
+  rows.insert(rows.begin() + 2, torch_rows.begin(), torch_rows.end());
   const row& fp32 = rows[0];
   const row& tf32 = rows[1];
-  const bool failed = std::any_of(rows.begin(), rows.end(), [](const row& r) { return !r.error.empty(); });
+  const bool failed =
+      std::any_of(rows.begin(), rows.end(), [](const row& r) { return !r.error.empty() && r.kind != "torch"; });
   const std::string decoder_note =
       "embedding, decoder + cross-entropy, clip_grad_norm and SGD are strata::kernels::cuda in every row "
       "(TF32 decoder in the cuDNN TF32 row), so only the LSTM and its orchestration differ";
@@ -321,6 +366,8 @@ int main(int argc, char** argv) {
       std::snprintf(b, sizeof b, "%s FAILED", r.name.c_str());
     else if (r.kind == "cudnn")
       std::snprintf(b, sizeof b, "cuDNN %s %.2f ms", r.math.c_str(), r.step_ms);
+    else if (r.kind == "torch")
+      std::snprintf(b, sizeof b, "PyTorch %s %.2f ms", r.math.c_str(), r.step_ms);
     else
       std::snprintf(b, sizeof b, "%s %.2f ms (%s)", r.stages == 1 ? "1 stage" : r.schedule.c_str(), r.step_ms,
                     ratio(r, fp32).c_str());

@@ -12,6 +12,9 @@ Use Debian's interpreter (python3-torch):
     /usr/bin/python3 tools/bench/lm_step_torch.py --threads 1 --steps 5
     /usr/bin/python3 tools/bench/lm_step_torch.py --threads 2 --json
     /usr/bin/python3 tools/bench/lm_step_torch.py --device cuda --json
+    python3 tools/bench/lm_step_torch.py --device cuda --tf32 --vocab 96 --json
+--vocab/--embed/--layers/--hidden/--batch/--seq change the model (strata-bench-lm-gpu
+passes its own); --tf32 lets cuDNN and the matmuls use TF32, PyTorch's default for cuDNN.
 """
 
 import argparse
@@ -63,6 +66,14 @@ def parse_args(argv):
     ap.add_argument("--device", choices=["cpu", "cuda"], default="cpu",
                     help="cpu (default) or cuda (uses cuDNN)")
     ap.add_argument("--seed", type=int, default=0, help="torch.manual_seed")
+    ap.add_argument("--tf32", action="store_true",
+                    help="with --device cuda: let cuDNN and matmuls use TF32 tensor cores "
+                         "(PyTorch's default for cuDNN); without it every product is fp32")
+    for name, default, what in (("vocab", VOCAB, "vocabulary"), ("embed", EMBED, "embedding width"),
+                                ("layers", LAYERS, "LSTM layers"), ("hidden", HIDDEN, "hidden size"),
+                                ("batch", BATCH, "sequences per step"), ("seq", SEQ, "timesteps per step")):
+        ap.add_argument("--" + name, type=positive_int, default=default,
+                        help="%s (default %d)" % (what, default))
     ap.add_argument("--json", action="store_true",
                     help="print one JSON object on one line")
     return ap.parse_args(argv)
@@ -92,7 +103,13 @@ def main(argv=None):
             return 1
         torch.backends.cudnn.enabled = True
         torch.backends.cudnn.benchmark = True
+        torch.backends.cudnn.allow_tf32 = args.tf32
+        torch.backends.cuda.matmul.allow_tf32 = args.tf32
+    elif args.tf32:
+        print("error: --tf32 needs --device cuda.", file=sys.stderr)
+        return 2
     device = torch.device(args.device)
+    V, E, H, L, B, T = args.vocab, args.embed, args.hidden, args.layers, args.batch, args.seq
 
     torch.set_num_threads(args.threads)
     torch.manual_seed(args.seed)
@@ -100,9 +117,9 @@ def main(argv=None):
     class LM(nn.Module):
         def __init__(self):
             super().__init__()
-            self.embedding = nn.Embedding(VOCAB, EMBED)
-            self.lstm = nn.LSTM(EMBED, HIDDEN, num_layers=LAYERS)
-            self.decoder = nn.Linear(HIDDEN, VOCAB)
+            self.embedding = nn.Embedding(V, E)
+            self.lstm = nn.LSTM(E, H, num_layers=L)
+            self.decoder = nn.Linear(H, V)
 
         def forward(self, tokens):
             y, _ = self.lstm(self.embedding(tokens))
@@ -112,8 +129,8 @@ def main(argv=None):
     model.train()
     opt = torch.optim.SGD(model.parameters(), lr=LR)
     criterion = nn.CrossEntropyLoss()
-    tokens = torch.randint(0, VOCAB, (SEQ, BATCH), device=device)
-    targets = torch.randint(0, VOCAB, (SEQ, BATCH), device=device)
+    tokens = torch.randint(0, V, (T, B), device=device)
+    targets = torch.randint(0, V, (T, B), device=device)
 
     def sync():
         if device.type == "cuda":
@@ -122,7 +139,7 @@ def main(argv=None):
     def step():
         opt.zero_grad()
         logits = model(tokens)
-        loss = criterion(logits.reshape(-1, VOCAB), targets.reshape(-1))
+        loss = criterion(logits.reshape(-1, V), targets.reshape(-1))
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         opt.step()
@@ -141,11 +158,13 @@ def main(argv=None):
         times_ms.append((time.perf_counter() - t0) * 1e3)
 
     med = statistics.median(times_ms)
-    tokens_per_s = BATCH * SEQ / (med / 1e3)
+    tokens_per_s = B * T / (med / 1e3)
     if args.json:
         print(json.dumps({
             "torch_version": torch.__version__,
             "threads": args.threads,
+            "device": args.device,
+            "tf32": args.tf32,
             "lm_step_ms": round(med, 3),
             "tokens_per_s": round(tokens_per_s, 1),
             "steps": args.steps,

@@ -3,18 +3,24 @@
 #include <unistd.h>
 
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 
 #include <nlohmann/json.hpp>
 
 namespace strata::bench {
 
-// Runs tools/bench/lm_step_torch.py with Debian's interpreter; never fails the benchmark.
-torch_result run_torch(int threads, int warmup, int steps) {
+// Runs tools/bench/lm_step_torch.py; never fails the benchmark.
+torch_result run_torch(int threads, int warmup, int steps, const std::string& extra_args) {
   torch_result r;
-  const std::string python = "/usr/bin/python3";
-  const std::string script = std::string(STRATA_SOURCE_DIR) + "/tools/bench/lm_step_torch.py";
-  if (access(python.c_str(), X_OK) != 0) {
+  const char* python_env = std::getenv("STRATA_PYTHON");
+  const char* source_env = std::getenv("STRATA_SOURCE_DIR");
+  const std::string python = python_env != nullptr && *python_env != '\0' ? python_env : "/usr/bin/python3";
+  const std::string script =
+      std::string(source_env != nullptr && *source_env != '\0' ? source_env : STRATA_SOURCE_DIR) +
+      "/tools/bench/lm_step_torch.py";
+  // A bare name (STRATA_PYTHON=python3) is looked up on PATH by the shell.
+  if (python.find('/') != std::string::npos && access(python.c_str(), X_OK) != 0) {
     r.why = python + " is not installed";
     return r;
   }
@@ -22,8 +28,9 @@ torch_result run_torch(int threads, int warmup, int steps) {
     r.why = script + " is missing";
     return r;
   }
-  const std::string cmd = python + " '" + script + "' --json --threads " + std::to_string(threads) +
-                          " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) + " 2>&1";
+  const std::string cmd = "'" + python + "' '" + script + "' --json --threads " + std::to_string(threads) +
+                          " --steps " + std::to_string(steps) + " --warmup " + std::to_string(warmup) +
+                          (extra_args.empty() ? "" : " " + extra_args) + " 2>&1";
   FILE* p = popen(cmd.c_str(), "r");
   if (p == nullptr) {
     r.why = "could not start " + python;

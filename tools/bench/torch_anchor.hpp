@@ -12,8 +12,11 @@ struct torch_result {
   std::string version;
 };
 
-/// Runs tools/bench/lm_step_torch.py with Debian's interpreter (the seed LM step on the CPU);
-/// never fails the caller: `ok` is false with `why` when PyTorch is unavailable.
-torch_result run_torch(int threads, int warmup, int steps);
+/// Runs tools/bench/lm_step_torch.py (the seed LM step; on the CPU unless `extra_args` say
+/// otherwise, e.g. "--device cuda --vocab 96") with Debian's interpreter, or the one named by the
+/// environment variable STRATA_PYTHON; the script is looked for under STRATA_SOURCE_DIR when that
+/// variable is set (a build carried to another machine), else in the source tree it was built
+/// from. Never fails the caller: `ok` is false with `why` when PyTorch is unavailable.
+torch_result run_torch(int threads, int warmup, int steps, const std::string& extra_args = {});
 
 }  // namespace strata::bench

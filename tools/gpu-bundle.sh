@@ -1,0 +1,73 @@
+#!/usr/bin/env bash
+# Packs what tools/gpu-check.sh runs on a lent GPU machine, whose image has CUDA, cuDNN and
+# PyTorch but none of the Debian packages strata builds against (and nothing can be fetched
+# there): the cuda test programs, strata-bench-lm-gpu and lstm_lm, built here with CUDA, with the
+# shared libraries they need beyond glibc, cuBLAS and cuDNN, and a training corpus. The result,
+# .gpu-bundle/strata-gpu.tar.xz, is ignored by git; a device call carries it:
+#   run(command="tools/gpu-check.sh", carry=[".gpu-bundle"], timeout_s=...)
+#
+#   usage: tools/gpu-bundle.sh [build-dir]     (default build, as tools/setup.sh configures it)
+set -euo pipefail
+cd "$(dirname "$0")/.."
+build=${1:-build}
+jobs=${JOBS:-2}
+die() { echo "gpu-bundle: $*" >&2; exit 1; }
+
+command -v nvcc >/dev/null 2>&1 || [ -x /usr/local/cuda/bin/nvcc ] || die "no nvcc here: the bundle needs a CUDA build."
+if [ ! -f "$build/CMakeCache.txt" ]; then
+  cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON >/dev/null
+fi
+cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
+[ "$(cache STRATA_CUDA)" = ON ] || die "$build is configured with STRATA_CUDA=$(cache STRATA_CUDA); expected ON."
+[ "$(cache CMAKE_BUILD_TYPE)" = Release ] || die "$build is a '$(cache CMAKE_BUILD_TYPE)' build; expected Release (timings)."
+arch=$(grep -ho -- '--generate-code=[^ ]*' "$build"/kernels/CMakeFiles/*/flags.make 2>/dev/null | sort -u | paste -sd' ' -)
+case "$arch" in
+  *sm_90*) ;;
+  *) die "$build compiles CUDA as '${arch:-nothing}'; the H200 needs sm_90 (CMAKE_CUDA_ARCHITECTURES=90)." ;;
+esac
+
+programs=(tests/kernels_cuda/test_kernels_cuda tests/device/test_device_cuda tests/actors/test_kvstore_cuda
+          tests/lm/test_lm_cuda tools/bench/strata-bench-lm-gpu samples/lstm_lm/lstm_lm)
+targets=()
+for p in "${programs[@]}"; do targets+=("$(basename "$p")"); done
+nice cmake --build "$build" -j"$jobs" --target "${targets[@]}"
+
+stage=$(mktemp -d)
+trap 'rm -rf "$stage"' EXIT
+mkdir -p "$stage/bin" "$stage/lib" "$stage/lib-compat" "$stage/lib-cuda"
+for p in "${programs[@]}"; do
+  [ -x "$build/$p" ] || die "$build/$p was not built (is cuDNN there for strata-bench-lm-gpu?)."
+  cp "$build/$p" "$stage/bin/"
+done
+
+# Shared libraries: glibc's and the driver's stay; cuBLAS and cuDNN are the image's (too large to
+# carry, and PyTorch there ships them); libcudart goes along as a fallback; libstdc++ and libgcc_s
+# go to lib-compat, used only where the image's are older than Debian 12's.
+for f in "$stage"/bin/*; do
+  ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
+done | sort -u | while read -r name path; do
+  case "$name" in
+    libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|libresolv.so.*|libcuda.so.*) ;;
+    libcublas*|libcudnn*) ;;
+    libcudart.so.*) cp -L "$path" "$stage/lib-cuda/$name" ;;
+    libstdc++.so.*|libgcc_s.so.*) cp -L "$path" "$stage/lib-compat/$name" ;;
+    *) cp -L "$path" "$stage/lib/$name" ;;
+  esac
+done
+
+# The corpus lstm_lm trains on by default here (the image has no fortunes package).
+corpus_files=$(ls /usr/share/games/fortunes/* 2>/dev/null | grep -v -E '\.(dat|u8)$' || true)
+[ -n "$corpus_files" ] || die "no /usr/share/games/fortunes here (apt-get install fortunes): the bundle's corpus comes from it."
+for f in $corpus_files; do [ -f "$f" ] && cat "$f"; done >"$stage/corpus.txt"
+
+{
+  echo "strata $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!.gpu-bundle' || echo '+changes'), built $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release; echo "$PRETTY_NAME")"
+  echo "nvcc: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -1 || nvcc --version | tail -1)"
+  echo "CUDA code: $arch"
+  (cd "$stage" && find . -type f | sort | xargs ls -l | awk '{print $5, $9}')
+} >"$stage/MANIFEST"
+
+mkdir -p .gpu-bundle
+XZ_OPT=${XZ_OPT:--6 -T0} tar -cJf .gpu-bundle/strata-gpu.tar.xz.tmp -C "$stage" .
+mv .gpu-bundle/strata-gpu.tar.xz.tmp .gpu-bundle/strata-gpu.tar.xz
+echo "gpu-bundle: .gpu-bundle/strata-gpu.tar.xz, $(du -h .gpu-bundle/strata-gpu.tar.xz | cut -f1) ($(head -1 "$stage/MANIFEST"))"
