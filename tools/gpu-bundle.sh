@@ -56,9 +56,10 @@ done | sort -u | while read -r name path; do
 done
 
 # The corpus lstm_lm trains on by default here (the image has no fortunes package).
-corpus_files=$(ls /usr/share/games/fortunes/* 2>/dev/null | grep -v -E '\.(dat|u8)$' || true)
-[ -n "$corpus_files" ] || die "no /usr/share/games/fortunes here (apt-get install fortunes): the bundle's corpus comes from it."
-for f in $corpus_files; do [ -f "$f" ] && cat "$f"; done >"$stage/corpus.txt"
+for f in /usr/share/games/fortunes/*; do
+  case "$f" in *.dat|*.u8) ;; *) [ -f "$f" ] && cat "$f" ;; esac
+done >"$stage/corpus.txt"
+[ -s "$stage/corpus.txt" ] || die "no /usr/share/games/fortunes here (apt-get install fortunes): the bundle's corpus comes from it."
 
 {
   echo "strata $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!.gpu-bundle' || echo '+changes'), built $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release; echo "$PRETTY_NAME")"

@@ -14,7 +14,7 @@
 #   (default build-gpu), for a machine that has the build dependencies.
 # Logs go to $OUT when it is set (the device tool brings that folder back), else to the build dir.
 set -u
-cd "$(dirname "$0")/.."
+cd "$(dirname "$0")/.." || exit 1
 src=$PWD
 jobs=${JOBS:-16}
 declare -a rows=()
