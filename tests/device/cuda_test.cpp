@@ -10,6 +10,7 @@
 #include <algorithm>
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <iostream>
 #include <map>
 #include <memory>
@@ -324,6 +325,26 @@ BOOST_AUTO_TEST_CASE(dropping_a_device_with_undelivered_records_neither_crashes_
   std::lock_guard lk(log.mu);
   BOOST_REQUIRE(log.names.size() == 1u);
   BOOST_TEST(log.names[0] == "after");
+}
+
+BOOST_AUTO_TEST_CASE(a_failing_launch_reaches_later_callbacks_events_and_synchronize_and_skips_later_work) {
+  auto d = make_devices("cuda:0");
+  auto s = d[0].create_stream();
+  auto other = d[0].create_stream();
+  bool later_ran = false;
+  s.launch({.name = "fails", .cuda = [](const cuda_launch_context&) { throw std::runtime_error("launch exploded"); }});
+  s.launch({.name = "later", .cuda = [&](const cuda_launch_context&) { later_ran = true; }});
+  event e = s.record();
+  std::promise<std::exception_ptr> seen;
+  auto f = seen.get_future();
+  s.on_complete([&](std::exception_ptr err) { seen.set_value(err); });
+  BOOST_REQUIRE(f.wait_for(std::chrono::seconds(10)) == std::future_status::ready);
+  BOOST_TEST(static_cast<bool>(f.get()));
+  BOOST_CHECK_THROW(s.synchronize(), std::runtime_error);
+  BOOST_CHECK_THROW(e.synchronize(), std::runtime_error);
+  BOOST_TEST(!later_ran);
+  other.wait(e);  // the error travels to a waiting stream (a native event wait)
+  BOOST_CHECK_THROW(other.synchronize(), std::runtime_error);
 }
 
 BOOST_AUTO_TEST_CASE(a_cuda_stream_rejects_work_without_a_cuda_implementation) {

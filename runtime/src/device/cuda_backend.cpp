@@ -520,26 +520,26 @@ class cuda_device;
 class cuda_stream final : public stream_impl {
  public:
   cuda_stream(std::shared_ptr<device_impl> dev, stream_priority p);
-  ~cuda_stream() override {
-    try {
-      current_device cd(gpu_);
-      if (blas_) cublasDestroy(blas_);
-      if (stream_) cudaStreamDestroy(stream_);  // returns at once; resources go when work ends
-    } catch (...) {
-    }
-  }
+  ~cuda_stream() override;
 
   void launch(kernel_work work) override {
     if (!work.cuda)
       throw_invalid("stream::launch on " + device->props.name + ": kernel \"" + work.name +
                     "\" has no cuda implementation (kernel_work::cuda is empty)");
+    // As on cpu: what the launcher throws becomes the stream's sticky error (synchronize, events
+    // and callbacks report it), and items after it are skipped.
     submit([this, w = std::move(work)] {
-      issue_observed(w.name, w.kind, w.flops, w.bytes, [&] {
-        cuda_launch_context c{.stream = stream_, .cublas = blas_, .gpu = gpu_};
-        w.cuda(c);
-        auto e = cudaGetLastError();
-        if (e != cudaSuccess) fail("kernel \"" + w.name + "\" launch", e);
-      });
+      if (error_) return;
+      try {
+        issue_observed(w.name, w.kind, w.flops, w.bytes, [&] {
+          cuda_launch_context c{.stream = stream_, .cublas = blas_, .gpu = gpu_};
+          w.cuda(c);
+          auto e = cudaGetLastError();
+          if (e != cudaSuccess) fail("kernel \"" + w.name + "\" launch", e);
+        });
+      } catch (...) {
+        error_ = std::current_exception();
+      }
     });
   }
 
@@ -740,6 +740,21 @@ class cuda_device final : public device_impl {
 
 cuda_device& cuda_stream::dev() const { return static_cast<cuda_device&>(*device); }
 
+cuda_stream::~cuda_stream() {
+  // The last reference can drop on CUDA's callback thread (a host function's captures), where
+  // CUDA calls are not allowed: the handles are destroyed on the device's issuer thread.
+  auto destroy = [gpu = gpu_, blas = blas_, stream = stream_] {
+    current_device cd(gpu);
+    if (blas) cublasDestroy(blas);
+    if (stream) cudaStreamDestroy(stream);  // returns at once; resources go when work ends
+  };
+  try {
+    dev().ctx->issuer.post(std::move(destroy));
+  } catch (...) {
+    // Out of memory: the handles leak, which is harmless.
+  }
+}
+
 cuda_stream::cuda_stream(std::shared_ptr<device_impl> d, stream_priority p) : stream_impl(std::move(d), p) {
   gpu_state_ = dev().gpu;
   reporter_ = &dev().reporter;
@@ -776,6 +791,7 @@ void cuda_stream::record(event_impl& e) {
       std::shared_ptr<void>(nullptr, [g, native, timing](void*) { g->give_event(native, event_use_of(timing)); });
   submit([this, p, native] {
     check(cudaEventRecord(native, stream_), "cudaEventRecord");
+    p->native_error = error_;
     p->native_recorded.store(true, std::memory_order_release);
     fire_later(p);
   });
@@ -790,6 +806,7 @@ void cuda_stream::wait(std::shared_ptr<event_point> p) {
     }
     if (p->native && p->native_recorded.load(std::memory_order_acquire)) {
       check(cudaStreamWaitEvent(stream_, static_cast<cudaEvent_t>(p->native), 0), "cudaStreamWaitEvent");
+      if (p->native_error && !error_) error_ = p->native_error;  // a stream that waits adopts the error
       return;
     }
     // Another backend's event (or a cuda record still queued): hold later work on the host side.

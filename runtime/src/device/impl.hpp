@@ -45,6 +45,9 @@ class event_point {
   int native_gpu = -1;
   bool native_timing = false;
   std::atomic<bool> native_recorded{false};
+  /// cuda: the recording stream's sticky error when the record was issued (written before
+  /// native_recorded is set), adopted by streams that wait on the native event.
+  std::exception_ptr native_error;
   std::shared_ptr<void> native_owner;
 
  private:
