@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cerrno>
 #include <cstring>
+#include <deque>
 #include <fstream>
 #include <iterator>
 #include <exception>
@@ -260,6 +261,56 @@ std::vector<checkpoint_entry> parse_checkpoint(const std::string& bytes, const s
   return entries;
 }
 
+/// A checkpoint read and checked whole: its keys are of one kind (`int_keys`, empty for no keys).
+struct checkpoint {
+  std::vector<checkpoint_entry> entries;
+  std::optional<bool> int_keys;
+};
+
+/// Reads `path` on the calling thread (a checkpoint load is a program edge) and checks all of it.
+expected<checkpoint> read_checkpoint(const std::string& path) {
+  std::ifstream file(path, std::ios::binary);
+  if (!file) return bad("kvstore load: cannot open checkpoint \"" + path + "\": " + std::strerror(errno) + ".");
+  std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
+  checkpoint c;
+  try {
+    c.entries = parse_checkpoint(bytes, path);
+  } catch (const std::exception& e) {
+    return bad(e.what());
+  }
+  for (const auto& e : c.entries) {
+    if (c.int_keys && *c.int_keys != e.key.is_int())
+      return bad("kvstore load: checkpoint \"" + path + "\" mixes integer and string keys; expected one kind.");
+    c.int_keys = e.key.is_int();
+  }
+  return c;
+}
+
+std::string checkpoint_bytes(const std::vector<checkpoint_entry>& entries) {
+  std::string out(checkpoint_magic, 8);
+  put<std::uint64_t>(out, entries.size());
+  for (const auto& e : entries) {
+    if (e.key.is_int()) {
+      put<std::uint8_t>(out, 0);
+      put<std::int64_t>(out, std::get<0>(e.key.value()));
+    } else {
+      const auto& name = std::get<1>(e.key.value());
+      put<std::uint8_t>(out, 1);
+      put<std::uint64_t>(out, name.size());
+      out += name;
+    }
+    put<std::uint64_t>(out, e.version);
+    put<std::int64_t>(out, e.step);
+    put<std::uint64_t>(out, e.shape.size());
+    for (auto d : e.shape) put<std::int64_t>(out, d);
+    put<std::uint64_t>(out, e.arrays.size() - 1);
+    for (const auto& a : e.arrays) out.append(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(float));
+  }
+  put<std::uint64_t>(out, fnv1a(out, out.size()));
+  out.append(checkpoint_end, 8);
+  return out;
+}
+
 /// Writes `bytes` to `path` atomically: `path`.tmp, fsync, rename, fsync of the directory.
 void write_atomically(const std::string& path, const std::string& bytes) {
   const std::string tmp = path + ".tmp";
@@ -291,6 +342,16 @@ void write_atomically(const std::string& path, const std::string& bytes) {
     (void)::fsync(dfd);  // makes the rename durable; a failure here leaves a valid file either way
     ::close(dfd);
   }
+}
+
+/// Writes a checkpoint of `entries` (in key order, as a store holds them) to `path`, atomically.
+expected<void> write_checkpoint(const std::string& path, const std::vector<checkpoint_entry>& entries) {
+  try {
+    write_atomically(path, checkpoint_bytes(entries));
+  } catch (const std::exception& e) {
+    return error(errc::runtime_failure, e.what());
+  }
+  return {};
 }
 
 // ---- validation, shared by the store and the sharded store's router ---------------------------
@@ -464,6 +525,36 @@ struct shard_request {
   std::uint64_t origin = 0;
 };
 
+/// A snapshot of every chunk key (value, version, optimizer state), taken after the work queued
+/// before it (a barrier). Reply: `std::vector<checkpoint_entry>`.
+struct shard_save {};
+/// What a store loads as `key` (the caller's key `label`): elements [offset, offset + numel(shape))
+/// of each array of entry `entry` of a checkpoint.
+struct checkpoint_piece {
+  kvstore_key key = 0;
+  kvstore_key label = 0;
+  std::size_t entry = 0;
+  std::size_t offset = 0;
+  std::vector<std::int64_t> shape;
+};
+/// Stages a shard's part of a checkpoint (a barrier); its keys change only with `shard_commit`.
+struct shard_load {
+  std::shared_ptr<const std::vector<checkpoint_entry>> file;
+  std::vector<checkpoint_piece> pieces;
+};
+/// Swaps the staged keys in (`keep`) or drops them. No reply.
+struct shard_commit {
+  bool keep = false;
+};
+
+/// A store's snapshot for a `kvstore_save`, posted from the stream's completion thread so that
+/// the file is written on the actor's thread.
+struct checkpoint_taken {
+  std::string path;
+  expected<std::vector<checkpoint_entry>> entries;
+  response_promise<unit_t> promise;
+};
+
 /// A store's stream finished the work of one request (posted by `send_on_complete`).
 struct request_done {};
 
@@ -522,45 +613,43 @@ public:
           });
           return std::vector<tensor>{};
         },
-        [this](kvstore_set_updater& m) -> expected<unit_t> {
-          auto p = make_response_promise<unit_t>();
-          admit(0, true, {}, [this, m = std::move(m), p](const error* stopped) mutable {
-            if (stopped) return p.deliver(*stopped);
+        [this](kvstore_set_updater& m) {
+          return barrier<unit_t>([this, m = std::move(m)](response_promise<unit_t>& p) mutable {
             if (m.updater) rule_ = std::move(m.updater);
             else rule_ = std::monostate{};
             p.deliver(unit);
           });
-          return unit;
         },
-        [this](kvstore_set_optimizer& m) -> expected<unit_t> {
-          auto p = make_response_promise<unit_t>();
-          admit(0, true, {}, [this, m = std::move(m), p](const error* stopped) mutable {
-            if (stopped) return p.deliver(*stopped);
+        [this](kvstore_set_optimizer& m) {
+          return barrier<unit_t>([this, m = std::move(m)](response_promise<unit_t>& p) {
             std::visit([this](const auto& o) { rule_ = o; }, m.options);
             for (auto& [key, state] : keys_) state.optimizer_state.clear();  // a new optimizer starts fresh
             p.deliver(unit);
           });
-          return unit;
         },
-        [this](kvstore_save& m) -> expected<unit_t> {
-          auto p = make_response_promise<unit_t>();
-          admit(0, true, {}, [this, m = std::move(m), p](const error* stopped) mutable {
-            if (stopped) return p.deliver(*stopped);
-            fail_on_error(p, guarded("save", [&] { return on_save(m, p); }));
+        [this](kvstore_save& m) {
+          return barrier<unit_t>([this, path = m.path](response_promise<unit_t>& p) {
+            snapshot(p, [sys = &system(), me = self(), path, p](expected<std::vector<checkpoint_entry>> taken) mutable {
+              (void)sys->send(me, checkpoint_taken{path, std::move(taken), p});
+            });
           });
-          return unit;
         },
-        [this](kvstore_load& m) -> expected<unit_t> {
-          auto p = make_response_promise<unit_t>();
-          admit(0, true, {}, [this, m = std::move(m), p](const error* stopped) mutable {
-            if (stopped) return p.deliver(*stopped);
-            try {
-              fail_on_error(p, on_load(m, p));
-            } catch (const std::exception& e) {
-              p.deliver(error(errc::invalid_argument, e.what()));
-            }
+        [](checkpoint_taken& m) {
+          auto written = m.entries ? write_checkpoint(m.path, *m.entries) : expected<void>(m.entries.error());
+          written ? m.promise.deliver(unit) : m.promise.deliver(written.error());
+        },
+        [this](kvstore_load& m) {
+          return barrier<unit_t>([this, path = m.path](response_promise<unit_t>& p) {
+            auto file = read_checkpoint(path);
+            if (!file) return p.deliver(file.error());
+            std::vector<checkpoint_piece> pieces;
+            for (std::size_t i = 0; i < file->entries.size(); ++i)
+              pieces.push_back({file->entries[i].key, file->entries[i].key, i, 0, file->entries[i].shape});
+            stage(p, file->entries, pieces, [this, kind = file->int_keys](auto& staged) {
+              keys_ = std::move(staged);
+              int_keys_ = kind;
+            });
           });
-          return unit;
         },
         [this](kvstore_version& m) -> expected<std::uint64_t> {
           auto p = make_response_promise<std::uint64_t>();
@@ -601,6 +690,25 @@ public:
                                      [&] { return on_shard_request(m, p); }));
           });
           return unit;
+        },
+        [this](shard_save&) {
+          return barrier<std::vector<checkpoint_entry>>([this](response_promise<std::vector<checkpoint_entry>>& p) {
+            snapshot(p, [p](expected<std::vector<checkpoint_entry>> taken) mutable {
+              taken ? p.deliver(std::move(*taken)) : p.deliver(taken.error());
+            });
+          });
+        },
+        [this](shard_load& m) {
+          return barrier<unit_t>([this, m = std::move(m)](response_promise<unit_t>& p) {
+            stage(p, *m.file, m.pieces, [this](auto& staged) { staged_ = std::move(staged); });
+          });
+        },
+        [this](const shard_commit& m) {
+          if (m.keep && staged_) {
+            keys_ = std::move(*staged_);
+            int_keys_ = true;
+          }
+          staged_.reset();
         },
         [this](const request_done&) { finished_one(); },
         [this](const device_failure&) { finished_one(); },  // the replies carry the failure
@@ -656,6 +764,17 @@ private:
   }
 
   // ---- the ready queue ---------------------------------------------------------------------
+
+  /// Queues a barrier (nothing overtakes it, it overtakes nothing); `body(p)` runs when served.
+  template <class R, class F>
+  expected<R> barrier(F body) {
+    auto p = make_response_promise<R>();
+    admit(0, true, {}, [p, body = std::move(body)](const error* stopped) mutable {
+      if (stopped) return p.deliver(*stopped);
+      body(p);
+    });
+    return R{};
+  }
 
   void admit(int priority, bool barrier, std::vector<kvstore_key> keys, request_run run) {
     admit_from(current_sender().id(), priority, barrier, std::move(keys), std::move(run));
@@ -802,88 +921,59 @@ private:
 
   // ---- checkpoints -------------------------------------------------------------------------
 
-  expected<void> on_save(kvstore_save& m, response_promise<unit_t>& p) {
-    if (device_.kind() != device_kind::cpu)
-      return bad("kvstore save: the store is on " + device_.name() + ", whose tensors " +
-                 (device_.kind() == device_kind::sim ? "hold no data" : "are not host memory") + "; expected a cpu store.");
-    struct snapshot {
-      kvstore_key key;
-      std::uint64_t version;
-      std::int64_t step;
-      std::vector<tensor> arrays;
-    };
-    std::vector<snapshot> snap;
-    for (const auto& [key, state] : keys_) {
-      snapshot e{key, state.version, state.step, {state.value}};
-      for (const auto& t : state.optimizer_state) e.arrays.push_back(t);
-      snap.push_back(std::move(e));
-    }
-    auto status = std::make_shared<work_status>();
-    stream_.launch({.name = "kvstore_save", .kind = work_kind::copy, .cpu = [snap, path = m.path, status] {
-                      try {
-                        std::string out(checkpoint_magic, 8);
-                        put<std::uint64_t>(out, snap.size());
-                        for (const auto& e : snap) {
-                          if (e.key.is_int()) {
-                            put<std::uint8_t>(out, 0);
-                            put<std::int64_t>(out, std::get<0>(e.key.value()));
-                          } else {
-                            const auto& name = std::get<1>(e.key.value());
-                            put<std::uint8_t>(out, 1);
-                            put<std::uint64_t>(out, name.size());
-                            out += name;
-                          }
-                          put<std::uint64_t>(out, e.version);
-                          put<std::int64_t>(out, e.step);
-                          put<std::uint64_t>(out, e.arrays[0].rank());
-                          for (auto d : e.arrays[0].shape()) put<std::int64_t>(out, d);
-                          put<std::uint64_t>(out, e.arrays.size() - 1);
-                          for (const auto& t : e.arrays)
-                            out.append(static_cast<const char*>(t.raw_data()), t.bytes());
-                        }
-                        put<std::uint64_t>(out, fnv1a(out, out.size()));
-                        out.append(checkpoint_end, 8);
-                        write_atomically(path, out);
-                      } catch (const std::exception& e) {
-                        status->fail(e.what());
-                      }
-                    }});
-    reply_when_done(p, status);
-    return {};
-  }
-
-  /// Reads and checks the whole file first (a checkpoint load is a program edge: the blocking
-  /// read on this actor's thread is accepted), then swaps the keys in.
-  expected<void> on_load(kvstore_load& m, response_promise<unit_t>& p) {
-    std::ifstream file(m.path, std::ios::binary);
-    if (!file) return bad("kvstore load: cannot open checkpoint \"" + m.path + "\": " + std::strerror(errno) + ".");
-    std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
-    auto entries = parse_checkpoint(bytes, m.path);
-    std::optional<bool> kind;
-    for (const auto& e : entries) {
-      if (kind && *kind != e.key.is_int())
-        return bad("kvstore load: checkpoint \"" + m.path + "\" mixes integer and string keys; expected one kind.");
-      kind = e.key.is_int();
-    }
-    std::map<kvstore_key, key_state> loaded;
-    for (auto& e : entries) {
-      key_state state;
-      state.label = e.key;
-      state.version = e.version;
-      state.step = e.step;
-      for (std::size_t a = 0; a < e.arrays.size(); ++a) {
-        auto t = tensor::from_host<float>(std::span<const float>(e.arrays[a]), e.shape, device_, stream_);
-        if (a == 0) state.value = std::move(t);
-        else state.optimizer_state.push_back(std::move(t));
+  /// Copies every key's value and optimizer state to the host after the work queued before (a
+  /// cuda store: device-to-host copies on its stream), then calls `done` with them, or with the
+  /// stream's error, on the stream's completion thread: `done` must be quick. The keys are this
+  /// store's (a shard's chunk keys). A save that cannot start fails `p`.
+  template <class R>
+  void snapshot(response_promise<R>& p, std::function<void(expected<std::vector<checkpoint_entry>>)> done) {
+    fail_on_error(p, guarded("save", [&]() -> expected<void> {
+      if (device_.kind() == device_kind::sim)
+        return bad("kvstore save: the store is on " + device_.name() +
+                   ", whose tensors hold no data; expected a cpu or cuda store.");
+      auto entries = std::make_shared<std::vector<checkpoint_entry>>();
+      for (const auto& [key, state] : keys_) {
+        auto& e = entries->emplace_back(checkpoint_entry{key, state.version, state.step, state.value.shape(), {}});
+        std::vector<tensor> arrays{state.value};
+        arrays.insert(arrays.end(), state.optimizer_state.begin(), state.optimizer_state.end());
+        for (const auto& t : arrays) {  // the copies write into buffers that stay put when vectors move
+          e.arrays.emplace_back(static_cast<std::size_t>(t.numel()));
+          (void)t.copy_to_host(e.arrays.back().data(), stream_);
+        }
       }
-      loaded.emplace(std::move(e.key), std::move(state));
-    }
-    keys_ = std::move(loaded);
-    int_keys_ = kind;
-    reply_when_done(p, nullptr);
-    return {};
+      stream_.on_complete([entries, done = std::move(done)](std::exception_ptr e) {
+        if (e) done(error(errc::runtime_failure, "kvstore save: device work failed: " + stream_failure(e)));
+        else done(std::move(*entries));
+      });
+      return {};
+    }));
   }
 
+  /// Makes tensors of this store for `pieces` of a checkpoint (copies on its stream, so ordered
+  /// before any later work), hands them to `keep`, and answers `p` once the copies are done.
+  void stage(response_promise<unit_t>& p, const std::vector<checkpoint_entry>& file,
+             const std::vector<checkpoint_piece>& pieces,
+             const std::function<void(std::map<kvstore_key, key_state>&)>& keep) {
+    fail_on_error(p, guarded("load", [&] {
+      std::map<kvstore_key, key_state> staged;
+      for (const auto& piece : pieces) {
+        const checkpoint_entry& e = file[piece.entry];
+        key_state state{.version = e.version, .step = e.step, .label = piece.label};
+        std::size_t n = 1;
+        for (auto d : piece.shape) n *= static_cast<std::size_t>(d);
+        for (const auto& a : e.arrays) {
+          auto values = std::span<const float>(a).subspan(piece.offset, n);
+          auto t = tensor::from_host<float>(values, piece.shape, device_, stream_);
+          if (!state.value.valid()) state.value = std::move(t);
+          else state.optimizer_state.push_back(std::move(t));
+        }
+        staged.emplace(piece.key, std::move(state));
+      }
+      keep(staged);
+      reply_when_done(p, nullptr);
+      return expected<void>{};
+    }));
+  }
 
   // ---- device work -------------------------------------------------------------------------
 
@@ -1131,6 +1221,7 @@ private:
   stream stream_;
   store_place place_;
   std::map<kvstore_key, key_state> keys_;
+  std::optional<std::map<kvstore_key, key_state>> staged_;  // a shard's part of a load, until shard_commit
   std::optional<bool> int_keys_;  // kind of the keys held, once the first key is stored
   update_rule rule_;
   std::vector<parked_pull> parked_;
@@ -1146,85 +1237,51 @@ private:
 /// Keys are spread round robin over the shards in init order; a key of more than `chunk_bytes`
 /// becomes contiguous chunks on consecutive shards. Each chunk is a key of its own on its shard
 /// (an integer the router assigns), read and written in place through `slice_ref`s.
+///
+/// Checkpoints: a save gathers every shard's snapshot (a barrier on each shard) and writes the
+/// caller's keys, chunks joined, in one store's format; a load checks the whole file, then stages
+/// each shard's part and commits on every shard only when all have staged it. While a save or
+/// load is in progress the router holds the requests that arrive and serves them afterwards.
 class kvstore_router final : public actor {
 public:
   kvstore_router(kvstore_options options, std::vector<actor_ref> shards, store_place place)
       : options_(std::move(options)), shards_(std::move(shards)), place_(std::move(place)) {}
 
+private:
+  /// A handler of a public request: `body(m, p, sender id)` runs now or, during a checkpoint,
+  /// once it is over (in arrival order).
+  template <class R, class M>
+  auto serve(void (kvstore_router::*body)(M&, response_promise<R>&, std::uint64_t)) {
+    return [this, body](M& m) -> expected<R> {
+      auto p = make_response_promise<R>();
+      const auto origin = current_sender().id();
+      if (!checkpointing_) (this->*body)(m, p, origin);
+      else held_.push_back([this, body, m = std::move(m), p, origin]() mutable { (this->*body)(m, p, origin); });
+      return R{};
+    };
+  }
+  /// Ends a checkpoint: serves the requests held meanwhile, until one starts another checkpoint.
+  void resume() {
+    checkpointing_ = false;
+    while (!checkpointing_ && !held_.empty()) {
+      auto next = std::move(held_.front());
+      held_.pop_front();
+      next();
+    }
+  }
+
+public:
   behavior make_behavior() override {
     return {
-        [this](kvstore_init& m) -> expected<unit_t> {
-          std::optional<bool> kind = int_keys_;
-          if (auto r = check_init(m, kind, shape_of(), place_); !r) return r.error();
-          int_keys_ = kind;
-          std::vector<shard_init> parts(shards_.size());
-          for (std::size_t i = 0; i < m.keys.size(); ++i) {
-            const placement& pl = place_key(m.keys[i], m.values[i].shape());
-            for (const auto& c : pl.chunks) {
-              auto& part = parts[c.shard];
-              part.keys.emplace_back(c.sub_key);
-              part.values.push_back(slice_ref{m.values[i], c.offset});
-              part.lengths.push_back(static_cast<std::int64_t>(c.length));
-              part.labels.push_back(m.keys[i]);
-            }
-          }
-          auto p = make_response_promise<unit_t>();
-          auto g = gather([p](const error* e) mutable { e ? p.deliver(*e) : p.deliver(unit); });
-          for (std::size_t s = 0; s < parts.size(); ++s)
-            if (!parts[s].keys.empty()) ask(s, std::move(parts[s]), g);
-          g->start();
-          return unit;
-        },
-        [this](kvstore_push& m) -> expected<unit_t> {
-          if (auto r = check_existing("push", "value", m.keys, m.values, int_keys_, shape_of(), place_); !r)
-            return r.error();
-          auto parts = requests(m.priority);
-          add_values(parts, m.keys, m.values);
-          auto p = make_response_promise<unit_t>();
-          send_parts(std::move(parts), [p](const error* e) mutable { e ? p.deliver(*e) : p.deliver(unit); });
-          return unit;
-        },
-        [this](kvstore_pull& m) -> expected<std::vector<tensor>> {
-          if (auto r = check_existing("pull", "output", m.keys, m.outs, int_keys_, shape_of(), place_); !r)
-            return r.error();
-          auto parts = requests(m.priority);
-          for (auto& part : parts) part.min_version = m.min_version;
-          add_outs(parts, m.keys, m.outs);
-          auto p = make_response_promise<std::vector<tensor>>();
-          send_parts(std::move(parts), answer_with(p, std::move(m.outs)));
-          return std::vector<tensor>{};
-        },
-        [this](kvstore_pushpull& m) -> expected<std::vector<tensor>> {
-          if (auto r = check_existing("pushpull", "value", m.push.keys, m.push.values, int_keys_, shape_of(), place_);
-              !r)
-            return r.error();
-          if (auto r = check_existing("pushpull", "output", m.pull.keys, m.pull.outs, int_keys_, shape_of(), place_);
-              !r)
-            return r.error();
-          auto parts = requests(m.priority);
-          add_values(parts, m.push.keys, m.push.values);
-          add_outs(parts, m.pull.keys, m.pull.outs);
-          auto p = make_response_promise<std::vector<tensor>>();
-          send_parts(std::move(parts), answer_with(p, std::move(m.pull.outs)));
-          return std::vector<tensor>{};
-        },
-        [this](kvstore_set_updater& m) -> expected<unit_t> { return broadcast(m); },
-        [this](kvstore_set_optimizer& m) -> expected<unit_t> { return broadcast(m); },
-        [this](kvstore_version& m) -> expected<std::uint64_t> {
-          auto it = keys_.find(m.key);
-          if (it == keys_.end()) return bad("kvstore version: key " + m.key.to_string() + " is not initialised.");
-          const chunk& c = it->second.chunks.front();  // every push updates every chunk of a key
-          auto p = make_response_promise<std::uint64_t>();
-          request<std::uint64_t>(shards_[c.shard], shard_timeout, kvstore_version{c.sub_key})
-              .then([p](std::uint64_t v) mutable { p.deliver(v); }, [p](const error& e) mutable { p.deliver(e); });
-          return std::uint64_t{0};
-        },
-        [](const kvstore_save&) -> expected<unit_t> {
-          return bad("kvstore save: a sharded store cannot write checkpoints yet; expected kvstore_options::shards = 1.");
-        },
-        [](const kvstore_load&) -> expected<unit_t> {
-          return bad("kvstore load: a sharded store cannot read checkpoints yet; expected kvstore_options::shards = 1.");
-        },
+        serve(&kvstore_router::on_init),
+        serve(&kvstore_router::on_push),
+        serve(&kvstore_router::on_pull),
+        serve(&kvstore_router::on_pushpull),
+        serve(&kvstore_router::on_broadcast<kvstore_set_updater>),
+        serve(&kvstore_router::on_broadcast<kvstore_set_optimizer>),
+        serve(&kvstore_router::on_version),
+        serve(&kvstore_router::on_save),
+        serve(&kvstore_router::on_load),
     };
   }
 
@@ -1246,6 +1303,129 @@ private:
     std::vector<std::int64_t> shape;
     std::vector<chunk> chunks;
   };
+  using placements = std::map<kvstore_key, placement>;
+
+  void on_init(kvstore_init& m, response_promise<unit_t>& p, std::uint64_t) {
+    std::optional<bool> kind = int_keys_;
+    if (auto r = check_init(m, kind, shape_of(), place_); !r) return p.deliver(r.error());
+    int_keys_ = kind;
+    std::vector<shard_init> parts(shards_.size());
+    for (std::size_t i = 0; i < m.keys.size(); ++i) {
+      const placement& pl = place_key(keys_, m.keys[i], m.values[i].shape());
+      for (const auto& c : pl.chunks) {
+        auto& part = parts[c.shard];
+        part.keys.emplace_back(c.sub_key);
+        part.values.push_back(slice_ref{m.values[i], c.offset});
+        part.lengths.push_back(static_cast<std::int64_t>(c.length));
+        part.labels.push_back(m.keys[i]);
+      }
+    }
+    auto g = gather(answer(p));
+    for (std::size_t s = 0; s < parts.size(); ++s)
+      if (!parts[s].keys.empty()) ask(s, std::move(parts[s]), g);
+    g->start();
+  }
+  void on_push(kvstore_push& m, response_promise<unit_t>& p, std::uint64_t origin) {
+    if (auto r = check_existing("push", "value", m.keys, m.values, int_keys_, shape_of(), place_); !r)
+      return p.deliver(r.error());
+    auto parts = requests(m.priority, origin);
+    add_values(parts, m.keys, m.values);
+    send_parts(std::move(parts), answer(p));
+  }
+  void on_pull(kvstore_pull& m, response_promise<std::vector<tensor>>& p, std::uint64_t origin) {
+    if (auto r = check_existing("pull", "output", m.keys, m.outs, int_keys_, shape_of(), place_); !r)
+      return p.deliver(r.error());
+    auto parts = requests(m.priority, origin);
+    for (auto& part : parts) part.min_version = m.min_version;
+    add_outs(parts, m.keys, m.outs);
+    send_parts(std::move(parts), answer_with(p, std::move(m.outs)));
+  }
+  void on_pushpull(kvstore_pushpull& m, response_promise<std::vector<tensor>>& p, std::uint64_t origin) {
+    if (auto r = check_existing("pushpull", "value", m.push.keys, m.push.values, int_keys_, shape_of(), place_); !r)
+      return p.deliver(r.error());
+    if (auto r = check_existing("pushpull", "output", m.pull.keys, m.pull.outs, int_keys_, shape_of(), place_); !r)
+      return p.deliver(r.error());
+    auto parts = requests(m.priority, origin);
+    add_values(parts, m.push.keys, m.push.values);
+    add_outs(parts, m.pull.keys, m.pull.outs);
+    send_parts(std::move(parts), answer_with(p, std::move(m.pull.outs)));
+  }
+  template <class M>
+  void on_broadcast(M& m, response_promise<unit_t>& p, std::uint64_t) {
+    auto g = gather(answer(p));
+    for (std::size_t s = 0; s < shards_.size(); ++s) ask(s, m, g);
+    g->start();
+  }
+  void on_version(kvstore_version& m, response_promise<std::uint64_t>& p, std::uint64_t) {
+    auto it = keys_.find(m.key);
+    if (it == keys_.end()) return p.deliver(bad("kvstore version: key " + m.key.to_string() + " is not initialised."));
+    const chunk& c = it->second.chunks.front();  // every push updates every chunk of a key
+    request<std::uint64_t>(shards_[c.shard], shard_timeout, kvstore_version{c.sub_key})
+        .then([p](std::uint64_t v) mutable { p.deliver(v); }, [p](const error& e) mutable { p.deliver(e); });
+  }
+
+  /// Every shard's snapshot (chunk keys), joined into the caller's keys and written as one store would.
+  void on_save(kvstore_save& m, response_promise<unit_t>& p, std::uint64_t) {
+    checkpointing_ = true;
+    auto taken = std::make_shared<std::map<std::int64_t, checkpoint_entry>>();  // by chunk key
+    auto g = gather([this, p, taken, path = m.path](const error* e) mutable {
+      auto written = e ? expected<void>(*e) : guarded("save", [&] { return write_checkpoint(path, join(*taken)); });
+      written ? p.deliver(unit) : p.deliver(written.error());
+      resume();
+    });
+    for (std::size_t s = 0; s < shards_.size(); ++s) {
+      ++g->waiting;
+      request<std::vector<checkpoint_entry>>(shards_[s], shard_timeout, shard_save{})
+          .then(
+              [g, taken](std::vector<checkpoint_entry>& part) {
+                for (auto& e : part) taken->emplace(std::get<0>(e.key.value()), std::move(e));
+                g->arrive(nullptr);
+              },
+              [g](const error& e) { g->arrive(&e); });
+    }
+    g->start();
+  }
+  std::vector<checkpoint_entry> join(const std::map<std::int64_t, checkpoint_entry>& taken) const {
+    std::vector<checkpoint_entry> entries;
+    for (const auto& [key, pl] : keys_) {
+      const checkpoint_entry& first = taken.at(pl.chunks.front().sub_key);
+      auto& e = entries.emplace_back(checkpoint_entry{key, first.version, first.step, pl.shape, {}});
+      e.arrays.resize(first.arrays.size());
+      for (const auto& c : pl.chunks)
+        for (std::size_t a = 0; a < e.arrays.size(); ++a) {
+          const auto& part = taken.at(c.sub_key).arrays.at(a);
+          e.arrays[a].insert(e.arrays[a].end(), part.begin(), part.end());
+        }
+    }
+    return entries;
+  }
+
+  /// Checks the whole file, places its keys afresh over the shards, has every shard stage its
+  /// part, then commits on all of them, or, when one failed, drops the staged parts everywhere.
+  void on_load(kvstore_load& m, response_promise<unit_t>& p, std::uint64_t) {
+    auto file = read_checkpoint(m.path);
+    if (!file) return p.deliver(file.error());
+    auto entries = std::make_shared<const std::vector<checkpoint_entry>>(std::move(file->entries));
+    placements loaded;
+    std::vector<shard_load> parts(shards_.size(), shard_load{entries, {}});
+    for (std::size_t i = 0; i < entries->size(); ++i) {
+      const auto& e = (*entries)[i];
+      for (const auto& c : place_key(loaded, e.key, e.shape).chunks)
+        parts[c.shard].pieces.push_back({c.sub_key, e.key, i, c.offset, {static_cast<std::int64_t>(c.length)}});
+    }
+    checkpointing_ = true;
+    auto g = gather([this, p, loaded = std::move(loaded), kind = file->int_keys](const error* e) mutable {
+      for (const auto& s : shards_) send(s, shard_commit{.keep = e == nullptr});
+      if (!e) {
+        keys_ = std::move(loaded);
+        int_keys_ = kind;
+      }
+      e ? p.deliver(*e) : p.deliver(unit);
+      resume();
+    });
+    for (std::size_t s = 0; s < shards_.size(); ++s) ask(s, std::move(parts[s]), g);
+    g->start();
+  }
 
   /// Counts the shards' answers; `done` runs once with the first failure (or null).
   struct gathering {
@@ -1270,6 +1450,9 @@ private:
         .then([g] { g->arrive(nullptr); }, [g](const error& e) { g->arrive(&e); });
   }
 
+  static std::function<void(const error*)> answer(response_promise<unit_t> p) {
+    return [p](const error* e) mutable { e ? p.deliver(*e) : p.deliver(unit); };
+  }
   static std::function<void(const error*)> answer_with(response_promise<std::vector<tensor>> p,
                                                        std::vector<tensor> outs) {
     return [p, outs = std::move(outs)](const error* e) mutable {
@@ -1286,7 +1469,8 @@ private:
     };
   }
 
-  const placement& place_key(const kvstore_key& key, const std::vector<std::int64_t>& shape) {
+  /// Places `key` in `into`: its chunks on the next shards, under new chunk keys.
+  const placement& place_key(placements& into, const kvstore_key& key, const std::vector<std::int64_t>& shape) {
     std::size_t numel = 1;
     for (auto d : shape) numel *= static_cast<std::size_t>(d);
     const std::size_t bytes = numel * sizeof(float);
@@ -1301,14 +1485,14 @@ private:
       ++next_shard_;
       offset += length;
     }
-    return keys_.emplace(key, std::move(pl)).first->second;
+    return into.emplace(key, std::move(pl)).first->second;
   }
 
-  std::vector<shard_request> requests(int priority) const {
+  std::vector<shard_request> requests(int priority, std::uint64_t origin) const {
     std::vector<shard_request> parts(shards_.size());
     for (auto& part : parts) {
       part.priority = priority;
-      part.origin = current_sender().id();
+      part.origin = origin;
     }
     return parts;
   }
@@ -1334,20 +1518,13 @@ private:
       if (!parts[s].push_keys.empty() || !parts[s].pull_keys.empty()) ask(s, std::move(parts[s]), g);
     g->start();
   }
-  template <class M>
-  expected<unit_t> broadcast(const M& m) {
-    auto p = make_response_promise<unit_t>();
-    auto g = gather([p](const error* e) mutable { e ? p.deliver(*e) : p.deliver(unit); });
-    for (std::size_t s = 0; s < shards_.size(); ++s) ask(s, m, g);
-    g->start();
-    return unit;
-  }
-
   kvstore_options options_;
   std::vector<actor_ref> shards_;
   store_place place_;
-  std::map<kvstore_key, placement> keys_;
+  placements keys_;
   std::optional<bool> int_keys_;
+  bool checkpointing_ = false;              // a save or load is in progress
+  std::deque<std::function<void()>> held_;  // requests that arrived meanwhile
   std::int64_t next_sub_key_ = 0;
   std::size_t next_shard_ = 0;
 };

@@ -8,13 +8,18 @@
 
 #include <chrono>
 #include <cstddef>
+#include <cstdio>
+#include <fstream>
 #include <functional>
 #include <future>
 #include <iostream>
+#include <iterator>
 #include <span>
 #include <stdexcept>
 #include <string>
 #include <vector>
+
+#include <unistd.h>
 
 #include "cuda_test_support.hpp"  // tests/kernels_cuda: the GPU precondition, random data, the error measure
 #include "strata/actors/kvstore.hpp"
@@ -123,10 +128,6 @@ BOOST_FIXTURE_TEST_CASE(a_cuda_merge_device_is_accepted_and_tensors_of_another_k
              "kvstore init: the value for key 0 is on cpu:0, which a store on cuda:0#0 cannot read; expected a cuda "
              "tensor.");
   BOOST_TEST(await(kv.init(0, gpu.make(rng.values(numel), shape))).has_value());
-  auto s = await(kv.save("unused.strkv"));
-  BOOST_REQUIRE(!s.has_value());
-  BOOST_TEST(s.error().message() ==
-             "kvstore save: the store is on cuda:0#0, whose tensors are not host memory; expected a cpu store.");
 
   strata::kvstore_client host(sys, strata::spawn_kvstore(sys));
   auto h = await(host.init(0, gpu.make(rng.values(numel), shape, 1)));
@@ -299,6 +300,42 @@ BOOST_FIXTURE_TEST_CASE(a_throwing_updater_fails_that_push_only_on_a_cuda_store,
   auto g = rng.values(numel);
   BOOST_TEST(await(kv.push(1, gpu.make(g, shape, 2))).has_value());
   BOOST_TEST(gpu.read(await(kv.pull(1, gpu.zeros(shape, 1))).value().at(0)) == g, boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(a_cuda_store_saves_values_and_adam_state_that_a_sharded_store_loads_to_go_on, gpu_fixture) {
+  const std::vector<std::int64_t> big{8, 125};
+  auto w = rng.values(1000), small = rng.values(numel);
+  auto grads = arrays(4, 1000), small_grads = arrays(4, numel);
+  int run = 0;
+  same_results({}, on(gpu.devs[0]), gpu, [&](strata::kvstore_client& kv, side& s) {
+    pulls out;
+    const std::string path = "/tmp/strata_kvstore_cuda_" + std::to_string(::getpid()) + "_" + std::to_string(run++);
+    const strata::kernels::adam_options adam{.lr = 0.01, .weight_decay = 0.01};
+    BOOST_TEST(await(kv.init({1, 2}, {s.make(w, big), s.make(small, shape, 1)})).has_value());
+    BOOST_TEST(await(kv.set_optimizer(adam)).has_value());
+    for (std::size_t step = 0; step < 2; ++step)
+      BOOST_TEST(await(kv.push({1, 2}, {s.make(grads[step], big, 1), s.make(small_grads[step], shape, 2)})).has_value());
+    BOOST_REQUIRE(await(kv.save(path)).has_value());  // on the gpu side: copied to the host after the pushes
+    // Shards on the side's devices (1 KiB chunks: key 1 is split) load it and take two more steps.
+    strata::kvstore_client next(sys,
+                                strata::spawn_kvstore(sys, {.shards = 3, .chunk_bytes = 1024, .shard_devices = s.devs}));
+    BOOST_TEST(await(next.set_optimizer(adam)).has_value());
+    BOOST_REQUIRE(await(next.load(path)).has_value());
+    BOOST_TEST(await(next.version(1)).value() == 2u);
+    BOOST_REQUIRE(await(next.save(path + ".again")).has_value());  // chunks copied back and joined: the same bytes
+    auto bytes = [](const std::string& p) {
+      std::ifstream f(p, std::ios::binary);
+      return std::string(std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>());
+    };
+    BOOST_TEST((bytes(path + ".again") == bytes(path)));
+    for (std::size_t step = 2; step < 4; ++step)
+      BOOST_TEST(await(next.push({1, 2}, {s.make(grads[step], big, 2), s.make(small_grads[step], shape, 0)})).has_value());
+    auto outs = await(next.pull({1, 2}, {s.zeros(big, 1), s.zeros(shape, 2)})).value();
+    for (const auto& t : outs) out.push_back(s.read(t));
+    std::remove(path.c_str());
+    std::remove((path + ".again").c_str());
+    return out;
+  });
 }
 
 BOOST_FIXTURE_TEST_CASE(values_and_outputs_on_another_gpu_are_copied_peer_to_peer, fixture,

@@ -1,11 +1,16 @@
 // Contract tests of the kvstore's priority (the store's ready queue) and of sharded stores
 // (keys spread over several store actors, large keys split into chunks): results equal those of
-// one store, bit for bit.
+// one store, bit for bit, and so do their checkpoints.
 
 #include <boost/test/unit_test.hpp>
 
+#include <unistd.h>
+
 #include <chrono>
+#include <filesystem>
+#include <fstream>
 #include <future>
+#include <iterator>
 #include <mutex>
 #include <random>
 #include <string>
@@ -258,7 +263,6 @@ BOOST_FIXTURE_TEST_CASE(a_sharded_store_refuses_bad_requests_with_the_same_sente
   BOOST_REQUIRE(!kind.has_value());
   BOOST_TEST(kind.error().message() ==
              "kvstore pull: key 5 is an integer but this store holds string keys; one store cannot mix key kinds.");
-  BOOST_TEST(!await(kv.save("/tmp/never-written.ckpt")).has_value());
   BOOST_TEST(read(await(kv.pull("3", zeros({2, 3}, 1))).value().at(0)) == w, boost::test_tools::per_element());
   BOOST_TEST(await(kv.version("3")).value() == 0u);
   BOOST_TEST(!await(kv.pull("4", zeros({2, 3}))).has_value());  // the failed init stored nothing
@@ -292,6 +296,265 @@ BOOST_AUTO_TEST_CASE(bad_shard_options_are_refused) {
   strata::actor_system sys(strata::system_config{.worker_threads = 1});
   BOOST_CHECK_THROW(strata::spawn_kvstore(sys, {.shards = 0}), std::invalid_argument);
   BOOST_CHECK_THROW(strata::spawn_kvstore(sys, {.max_in_flight = 0}), std::invalid_argument);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- checkpoints of sharded stores -------------------------------------------------------------
+// A store of N shards (1 being the plain store) writes the file one store writes, byte for byte;
+// a store of M shards loads it and goes on as if it had never stopped (values, versions, Adam's
+// moments and step); a save is a barrier; a bad file or a shard that cannot take its part leaves
+// every shard as it was.
+
+namespace {
+
+std::string temp_path(const std::string& name) {
+  return (std::filesystem::temp_directory_path() / ("strata_kvck_" + std::to_string(::getpid()) + "_" + name)).string();
+}
+std::string slurp(const std::string& path) {
+  std::ifstream f(path, std::ios::binary);
+  return {std::istreambuf_iterator<char>(f), std::istreambuf_iterator<char>()};
+}
+void spit(const std::string& path, const std::string& bytes) {
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+// 1200 B and 280 B: split by 256-byte chunks into 5 and 2 chunks; the last key stays whole.
+const std::vector<std::vector<std::int64_t>> session_shapes = {{10, 30}, {70}, {3}};
+const strata::kernels::adam_options adam{.lr = 0.01, .weight_decay = 0.01};
+constexpr std::size_t rounds = 4;
+
+std::size_t count_of(const std::vector<std::int64_t>& shape) {
+  std::size_t n = 1;
+  for (auto d : shape) n *= static_cast<std::size_t>(d);
+  return n;
+}
+
+/// A session's inputs, drawn once so that every store gets the same.
+struct session {
+  std::vector<strata::kvstore_key> keys;
+  std::vector<std::vector<float>> init;                     // per key
+  std::vector<std::vector<std::vector<float>>> grads;       // per round: two values per key
+};
+
+/// The shared fixture plus one session's steps, run alike on every store.
+struct checkpoint_fixture : fixture {
+  session draw(bool string_keys) {
+    session s;
+    if (string_keys) s.keys = {"emb", "bias", "scale"};
+    else s.keys = {11, 5, 7};
+    for (const auto& shape : session_shapes) s.init.push_back(random(count_of(shape)));
+    for (std::size_t r = 0; r < rounds; ++r) {
+      s.grads.emplace_back();
+      for (std::size_t k = 0; k < 2 * session_shapes.size(); ++k)
+        s.grads.back().push_back(random(count_of(session_shapes[k / 2])));
+    }
+    return s;
+  }
+  /// A store of `shards` (1: the plain store) splitting keys at 256 bytes.
+  strata::actor_ref store(std::size_t shards) { return strata::spawn_kvstore(sys, {.shards = shards, .chunk_bytes = 256}); }
+
+  void start(strata::kvstore_client& kv, const session& s) {
+    std::vector<strata::tensor> values;
+    for (std::size_t k = 0; k < session_shapes.size(); ++k) values.push_back(make(s.init[k], session_shapes[k]));
+    BOOST_REQUIRE(await(kv.init(s.keys, values)).has_value());
+    BOOST_REQUIRE(await(kv.set_optimizer(adam)).has_value());
+  }
+  /// Round `r`: every key gets two values, from two devices (summed, then Adam).
+  strata::kvstore_client::done push(strata::kvstore_client& kv, const session& s, std::size_t r) {
+    std::vector<strata::kvstore_key> keys;
+    std::vector<strata::tensor> values;
+    for (std::size_t k = 0; k < 2 * session_shapes.size(); ++k) {
+      keys.push_back(s.keys[k / 2]);
+      values.push_back(make(s.grads[r][k], session_shapes[k / 2], static_cast<int>(1 + k % 2)));
+    }
+    return kv.push(keys, values);
+  }
+  void push_rounds(strata::kvstore_client& kv, const session& s, std::size_t from, std::size_t to) {
+    for (std::size_t r = from; r < to; ++r) BOOST_REQUIRE(await(push(kv, s, r)).has_value());
+  }
+  std::vector<std::vector<float>> stored(strata::kvstore_client& kv, const session& s) {
+    std::vector<strata::tensor> outs;
+    for (const auto& shape : session_shapes) outs.push_back(make(std::vector<float>(count_of(shape), 0.f), shape, 2));
+    const auto pulled = await(kv.pull(s.keys, outs));
+    std::vector<std::vector<float>> got;
+    for (const auto& t : pulled.value()) got.push_back(t.to_host<float>(streams[2]));
+    return got;
+  }
+  void require_versions(strata::kvstore_client& kv, const session& s, std::uint64_t want) {
+    for (const auto& key : s.keys) BOOST_TEST(await(kv.version(key)).value() == want, "key " << key.to_string());
+  }
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(kvstore_checkpoint_sharded)
+
+BOOST_FIXTURE_TEST_CASE(a_checkpoint_of_n_shards_is_one_stores_file_and_loads_into_m_shards_to_go_on_identically,
+                        checkpoint_fixture) {
+  for (bool string_keys : {false, true}) {
+    const session s = draw(string_keys);
+    // Reference: one plain store, never stopped; its checkpoint after two rounds.
+    strata::kvstore_client ref(sys, store(1));
+    start(ref, s);
+    push_rounds(ref, s, 0, 2);
+    const auto ref_path = temp_path("ref.ckpt");
+    BOOST_REQUIRE(await(ref.save(ref_path)).has_value());
+    const auto at_save = stored(ref, s);
+    push_rounds(ref, s, 2, rounds);
+    const auto at_end = stored(ref, s);
+    for (std::size_t n : {1u, 2u, 3u, 4u}) {
+      const auto path = temp_path("n" + std::to_string(n) + ".ckpt");
+      {
+        strata::kvstore_client kv(sys, store(n));
+        start(kv, s);
+        push_rounds(kv, s, 0, 2);
+        BOOST_REQUIRE(await(kv.save(path)).has_value());
+      }
+      BOOST_TEST_CONTEXT("string keys " << string_keys << ", saved by " << n << " shards") {
+        BOOST_TEST(!std::filesystem::exists(path + ".tmp"));
+        BOOST_TEST((slurp(path) == slurp(ref_path)));
+        for (std::size_t m : {1u, 2u, 3u, 4u}) {
+          BOOST_TEST_CONTEXT("loaded by " << m << " shards") {
+            // Three shards on given devices, the others each on a device of its own.
+            strata::kvstore_client kv(sys, m == 3 ? strata::spawn_kvstore(sys, {.shards = 3, .chunk_bytes = 256,
+                                                                                  .shard_devices = devs})
+                                                  : store(m));
+            BOOST_REQUIRE(await(kv.set_optimizer(adam)).has_value());
+            BOOST_REQUIRE(await(kv.load(path)).has_value());
+            require_versions(kv, s, 2);
+            const auto loaded = stored(kv, s);
+            for (std::size_t k = 0; k < session_shapes.size(); ++k)
+              BOOST_TEST(loaded[k] == at_save[k], boost::test_tools::per_element());
+            push_rounds(kv, s, 2, rounds);  // Adam's moments and step went along: bit for bit
+            const auto got = stored(kv, s);
+            for (std::size_t k = 0; k < session_shapes.size(); ++k)
+              BOOST_TEST(got[k] == at_end[k], boost::test_tools::per_element());
+          }
+        }
+      }
+      std::filesystem::remove(path);
+    }
+    std::filesystem::remove(ref_path);
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(a_save_sees_the_pushes_queued_before_it_and_none_queued_after, checkpoint_fixture) {
+  const session s = draw(false);
+  strata::kvstore_client ref(sys, store(1));
+  start(ref, s);
+  push_rounds(ref, s, 0, 3);
+  const auto want = stored(ref, s);
+  for (std::size_t n : {1u, 3u}) {
+    BOOST_TEST_CONTEXT("shards = " << n) {
+      const auto path = temp_path("inflight.ckpt");
+      strata::kvstore_client kv(sys, store(n));
+      start(kv, s);
+      std::vector<strata::kvstore_client::done> calls;  // none waited for before the last is sent
+      for (std::size_t r = 0; r < 3; ++r) calls.push_back(push(kv, s, r));
+      calls.push_back(kv.save(path));
+      calls.push_back(push(kv, s, 3));
+      for (auto& c : calls) BOOST_REQUIRE(await(std::move(c)).has_value());
+      strata::kvstore_client loaded(sys, store(2));
+      BOOST_REQUIRE(await(loaded.load(path)).has_value());
+      require_versions(loaded, s, 3);
+      const auto got = stored(loaded, s);
+      for (std::size_t k = 0; k < session_shapes.size(); ++k) BOOST_TEST(got[k] == want[k], boost::test_tools::per_element());
+      require_versions(kv, s, 4);
+      std::filesystem::remove(path);
+    }
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(a_truncated_or_corrupt_checkpoint_fails_a_sharded_load_and_leaves_every_shard_unchanged,
+                        checkpoint_fixture) {
+  const auto path = temp_path("bad.ckpt");
+  const session file_keys = draw(true);
+  {
+    strata::kvstore_client writer(sys, store(2));
+    start(writer, file_keys);
+    push_rounds(writer, file_keys, 0, 1);
+    BOOST_REQUIRE(await(writer.save(path)).has_value());
+  }
+  const auto good = slurp(path);
+  const session s = draw(false);
+  strata::kvstore_client kv(sys, store(3));
+  start(kv, s);
+  push_rounds(kv, s, 0, 1);
+  const auto before = stored(kv, s);
+  std::string flipped = good;
+  flipped[good.size() / 2] = static_cast<char>(flipped[good.size() / 2] ^ 0x40);
+  for (const auto& bad : {good.substr(0, good.size() - 1), good.substr(0, good.size() / 2), good.substr(0, 5), flipped}) {
+    BOOST_TEST_CONTEXT("a file of " << bad.size() << " bytes") {
+      spit(path, bad);
+      auto r = await(kv.load(path));
+      BOOST_REQUIRE(!r.has_value());
+      const auto& text = r.error().message();
+      BOOST_TEST(text.find("kvstore load: checkpoint \"" + path + "\" is truncated or corrupt: ") == 0u, text);
+      BOOST_TEST((text.back() == '.' && text.find('\n') == std::string::npos), text);
+      const auto now = stored(kv, s);
+      for (std::size_t k = 0; k < session_shapes.size(); ++k)
+        BOOST_TEST(now[k] == before[k], boost::test_tools::per_element());
+      require_versions(kv, s, 1);
+    }
+  }
+  BOOST_TEST(await(kv.load(path)).error().message() ==
+             "kvstore load: checkpoint \"" + path + "\" is truncated or corrupt: its checksum does not match its contents.");
+  // The shards hold nothing staged from the failed loads: a good file loads.
+  spit(path, good);
+  BOOST_REQUIRE(await(kv.load(path)).has_value());
+  require_versions(kv, file_keys, 1);
+  BOOST_TEST(!await(kv.version(s.keys[0])).has_value());
+  std::filesystem::remove(path);
+}
+
+BOOST_AUTO_TEST_CASE(a_shard_that_cannot_take_its_part_fails_the_load_and_no_shard_changes) {
+  // Two sim shards, the second with 64 KiB of memory: a 400 KB key's chunks on it do not fit.
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  auto roomy = strata::find_builtin_sim_profile("h200").value();
+  roomy.name = "roomy";
+  auto tiny = roomy;
+  tiny.name = "tiny";
+  tiny.memory_bytes = std::size_t{64} << 10;
+  strata::device_manager manager(strata::device_options{.sim_time_scale = 0, .sim_profiles = {roomy, tiny}});
+  auto devs = manager.create("sim:1:roomy");
+  devs.push_back(manager.create("sim:1:tiny").at(0));
+  auto s = devs[0].create_stream();
+  auto sim_tensor = [&](std::int64_t n) { return strata::tensor::empty({n}, strata::dtype::float32, devs[0], s); };
+  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.shards = 2, .chunk_bytes = 64 << 10, .shard_devices = devs}));
+  BOOST_REQUIRE(await(kv.init({1, 2}, {sim_tensor(100), sim_tensor(200)})).has_value());
+  for (int i = 0; i < 2; ++i) BOOST_REQUIRE(await(kv.push({1, 2}, {sim_tensor(100), sim_tensor(200)})).has_value());
+
+  const auto path = temp_path("big.ckpt");
+  {
+    strata::device_manager cpu_manager;
+    auto cpu = cpu_manager.create("cpu:1").at(0);
+    auto cs = cpu.create_stream();
+    std::mt19937 rng(5);
+    std::uniform_real_distribution<float> d(-1.f, 1.f);
+    std::vector<float> big(100000);
+    for (auto& x : big) x = d(rng);
+    strata::kvstore_client writer(sys, strata::spawn_kvstore(sys));
+    const std::span<const float> all(big);
+    BOOST_REQUIRE(await(writer.init({1, 3}, {strata::tensor::from_host<float>(all.first(100), cpu, cs),
+                                             strata::tensor::from_host<float>(all, cpu, cs)}))
+                      .has_value());
+    BOOST_REQUIRE(await(writer.save(path)).has_value());
+  }
+  auto r = await(kv.load(path));
+  BOOST_REQUIRE(!r.has_value());
+  BOOST_TEST(r.error().message().find("kvstore load: ") == 0u, r.error().message());
+  BOOST_TEST(await(kv.version(1)).value() == 2u);
+  BOOST_TEST(await(kv.version(2)).value() == 2u);
+  BOOST_TEST(await(kv.version(3)).error().message() == "kvstore version: key 3 is not initialised.");
+  BOOST_REQUIRE(await(kv.push({1, 2}, {sim_tensor(100), sim_tensor(200)})).has_value());
+  BOOST_TEST(await(kv.version(2)).value() == 3u);
+
+  auto saved = await(kv.save(path));  // sim tensors hold no data
+  BOOST_REQUIRE(!saved.has_value());
+  BOOST_TEST(saved.error().message().find("kvstore save: the store is on sim:") == 0u, saved.error().message());
+  BOOST_TEST(saved.error().message().ends_with(", whose tensors hold no data; expected a cpu or cuda store."));
+  std::filesystem::remove(path);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -145,13 +145,18 @@ struct kvstore_version {
 
 /// Writes every key's value, version and optimizer state to `path`, after the work queued before
 /// it: atomically (a temporary file beside it, fsync, rename), so `path` holds either the old or
-/// the new checkpoint. The update rule itself is not saved. cpu stores only. Reply: `unit`.
+/// the new checkpoint. The update rule itself is not saved. cpu and cuda stores (a cuda store's
+/// tensors are copied to the host first), sharded or not: the file is the same whatever the
+/// shard count, so any store loads it. sim stores hold no data and fail. Reply: `unit`.
 struct kvstore_save {
   std::string path;
 };
-/// Replaces the store's keys with those of a checkpoint written by `kvstore_save`. The whole file
-/// is read and checked (format, size, checksum) before anything changes: a truncated or corrupt
-/// file fails with one sentence and leaves the store as it was. Reply: `unit`.
+/// Replaces the store's keys with those of a checkpoint written by `kvstore_save` (by a store of
+/// any shard count and device). The whole file is read and checked (format, size, checksum)
+/// before anything changes: a truncated or corrupt file fails with one sentence and leaves the
+/// store as it was. On a sharded store every shard first stages its part and all swap it in only
+/// when all have it, so a shard that fails (e.g. out of memory) leaves every shard unchanged too.
+/// Reply: `unit`.
 struct kvstore_load {
   std::string path;
 };
@@ -162,7 +167,8 @@ struct kvstore_load {
 /// Init, `set_updater`, `set_optimizer`, `save` and `load` are barriers: nothing queued after
 /// them overtakes them, whatever its priority. On a sharded store a key split in chunks reaches
 /// a user updater once per chunk (a 1-D slice of the value, with the caller's key), on several
-/// shards at once: the updater must be thread-safe. `save` and `load` need `shards` = 1.
+/// shards at once: the updater must be thread-safe. On a sharded store `save` and `load` are
+/// barriers of the router too: requests that arrive meanwhile are served once they are done.
 /// A store on a cuda device takes float32 cuda tensors of any GPU: values on another GPU are
 /// copied to the merge device first, outputs on another GPU are written peer to peer.
 /// \throws std::invalid_argument for a `device` store without a `merge_device`, `shards` or
