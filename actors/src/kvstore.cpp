@@ -648,6 +648,7 @@ public:
             stage(p, file->entries, pieces, [this, kind = file->int_keys](auto& staged) {
               keys_ = std::move(staged);
               int_keys_ = kind;
+              reconcile_parked();
             });
           });
         },
@@ -707,6 +708,7 @@ public:
           if (m.keep && staged_) {
             keys_ = std::move(*staged_);
             int_keys_ = true;
+            reconcile_parked();
           }
           staged_.reset();
         },
@@ -1174,6 +1176,19 @@ private:
     for (const auto& key : keys)
       if (keys_.at(key).version < min_version) return false;
     return true;
+  }
+
+  /// After a load replaced the keys: a parked pull of a key the checkpoint lacks fails, the others
+  /// are served once the loaded versions reach theirs.
+  void reconcile_parked() {
+    static const error gone(errc::invalid_argument,
+                            "kvstore pull: a load replaced the store's keys and a pulled key is no longer there.");
+    std::erase_if(parked_, [this](parked_pull& p) {
+      const bool lost = std::any_of(p.keys.begin(), p.keys.end(), [this](const kvstore_key& k) { return !keys_.contains(k); });
+      if (lost) p.serve(&gone);
+      return lost;
+    });
+    serve_parked();
   }
 
   /// Answers parked pulls whose version now exists (their copies follow the updates on the stream).

@@ -505,6 +505,32 @@ BOOST_FIXTURE_TEST_CASE(a_saved_store_loads_with_values_versions_and_adam_state,
   std::filesystem::remove(path);
 }
 
+BOOST_FIXTURE_TEST_CASE(a_load_fails_parked_pulls_of_keys_it_drops_and_serves_those_its_versions_reach, fixture) {
+  const auto path = temp_path("fewer_keys.ckpt");
+  auto w1 = random(6);
+  {  // the checkpoint: key 1 alone, at version 2
+    strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+    BOOST_REQUIRE(await(kv.init(1, make(random(6), shape23))).has_value());
+    for (int i = 0; i < 2; ++i) BOOST_REQUIRE(await(kv.push(1, make(random(6), shape23))).has_value());
+    BOOST_REQUIRE(await(kv.save(path)).has_value());
+    w1 = value_of(kv, 1, shape23);
+  }
+  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  BOOST_REQUIRE(await(kv.init({1, 2}, {make(random(6), shape23), make(random(6), shape23)})).has_value());
+  auto dropped = kv.pull(2, zeros(shape23), 3);  // key 2 is not in the file
+  auto reached = kv.pull(1, zeros(shape23), 2);  // the file holds version 2
+  BOOST_REQUIRE(await(kv.load(path)).has_value());
+  auto d = await(std::move(dropped));
+  BOOST_REQUIRE(!d.has_value());
+  BOOST_TEST(d.error().message() == "kvstore pull: a load replaced the store's keys and a pulled key is no longer there.");
+  auto r = await(std::move(reached));
+  BOOST_REQUIRE(r.has_value());
+  BOOST_TEST(read(r->front()) == w1, boost::test_tools::per_element());
+  BOOST_REQUIRE(await(kv.push(1, make(random(6), shape23))).has_value());  // the store still serves
+  BOOST_TEST(await(kv.version(1)).value() == 3u);
+  std::filesystem::remove(path);
+}
+
 BOOST_FIXTURE_TEST_CASE(a_truncated_checkpoint_fails_and_leaves_the_store_unchanged, fixture) {
   const auto path = temp_path("truncated.ckpt");
   strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
