@@ -52,8 +52,9 @@ struct train_options {
   std::string devices;
   std::size_t layers = 8, hidden = 400, embed = 200, batch = 20, seq = 35;
   std::size_t micro_batches = 0;  // 0: chosen from the stage count
-  std::size_t chunks = 1;
-  std::string schedule = "1f1b";
+  std::size_t chunks = 0;          // 0: chosen with the schedule (see default_chunks)
+  bool chunks_given = false;
+  std::string schedule = "auto";  // auto: chosen from the devices (see run_train)
   std::string partition = "even";
   std::size_t steps = 300, epochs = 0;  // epochs 0: --steps decides
   bool epochs_given = false;
@@ -154,6 +155,17 @@ pl::model_costs estimate_costs(const lm::lm_config& c) {
 /// bubble it removes (docs/lstm_lm.md has the measurements). Pass --micro-batches to pipeline.
 std::size_t default_micro_batches(std::size_t /*batch*/, std::size_t /*stages*/) { return 1; }
 
+/// Wavefront's time chunks when --chunks is not given: the largest divisor of the window up to 8
+/// (seq 35: 7 chunks of 5 timesteps). More chunks fill the pipeline sooner but each costs a
+/// message and a smaller input-projection GEMM; on cpu:2 with the seed model 7 chunks gave a
+/// 280 ms step, 5 gave 286 ms and 35 gave 347 ms (docs/lstm_lm.md).
+std::size_t default_chunks(std::size_t seq) {
+  std::size_t best = 1;
+  for (std::size_t c = 1; c <= std::min<std::size_t>(seq, 8); ++c)
+    if (seq % c == 0) best = c;
+  return best;
+}
+
 void write_text(const fs::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);
   out << text;
@@ -205,22 +217,23 @@ private:
 int run_train(const train_options& o) {
   // ---- check the sizes before reading anything --------------------------------------------
   for (auto [name, v] : {std::pair{"--layers", o.layers}, {"--hidden", o.hidden}, {"--embed", o.embed},
-                         {"--batch", o.batch}, {"--seq", o.seq}, {"--chunks", o.chunks}})
+                         {"--batch", o.batch}, {"--seq", o.seq}, {"--chunks", o.chunks_given ? o.chunks : 1}})
     if (v == 0) throw usage_error(std::string(name) + " must be at least 1");
   if (o.micro_batches > 0 && o.batch % o.micro_batches != 0)
     throw usage_error("--micro-batches " + std::to_string(o.micro_batches) + " does not divide --batch " + std::to_string(o.batch));
-  if (o.seq % o.chunks != 0)
+  if (o.chunks_given && o.seq % o.chunks != 0)
     throw usage_error("--seq " + std::to_string(o.seq) + " is not divisible by --chunks " + std::to_string(o.chunks));
   if (!(o.lr > 0) || !std::isfinite(o.lr)) throw usage_error("--lr must be a positive number");
   if (!(o.clip > 0) || !std::isfinite(o.clip)) throw usage_error("--clip must be a positive number");
   if (!(o.val_fraction > 0 && o.val_fraction < 0.5)) throw usage_error("--val-fraction must lie in (0, 0.5)");
-  pl::schedule_kind schedule;
+  const bool auto_schedule = o.schedule == "auto";
+  pl::schedule_kind schedule = pl::schedule_kind::one_f_one_b;
   try {
-    schedule = pl::parse_schedule(o.schedule);
+    if (!auto_schedule) schedule = pl::parse_schedule(o.schedule);
   } catch (const std::exception& e) {
-    throw usage_error(std::string("--schedule: ") + e.what());
+    throw usage_error(std::string("--schedule: ") + e.what() + " (or auto)");
   }
-  if (o.chunks > 1 && schedule != pl::schedule_kind::wavefront)
+  if (!auto_schedule && o.chunks_given && o.chunks > 1 && schedule != pl::schedule_kind::wavefront)
     throw usage_error("--chunks " + std::to_string(o.chunks) + " needs --schedule wavefront");
   lm::token_kind tokens;
   try {
@@ -235,6 +248,15 @@ int run_train(const train_options& o) {
   std::string spec_used;
   auto devices = choose_devices(o.devices, spec_used);
   const std::size_t S = devices.size();
+  // auto: wavefront where stages are CPU cores (a stage reads its weights once per timestep however
+  // the window is chunked, so the chunks fill the pipeline for free: 1.55x faster than 1F1B on
+  // cpu:2), 1F1B on GPUs (where each chunk costs kernel launches; docs/lstm_lm.md) and on one
+  // device; --chunks N > 1 asks for wavefront.
+  if (auto_schedule)
+    schedule = (o.chunks_given && o.chunks > 1) || (S > 1 && devices.front().kind() == strata::device_kind::cpu)
+                   ? pl::schedule_kind::wavefront
+                   : pl::schedule_kind::one_f_one_b;
+  const std::size_t chunks = o.chunks_given ? o.chunks : schedule == pl::schedule_kind::wavefront ? default_chunks(o.seq) : 1;
   pl::partition_spec part;
   try {
     part = pl::parse_partition(o.partition, static_cast<int>(o.layers), static_cast<int>(S));
@@ -273,7 +295,7 @@ int run_train(const train_options& o) {
   cfg.batch = o.batch;
   cfg.seq = o.seq;
   cfg.micro_batches = o.micro_batches ? o.micro_batches : default_micro_batches(o.batch, S);
-  cfg.chunks = o.chunks;
+  cfg.chunks = chunks;
   cfg.lr = o.lr;
   cfg.clip = o.clip;
   cfg.seed = o.seed;
@@ -337,6 +359,7 @@ int run_train(const train_options& o) {
             << cfg.batch << " x seq " << cfg.seq << ", " << windows << " steps per epoch, " << spec_used << ", "
             << pl::to_string(schedule) << " with " << cfg.micro_batches << (cfg.micro_batches == 1 ? " micro-batch" : " micro-batches")
             << (cfg.chunks > 1 ? " x " + std::to_string(cfg.chunks) + " chunks" : std::string()) << "\n"
+            << (auto_schedule ? "lstm_lm: schedule chosen by --schedule auto for " + spec_used + " (docs/lstm_lm.md)\n" : std::string())
             << "lstm_lm: plan (--partition " << o.partition << ", " << costs_note << "):\n"
             << placed.to_string() << "\n";
   if (resume) std::cerr << "lstm_lm: resuming from " << o.checkpoint << " at step " << first_step << "\n";
@@ -581,8 +604,10 @@ int main(int argc, char** argv) {
   train->add_option("--batch", t.batch, "columns of the token matrix")->capture_default_str();
   train->add_option("--seq", t.seq, "timesteps per step (truncated BPTT window)")->capture_default_str();
   train->add_option("--micro-batches", t.micro_batches, "micro-batches per step (default 1: see docs/lstm_lm.md)");
-  train->add_option("--chunks", t.chunks, "time chunks per micro-batch (wavefront)")->capture_default_str();
-  train->add_option("--schedule", t.schedule, "gpipe, 1f1b or wavefront")->capture_default_str();
+  auto* chunks = train->add_option("--chunks", t.chunks,
+                                   "time chunks per micro-batch, wavefront only (default: the largest divisor of --seq up to 8)");
+  train->add_option("--schedule", t.schedule, "auto, gpipe, 1f1b or wavefront (auto: wavefront on cpu devices, else 1f1b)")
+      ->capture_default_str();
   train->add_option("--partition", t.partition, "auto, even, or LSTM layer ranges per device like 0-3,4-7")->capture_default_str();
   auto* steps = train->add_option("--steps", t.steps, "total training steps")->capture_default_str();
   auto* epochs = train->add_option("--epochs", t.epochs, "total passes over the training text");
@@ -631,6 +656,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   t.epochs_given = epochs->count() > 0;
+  t.chunks_given = chunks->count() > 0;
   // Each cpu device is a oneTBB arena and the kernels split large GEMMs into tasks inside it;
   // OpenBLAS's own threads (one per core by default) would oversubscribe the cores when two
   // stages compute at once, and its idle threads spin: wavefront steps ran 5x slower
