@@ -263,6 +263,26 @@ BOOST_AUTO_TEST_CASE(the_work_observer_sees_every_item_with_ordered_timestamps) 
   }
 }
 
+BOOST_AUTO_TEST_CASE(an_observer_that_throws_loses_its_records_but_not_the_stream_on_cpu_and_sim) {
+  for (const char* spec : {"cpu:1", "sim:1"}) {
+    BOOST_TEST_CONTEXT(spec) {
+      auto dev = make_devices(spec, two_threads());
+      std::atomic<int> calls{0};
+      dev[0].set_work_observer([&](const work_record&) {
+        ++calls;
+        throw std::runtime_error("observers must not throw");
+      });
+      auto s = dev[0].create_stream();
+      int ran = 0;
+      for (int i = 0; i < 3; ++i) s.launch({.name = "k", .flops = 1e6, .cpu = [&] { ++ran; }});
+      BOOST_CHECK_NO_THROW(s.synchronize());
+      dev[0].set_work_observer({});
+      BOOST_TEST(calls.load() == 3);
+      if (dev[0].kind() == strata::device_kind::cpu) BOOST_TEST(ran == 3);
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(a_sim_stream_waiting_for_a_cpu_event_completes_after_it_fires) {
   device_manager m(two_threads());
   auto cpu = m.create("cpu:1");

@@ -32,7 +32,13 @@ void device_impl::notify(const work_record& r) const {
     std::lock_guard lk(observer_mu_);
     o = observer_;
   }
-  if (o) (*o)(r);
+  if (!o) return;
+  try {
+    (*o)(r);
+  } catch (...) {
+    // Observers must not throw (work.hpp). One that does loses this record, as on every backend,
+    // instead of taking the arena or sim clock thread down with it.
+  }
 }
 
 void after_all(const std::vector<std::shared_ptr<stream_impl>>& streams, std::function<void()> done) {
