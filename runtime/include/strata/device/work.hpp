@@ -71,7 +71,8 @@ struct work_record {
 /// A hook called once per completed work item, on the thread that completes it (cpu: the arena
 /// thread that ran it; sim: the sim clock thread; cuda: the device's reporter thread, shortly after
 /// the GPU finished the item, in issue order — after events recorded behind the item may already
-/// have fired, but before stream::synchronize() returns). It must be quick and must not throw (one that throws loses that record, on every backend).
+/// have fired, but before stream::synchronize() returns). It must be quick and must not throw
+/// (one that throws loses that record, on every backend).
 /// Items issued while no observer is set are not timed and never reported.
 using work_observer = std::function<void(const work_record&)>;
 
