@@ -4,6 +4,7 @@
 #include <charconv>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <sstream>
 #include <stdexcept>
 
@@ -113,6 +114,92 @@ struct segment_costs {
     return resident + std::ceil(act * in_flight_units[static_cast<std::size_t>(d)] / chunks);
   }
 };
+
+/// Per-stage forward and backward times (per micro-batch) of a split, as the simulator takes them.
+cost_model stage_costs(const model_costs& model, const std::vector<layer_range>& ranges) {
+  cost_model costs;
+  const auto D = ranges.size();
+  for (std::size_t d = 0; d < D; ++d) {
+    double f = 0, b = 0;
+    for (int l = ranges[d].first; l <= ranges[d].last; ++l) {
+      f += model.lstm[static_cast<std::size_t>(l)].forward_s;
+      b += model.lstm[static_cast<std::size_t>(l)].backward_s;
+    }
+    if (d == 0) f += model.embedding.forward_s, b += model.embedding.backward_s;
+    if (d == D - 1) f += model.decoder.forward_s, b += model.decoder.backward_s;
+    costs.forward.push_back(f);
+    costs.backward.push_back(b);
+  }
+  return costs;
+}
+
+/// The split `auto` settles on, starting from the dynamic programme's (the smallest bottleneck):
+/// the split whose plan simulates the shortest step, ties to the smaller bottleneck, then to the
+/// start. With few micro-batches the step is not the bottleneck times a count: one micro-batch
+/// under GPipe or wavefront runs every stage's forward, then every backward, so the step is about
+/// the largest forward plus the largest backward, and a decoder whose backward runs inside its
+/// forward (fused loss) moves the best split. Exact over every split when there are at most
+/// `exhaustive_limit` of them; otherwise boundary moves of one layer while they shorten the step.
+std::vector<layer_range> refine_by_simulation(const plan& p, const model_costs& model, const segment_costs& sums,
+                                              const std::vector<device_slot>& devices, std::vector<layer_range> start) {
+  constexpr double exhaustive_limit = 4096;
+  const int D = static_cast<int>(start.size());
+  const int L = static_cast<int>(model.lstm.size());
+  auto fits = [&](const std::vector<layer_range>& r) {
+    for (int d = 0; d < D; ++d)
+      if (sums.memory(d, r[static_cast<std::size_t>(d)].first, r[static_cast<std::size_t>(d)].last + 1) >
+          static_cast<long double>(devices[static_cast<std::size_t>(d)].memory_limit))
+        return false;
+    return true;
+  };
+  auto score = [&](const std::vector<layer_range>& r) {
+    auto sim = simulate(p, stage_costs(model, r));
+    if (!sim) fail("a candidate placement's plan did not simulate: " + sim.error().message());
+    return std::pair{sim->makespan, bottleneck_of(model, r)};
+  };
+  auto better = [](const std::pair<double, double>& a, const std::pair<double, double>& b) {
+    const double tol = 1e-9 * std::max(std::abs(a.first), std::abs(b.first));
+    if (a.first < b.first - tol) return true;
+    return a.first <= b.first + tol && a.second < b.second * (1 - 1e-12);
+  };
+  auto best = start;
+  auto best_score = score(best);
+  double splits = 1;  // C(L-1, D-1)
+  for (int k = 1; k < D; ++k) splits = splits * (L - k) / k;
+  if (splits <= exhaustive_limit) {
+    std::vector<layer_range> cur;
+    std::function<void(int)> visit = [&](int first) {
+      if (static_cast<int>(cur.size()) == D - 1) {
+        cur.push_back({first, L - 1});
+        if (fits(cur))
+          if (auto sc = score(cur); better(sc, best_score)) best = cur, best_score = sc;
+        cur.pop_back();
+        return;
+      }
+      for (int last = first; last <= L - (D - static_cast<int>(cur.size())); ++last) {
+        cur.push_back({first, last});
+        visit(last + 1);
+        cur.pop_back();
+      }
+    };
+    visit(0);
+    return best;
+  }
+  for (bool moved = true; moved;) {
+    moved = false;
+    for (int d = 0; d + 1 < D; ++d)
+      for (int step : {-1, 1}) {
+        auto cand = best;
+        auto& a = cand[static_cast<std::size_t>(d)];
+        auto& b = cand[static_cast<std::size_t>(d + 1)];
+        a.last += step;
+        b.first += step;
+        if (a.last < a.first || b.first > b.last || !fits(cand)) continue;
+        if (auto sc = score(cand); better(sc, best_score)) best = cand, best_score = sc, moved = true;
+      }
+  }
+  return best;
+}
 
 }  // namespace
 
@@ -254,11 +341,12 @@ placement place_layers(const model_costs& model, const std::vector<device_slot>&
       ranges[static_cast<std::size_t>(d - 1)] = {i, j - 1};
       j = i;
     }
+    ranges = refine_by_simulation(p, model, sums, devices, std::move(ranges));
   }
 
   placement out;
   out.shape = shape;
-  cost_model costs;
+  const cost_model costs = stage_costs(model, ranges);
   for (int d = 0; d < D; ++d) {
     const auto& r = ranges[static_cast<std::size_t>(d)];
     stage_placement st;
@@ -267,18 +355,12 @@ placement place_layers(const model_costs& model, const std::vector<device_slot>&
     st.has_embedding = d == 0;
     st.has_decoder = d == D - 1;
     st.lstm = r;
-    for (int l = r.first; l <= r.last; ++l) {
-      st.forward_s += model.lstm[static_cast<std::size_t>(l)].forward_s;
-      st.backward_s += model.lstm[static_cast<std::size_t>(l)].backward_s;
-    }
-    if (st.has_embedding) st.forward_s += model.embedding.forward_s, st.backward_s += model.embedding.backward_s;
-    if (st.has_decoder) st.forward_s += model.decoder.forward_s, st.backward_s += model.decoder.backward_s;
+    st.forward_s = costs.forward[static_cast<std::size_t>(d)];
+    st.backward_s = costs.backward[static_cast<std::size_t>(d)];
     st.memory_bytes = static_cast<std::uint64_t>(std::min<long double>(sums.memory(d, r.first, r.last + 1),
                                                                        static_cast<long double>(UINT64_MAX)));
     st.memory_limit = devices[static_cast<std::size_t>(d)].memory_limit;
     st.step_s = shape.micro_batches * (st.forward_s + st.backward_s);
-    costs.forward.push_back(st.forward_s);
-    costs.backward.push_back(st.backward_s);
     out.stages.push_back(std::move(st));
   }
   for (int d = 1; d < D; ++d) {

@@ -106,8 +106,10 @@ struct placement {
 /// Places the layers on `devices` following `spec`: stage d runs on devices[d]; the embedding
 /// joins the first stage and the decoder the last; every stage holds at least one LSTM layer.
 /// `automatic` minimises the slowest stage's forward + backward (exact dynamic programme over
-/// contiguous splits, O(D * L^2)) subject to each device's memory limit; ties go to the split
-/// whose earlier stages are larger. A stage's memory is its layers' `memory_bytes` plus their
+/// contiguous splits, O(D * L^2)) subject to each device's memory limit, ties to the split whose
+/// earlier stages are larger; then takes the memory-feasible split whose plan under `shape`
+/// simulates the shortest step, ties to the smaller bottleneck (all splits when there are at
+/// most 4096, else one-layer boundary moves from the programme's split). A stage's memory is its layers' `memory_bytes` plus their
 /// `activation_bytes` times the peak micro-batches in flight on that stage under `shape`.
 ///
 /// Throws `std::invalid_argument` with one sentence when the inputs are inconsistent (no
