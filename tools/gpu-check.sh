@@ -170,4 +170,26 @@ if [ -x "$lm" ]; then
   tail -4 "$logs/lstm_lm.log"
 fi
 
+# Last, as it is the slowest: the kernels' tests under compute-sanitizer's memcheck (out-of-bounds
+# and misaligned accesses that results alone may not show). MEMCHECK=0 skips it.
+if [ "${MEMCHECK:-1}" != 0 ]; then
+  echo "== compute-sanitizer memcheck: kernels_cuda"
+  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
+  kprog=${tests[0]#*:}
+  [ -n "$bin" ] && kprog=$bin/$kprog
+  if [ -n "$sanitizer" ] && [ -x "$kprog" ]; then
+    t=$(date +%s)
+    timeout 240 "$sanitizer" --tool memcheck --error-exitcode 9 "$kprog" --report_level=short >"$logs/memcheck.log" 2>&1
+    rc=$?
+    tail -8 "$logs/memcheck.log"
+    case $rc in
+      0) row "memcheck kernels_cuda" ok "$(grep -m1 'ERROR SUMMARY' "$logs/memcheck.log") ($(elapsed "$t"))" ;;
+      124) row "memcheck kernels_cuda" timeout "240 s, see $logs/memcheck.log" ;;
+      *) row "memcheck kernels_cuda" FAILED "exit $rc: $(grep -m1 'ERROR SUMMARY' "$logs/memcheck.log") ($(elapsed "$t"))" ;;
+    esac
+  else
+    row "memcheck kernels_cuda" skipped "${sanitizer:-compute-sanitizer not found}"
+  fi
+fi
+
 summary
