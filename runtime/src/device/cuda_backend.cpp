@@ -107,6 +107,10 @@ class dispatcher {
   std::thread thread_;
 };
 
+/// True on CUDA's callback thread (set by run_host_function), where CUDA calls are not allowed:
+/// what must release CUDA resources there hands that work to another thread.
+thread_local bool on_cuda_callback_thread = false;
+
 // ---- per-GPU state ------------------------------------------------------------------------------
 /// What a pooled event is for; each use has its own creation flags and its own free list.
 enum class event_use {
@@ -137,10 +141,24 @@ struct gpu_state {
   }
   ~gpu_state() {
     // Errors are ignored: at process exit the driver may already be shutting down.
-    for (auto& list : free_events)
-      for (auto e : list) cudaEventDestroy(e);
-    for (auto& [n, p] : free_pinned) cudaFreeHost(p);
-    if (clock_stream_) cudaStreamDestroy(clock_stream_);
+    std::vector<cudaEvent_t> events;
+    for (auto& list : free_events) events.insert(events.end(), list.begin(), list.end());
+    auto release = [events = std::move(events), pinned = std::move(free_pinned), clock = clock_stream_] {
+      for (auto e : events) cudaEventDestroy(e);
+      for (const auto& [n, p] : pinned) cudaFreeHost(p);
+      if (clock) cudaStreamDestroy(clock);
+    };
+    // The last owner can let go on CUDA's callback thread (a host function's captures when a
+    // device is dropped with work in flight): release from a thread of its own then.
+    if (!on_cuda_callback_thread) {
+      release();
+      return;
+    }
+    try {
+      std::thread(std::move(release)).detach();
+    } catch (...) {
+      // No thread: the resources leak, which beats calling CUDA here.
+    }
   }
 
   cudaEvent_t take_event(event_use use) {
@@ -245,6 +263,7 @@ namespace {
 
 // Host functions (cudaLaunchHostFunc) run on CUDA's callback thread and must not call CUDA.
 void CUDART_CB run_host_function(void* arg) {
+  on_cuda_callback_thread = true;  // for the destructors of what the function holds
   std::unique_ptr<std::function<void()>> fn(static_cast<std::function<void()>*>(arg));
   try {
     (*fn)();
