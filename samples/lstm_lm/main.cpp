@@ -16,6 +16,7 @@
 #include <sstream>
 #include <stdexcept>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -67,6 +68,7 @@ struct train_options {
   std::size_t crash_after_step = 0;  // testing hook: SIGKILL itself after this step
   std::size_t fault_at_step = 0;     // testing hook: a device fault in the last stage during this step
   std::size_t retries = 0;
+  std::size_t cpu_threads = 0;  // per cpu device; 0: every hardware thread (the stages share the cores)
   bool carry_state = false;
 };
 
@@ -95,7 +97,12 @@ std::string hms(double seconds) {
 /// The devices to train on: an explicit spec, else the CUDA GPUs when present (one stage per GPU;
 /// a single GPU is shared by two stages, cuda:0x2, so that the default is a pipeline as cpu:2 is),
 /// else cpu:2.
-std::vector<strata::device> choose_devices(const std::string& spec_flag, std::string& spec_used) {
+/// Hardware threads each cpu stage device may use: --cpu-threads, or (0) all of them.
+std::size_t cpu_threads_of(std::size_t flag) {
+  return flag > 0 ? flag : std::max<std::size_t>(1, std::thread::hardware_concurrency());
+}
+
+std::vector<strata::device> choose_devices(const std::string& spec_flag, std::size_t cpu_threads, std::string& spec_used) {
   std::string spec = spec_flag;
   if (spec.empty()) {
     const int gpus = strata::cuda_gpu_count();
@@ -111,7 +118,7 @@ std::vector<strata::device> choose_devices(const std::string& spec_flag, std::st
   }
   std::vector<strata::device> devs;
   try {
-    devs = strata::make_devices(spec);
+    devs = strata::make_devices(spec, {.cpu_threads_per_device = static_cast<int>(cpu_threads_of(cpu_threads))});
   } catch (const std::exception& e) {
     throw usage_error("--devices '" + spec + "' cannot be met: " + e.what());
   }
@@ -246,16 +253,18 @@ int run_train(const train_options& o) {
   if (!o.epochs_given && o.steps == 0) throw usage_error("--steps must be at least 1");
 
   std::string spec_used;
-  auto devices = choose_devices(o.devices, spec_used);
+  auto devices = choose_devices(o.devices, o.cpu_threads, spec_used);
   const std::size_t S = devices.size();
-  // auto: wavefront where stages are CPU cores (a stage reads its weights once per timestep however
-  // the window is chunked, so the chunks fill the pipeline for free: 1.55x faster than 1F1B on
-  // cpu:2), 1F1B on GPUs (where each chunk costs kernel launches; docs/lstm_lm.md) and on one
-  // device; --chunks N > 1 asks for wavefront.
+  // auto (docs/lstm_lm.md): 1F1B, except on cpu stages that own their cores (--cpu-threads times
+  // the stages fits the hardware threads), where wavefront's time chunks let the stages overlap;
+  // where the stages share every core (the default), a stage that waits lends its cores to the
+  // one that works and one micro-batch in order is fastest. --chunks N > 1 asks for wavefront.
+  const bool cpu_stages = devices.front().kind() == strata::device_kind::cpu;
+  const std::size_t cpu_threads = cpu_threads_of(o.cpu_threads);
+  const bool own_cores = cpu_stages && S > 1 &&
+                         cpu_threads * S <= std::max(1u, std::thread::hardware_concurrency());
   if (auto_schedule)
-    schedule = (o.chunks_given && o.chunks > 1) || (S > 1 && devices.front().kind() == strata::device_kind::cpu)
-                   ? pl::schedule_kind::wavefront
-                   : pl::schedule_kind::one_f_one_b;
+    schedule = (o.chunks_given && o.chunks > 1) || own_cores ? pl::schedule_kind::wavefront : pl::schedule_kind::one_f_one_b;
   const std::size_t chunks = o.chunks_given ? o.chunks : schedule == pl::schedule_kind::wavefront ? default_chunks(o.seq) : 1;
   pl::partition_spec part;
   try {
@@ -359,6 +368,11 @@ int run_train(const train_options& o) {
             << cfg.batch << " x seq " << cfg.seq << ", " << windows << " steps per epoch, " << spec_used << ", "
             << pl::to_string(schedule) << " with " << cfg.micro_batches << (cfg.micro_batches == 1 ? " micro-batch" : " micro-batches")
             << (cfg.chunks > 1 ? " x " + std::to_string(cfg.chunks) + " chunks" : std::string()) << "\n"
+            << (cpu_stages
+                    ? "lstm_lm: " + std::to_string(cpu_threads) + (cpu_threads == 1 ? " thread" : " threads") +
+                          " per cpu device (--cpu-threads), " +
+                          (own_cores ? "each stage on cores of its own\n" : "the stages sharing the cores\n")
+                    : std::string())
             << (auto_schedule ? "lstm_lm: schedule chosen by --schedule auto for " + spec_used + " (docs/lstm_lm.md)\n" : std::string())
             << "lstm_lm: plan (--partition " << o.partition << ", " << costs_note << "):\n"
             << placed.to_string() << "\n";
@@ -503,6 +517,7 @@ int run_train(const train_options& o) {
                   {"stage_backward_ms", measured.backward},
                   {"wall_s", wall_s},
                   {"devices", spec_used},
+                  {"cpu_threads_per_device", cpu_stages ? json(cpu_threads) : json(nullptr)},
                   {"schedule", pl::to_string(schedule)},
                   {"micro_batches", cfg.micro_batches},
                   {"chunks", cfg.chunks},
@@ -626,6 +641,10 @@ int main(int argc, char** argv) {
   train->add_option("--report", t.report, "directory for loss.svg, timeline.svg and index.html");
   train->add_option("--crash-after-step", t.crash_after_step, "testing: kill the process (SIGKILL) after step N")->group("");
   train->add_option("--fault-at-step", t.fault_at_step, "testing: a device fault in the last stage during step N")->group("");
+  train->add_option("--cpu-threads", t.cpu_threads,
+                    "threads each cpu stage device may use (default 0: every hardware thread, shared by the stages)")
+      ->check(CLI::Range(0, 1024))
+      ->capture_default_str();
   train->add_option("--retries", t.retries, "retry a failed step up to N times (the pipeline restarts its actors first)")
       ->capture_default_str();
 

@@ -7,6 +7,7 @@
 //   strata-bench-pipeline [--mode sim|cpu|all] [--steps N] [--json] ...
 
 #include <algorithm>
+#include <thread>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -35,6 +36,7 @@ struct run_figures {
   double bubble = 0;         // measured
   double ideal_bubble = 0;   // the plan's
   double tokens_per_s = 0;
+  bool shared = false;  // cpu: the stage devices share every core
 };
 
 double median(std::vector<double> v) {
@@ -92,7 +94,7 @@ nlohmann::json to_json(const run_figures& f) {
           {"step_ms", f.step_ms},         {"ideal_step_ms", f.ideal_step_ms},
           {"step_over_ideal", f.step_ms / f.ideal_step_ms},
           {"bubble", f.bubble},           {"ideal_bubble", f.ideal_bubble},
-          {"tokens_per_s", f.tokens_per_s}};
+          {"tokens_per_s", f.tokens_per_s},  {"shared_cores", f.shared}};
 }
 
 }  // namespace
@@ -162,13 +164,18 @@ int main(int argc, char** argv) {
       struct variant {
         schedule_kind kind;
         std::size_t mb, chunks;
+        bool shared;  // each device may use every hardware thread (lstm_lm's default) or its share
       };
-      for (auto v : {variant{schedule_kind::gpipe, 1, 1}, variant{schedule_kind::one_f_one_b, 2, 1},
-                     variant{schedule_kind::wavefront, 1, chunks}}) {
+      const int hw = static_cast<int>(std::max(1u, std::thread::hardware_concurrency()));
+      for (auto v : {variant{schedule_kind::gpipe, 1, 1, false}, variant{schedule_kind::one_f_one_b, 2, 1, false},
+                     variant{schedule_kind::wavefront, 1, chunks, false}, variant{schedule_kind::one_f_one_b, 1, 1, true},
+                     variant{schedule_kind::wavefront, 1, chunks, true}}) {
         lm_config cc = c;
         cc.micro_batches = v.mb;
         cc.chunks = v.chunks;
-        rows.push_back(run(sys, strata::make_devices("cpu:2"), {}, cc, v.kind, steps, 1.0));
+        rows.push_back(run(sys, strata::make_devices("cpu:2", {.cpu_threads_per_device = v.shared ? hw : 0}), {}, cc,
+                           v.kind, steps, 1.0));
+        rows.back().shared = v.shared;
       }
       strata::bench::torch_result t;
       if (!no_torch) t = strata::bench::run_torch(torch_threads, 1, std::max(steps, 3));
@@ -178,8 +185,9 @@ int main(int argc, char** argv) {
         std::printf("|---|---:|---:|---:|---:|---:|\n");
         for (auto& r : rows) {
           std::string vs = t.ok ? std::to_string(t.step_ms / r.step_ms).substr(0, 4) + "x" : "n/a";
-          std::printf("| %s M=%zu C=%zu | %.1f | %.0f | %s | %.1f %% | %.1f %% |\n", r.schedule.c_str(), r.micro_batches,
-                      r.chunks, r.step_ms, r.tokens_per_s, vs.c_str(), 100 * r.bubble, 100 * r.ideal_bubble);
+          std::printf("| %s M=%zu C=%zu, %s | %.1f | %.0f | %s | %.1f %% | %.1f %% |\n", r.schedule.c_str(),
+                      r.micro_batches, r.chunks, r.shared ? "shared cores" : "a core each", r.step_ms, r.tokens_per_s,
+                      vs.c_str(), 100 * r.bubble, 100 * r.ideal_bubble);
         }
         if (t.ok)
           std::printf("| PyTorch %s CPU (%d threads) | %.1f | %.0f | 1.00x | | |\n", t.version.c_str(), torch_threads,
