@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <array>
 #include <cmath>
 #include <condition_variable>
 #include <cstring>
@@ -107,9 +108,20 @@ class dispatcher {
   std::thread thread_;
 };
 
-/// True on CUDA's callback thread (set by run_host_function), where CUDA calls are not allowed:
-/// what must release CUDA resources there hands that work to another thread.
+/// True on CUDA's callback thread (set by run_host_function), where CUDA calls are not allowed.
 thread_local bool on_cuda_callback_thread = false;
+
+/// Runs `release` (CUDA calls that free resources) now, or, when the last owner lets go on CUDA's
+/// callback thread (a host function's captures, e.g. a device dropped with work in flight), on a
+/// thread of its own. Errors are ignored: at process exit the driver may already be shutting down.
+void release_cuda_resources(std::function<void()> release) noexcept {
+  try {
+    if (!on_cuda_callback_thread) return release();
+    std::thread(std::move(release)).detach();
+  } catch (...) {
+    // No thread (or a failing call): the resources leak, which beats calling CUDA here.
+  }
+}
 
 // ---- per-GPU state ------------------------------------------------------------------------------
 /// What a pooled event is for; each use has its own creation flags and its own free list.
@@ -140,25 +152,12 @@ struct gpu_state {
     check(cudaMemPoolSetAttribute(pool, cudaMemPoolAttrReleaseThreshold, &threshold), "cudaMemPoolSetAttribute");
   }
   ~gpu_state() {
-    // Errors are ignored: at process exit the driver may already be shutting down.
-    std::vector<cudaEvent_t> events;
-    for (auto& list : free_events) events.insert(events.end(), list.begin(), list.end());
-    auto release = [events = std::move(events), pinned = std::move(free_pinned), clock = clock_stream_] {
-      for (auto e : events) cudaEventDestroy(e);
+    release_cuda_resources([events = std::move(free_events), pinned = std::move(free_pinned), clock = clock_stream_] {
+      for (const auto& list : events)
+        for (auto e : list) cudaEventDestroy(e);
       for (const auto& [n, p] : pinned) cudaFreeHost(p);
       if (clock) cudaStreamDestroy(clock);
-    };
-    // The last owner can let go on CUDA's callback thread (a host function's captures when a
-    // device is dropped with work in flight): release from a thread of its own then.
-    if (!on_cuda_callback_thread) {
-      release();
-      return;
-    }
-    try {
-      std::thread(std::move(release)).detach();
-    } catch (...) {
-      // No thread: the resources leak, which beats calling CUDA here.
-    }
+    });
   }
 
   cudaEvent_t take_event(event_use use) {
@@ -223,7 +222,7 @@ struct gpu_state {
   cudaDeviceProp prop{};
   cudaMemPool_t pool{};
   std::mutex mu;
-  std::vector<cudaEvent_t> free_events[3];  // by event_use
+  std::array<std::vector<cudaEvent_t>, 3> free_events;  // by event_use
   std::multimap<std::size_t, void*> free_pinned;
   std::mutex clock_mu;
 
@@ -539,7 +538,13 @@ class cuda_device;
 class cuda_stream final : public stream_impl {
  public:
   cuda_stream(std::shared_ptr<device_impl> dev, stream_priority p);
-  ~cuda_stream() override;
+  ~cuda_stream() override {
+    release_cuda_resources([gpu = gpu_, blas = blas_, stream = stream_] {
+      current_device cd(gpu);
+      if (blas) cublasDestroy(blas);
+      if (stream) cudaStreamDestroy(stream);  // returns at once; resources go when work ends
+    });
+  }
 
   void launch(kernel_work work) override {
     if (!work.cuda)
@@ -758,21 +763,6 @@ class cuda_device final : public device_impl {
 };
 
 cuda_device& cuda_stream::dev() const { return static_cast<cuda_device&>(*device); }
-
-cuda_stream::~cuda_stream() {
-  // The last reference can drop on CUDA's callback thread (a host function's captures), where
-  // CUDA calls are not allowed: the handles are destroyed on the device's issuer thread.
-  auto destroy = [gpu = gpu_, blas = blas_, stream = stream_] {
-    current_device cd(gpu);
-    if (blas) cublasDestroy(blas);
-    if (stream) cudaStreamDestroy(stream);  // returns at once; resources go when work ends
-  };
-  try {
-    dev().ctx->issuer.post(std::move(destroy));
-  } catch (...) {
-    // Out of memory: the handles leak, which is harmless.
-  }
-}
 
 cuda_stream::cuda_stream(std::shared_ptr<device_impl> d, stream_priority p) : stream_impl(std::move(d), p) {
   gpu_state_ = dev().gpu;
