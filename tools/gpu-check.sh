@@ -86,8 +86,8 @@ PY
   cudnn_line=$(ldd "$bin/strata-bench-lm-gpu" 2>/dev/null | awk '/libcudnn.so/ {print $3}')
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
   echo "cuDNN: ${cudnn_line:-not found}"
-  tests=(kernels_cuda:test_kernels_cuda device_cuda:test_device_cuda kvstore_cuda:test_kvstore_cuda
-         lm_cuda:test_lm_cuda)
+  tests=("kernels_cuda:$bin/test_kernels_cuda" "device_cuda:$bin/test_device_cuda"
+         "kvstore_cuda:$bin/test_kvstore_cuda" "lm_cuda:$bin/test_lm_cuda")
   bench=$bin/strata-bench-lm-gpu
   lm=$bin/lstm_lm
   corpus=(--corpus "$root/corpus.txt")
@@ -112,7 +112,6 @@ else
   tests=(kernels_cuda:tests/kernels_cuda/test_kernels_cuda device_cuda:tests/device/test_device_cuda
          kvstore_cuda:tests/actors/test_kvstore_cuda lm_cuda:tests/lm/test_lm_cuda)
   for i in "${!tests[@]}"; do tests[$i]="${tests[$i]%%:*}:$build/${tests[$i]#*:}"; done
-  bin=""
   bench=$build/tools/bench/strata-bench-lm-gpu
   lm=$build/samples/lstm_lm/lstm_lm
   corpus=()
@@ -123,7 +122,6 @@ echo "== mode: $mode, logs in $logs"
 for entry in "${tests[@]}"; do
   name=${entry%%:*}
   prog=${entry#*:}
-  [ -n "$bin" ] && prog=$bin/$prog
   echo "== $name"
   t=$(date +%s)
   if [ ! -x "$prog" ]; then
@@ -176,7 +174,6 @@ if [ "${MEMCHECK:-1}" != 0 ]; then
   echo "== compute-sanitizer memcheck: kernels_cuda"
   sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
   kprog=${tests[0]#*:}
-  [ -n "$bin" ] && kprog=$bin/$kprog
   if [ -n "$sanitizer" ] && [ -x "$kprog" ]; then
     t=$(date +%s)
     timeout 240 "$sanitizer" --tool memcheck --error-exitcode 9 "$kprog" --report_level=short >"$logs/memcheck.log" 2>&1

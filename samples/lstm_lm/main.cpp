@@ -94,14 +94,14 @@ std::string hms(double seconds) {
   return buf;
 }
 
-/// The devices to train on: an explicit spec, else the CUDA GPUs when present (one stage per GPU;
-/// a single GPU is shared by two stages, cuda:0x2, so that the default is a pipeline as cpu:2 is),
-/// else cpu:2.
 /// Hardware threads each cpu stage device may use: --cpu-threads, or (0) all of them.
 std::size_t cpu_threads_of(std::size_t flag) {
   return flag > 0 ? flag : std::max<std::size_t>(1, std::thread::hardware_concurrency());
 }
 
+/// The devices to train on: an explicit spec, else the CUDA GPUs when present (one stage per GPU;
+/// a single GPU is shared by two stages, cuda:0x2, so that the default is a pipeline as cpu:2 is),
+/// else cpu:2; cpu devices get `cpu_threads` (--cpu-threads) threads each.
 std::vector<strata::device> choose_devices(const std::string& spec_flag, std::size_t cpu_threads, std::string& spec_used) {
   std::string spec = spec_flag;
   if (spec.empty()) {
@@ -164,8 +164,8 @@ std::size_t default_micro_batches(std::size_t /*batch*/, std::size_t /*stages*/)
 
 /// Wavefront's time chunks when --chunks is not given: the largest divisor of the window up to 8
 /// (seq 35: 7 chunks of 5 timesteps). More chunks fill the pipeline sooner but each costs a
-/// message and a smaller input-projection GEMM; on cpu:2 with the seed model 7 chunks gave a
-/// 280 ms step, 5 gave 286 ms and 35 gave 347 ms (docs/lstm_lm.md).
+/// message and a smaller input-projection GEMM; on cpu:2 with a core per stage and the seed model
+/// 7 chunks gave a 280 ms step, 5 gave 286 ms and 35 gave 347 ms (docs/lstm_lm.md).
 std::size_t default_chunks(std::size_t seq) {
   std::size_t best = 1;
   for (std::size_t c = 1; c <= std::min<std::size_t>(seq, 8); ++c)
@@ -261,8 +261,7 @@ int run_train(const train_options& o) {
   // one that works and one micro-batch in order is fastest. --chunks N > 1 asks for wavefront.
   const bool cpu_stages = devices.front().kind() == strata::device_kind::cpu;
   const std::size_t cpu_threads = cpu_threads_of(o.cpu_threads);
-  const bool own_cores = cpu_stages && S > 1 &&
-                         cpu_threads * S <= std::max(1u, std::thread::hardware_concurrency());
+  const bool own_cores = cpu_stages && S > 1 && cpu_threads * S <= cpu_threads_of(0);
   if (auto_schedule)
     schedule = (o.chunks_given && o.chunks > 1) || own_cores ? pl::schedule_kind::wavefront : pl::schedule_kind::one_f_one_b;
   const std::size_t chunks = o.chunks_given ? o.chunks : schedule == pl::schedule_kind::wavefront ? default_chunks(o.seq) : 1;
@@ -621,7 +620,7 @@ int main(int argc, char** argv) {
   train->add_option("--micro-batches", t.micro_batches, "micro-batches per step (default 1: see docs/lstm_lm.md)");
   auto* chunks = train->add_option("--chunks", t.chunks,
                                    "time chunks per micro-batch, wavefront only (default: the largest divisor of --seq up to 8)");
-  train->add_option("--schedule", t.schedule, "auto, gpipe, 1f1b or wavefront (auto: wavefront on cpu devices, else 1f1b)")
+  train->add_option("--schedule", t.schedule, "auto, gpipe, 1f1b or wavefront (auto: wavefront on cpu stages with cores of their own, else 1f1b)")
       ->capture_default_str();
   train->add_option("--partition", t.partition, "auto, even, or LSTM layer ranges per device like 0-3,4-7")->capture_default_str();
   auto* steps = train->add_option("--steps", t.steps, "total training steps")->capture_default_str();

@@ -7,10 +7,10 @@
 //   strata-bench-pipeline [--mode sim|cpu|all] [--steps N] [--json] ...
 
 #include <algorithm>
-#include <thread>
 #include <cstdio>
 #include <random>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>

@@ -13,12 +13,12 @@ namespace strata::bench {
 // Runs tools/bench/lm_step_torch.py; never fails the benchmark.
 torch_result run_torch(int threads, int warmup, int steps, const std::string& extra_args) {
   torch_result r;
-  const char* python_env = std::getenv("STRATA_PYTHON");
-  const char* source_env = std::getenv("STRATA_SOURCE_DIR");
-  const std::string python = python_env != nullptr && *python_env != '\0' ? python_env : "/usr/bin/python3";
-  const std::string script =
-      std::string(source_env != nullptr && *source_env != '\0' ? source_env : STRATA_SOURCE_DIR) +
-      "/tools/bench/lm_step_torch.py";
+  auto env_or = [](const char* name, const char* fallback) {
+    const char* v = std::getenv(name);
+    return std::string(v != nullptr && *v != '\0' ? v : fallback);
+  };
+  const std::string python = env_or("STRATA_PYTHON", "/usr/bin/python3");
+  const std::string script = env_or("STRATA_SOURCE_DIR", STRATA_SOURCE_DIR) + "/tools/bench/lm_step_torch.py";
   // A bare name (STRATA_PYTHON=python3) is looked up on PATH by the shell.
   if (python.find('/') != std::string::npos && access(python.c_str(), X_OK) != 0) {
     r.why = python + " is not installed";
