@@ -1,16 +1,22 @@
 // lstm_lm: train a stacked-LSTM language model with strata's model-parallel pipeline, evaluate a
 // checkpoint on a text, or sample from it. Usage and flags: docs/lstm_lm.md.
 
+#include <fcntl.h>
 #include <unistd.h>
 
 #include <algorithm>
+#include <atomic>
+#include <cerrno>
 #include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <limits>
+#include <memory>
 #include <numeric>
 #include <optional>
 #include <sstream>
@@ -50,6 +56,7 @@ struct train_options {
   std::string corpus;
   std::string tokens = "char";
   std::size_t vocab_size = 10000;
+  bool vocab_size_given = false;
   std::string devices;
   std::size_t layers = 8, hidden = 400, embed = 200, batch = 20, seq = 35;
   std::size_t micro_batches = 0;  // 0: chosen from the stage count
@@ -179,6 +186,55 @@ void write_text(const fs::path& path, const std::string& text) {
   if (!out) throw std::runtime_error("cannot write '" + path.string() + "'");
 }
 
+/// A validator for unsigned flags: CLI11 2.1 reads "-1" into an unsigned option as 2^64 - 1 and
+/// "99999999999999999999" as the largest value, so every count takes a whole number in [0, max].
+CLI::Validator whole_number(std::uint64_t max) {
+  return CLI::Validator(
+      [max](std::string& s) -> std::string {
+        const bool digits = !s.empty() && s.size() <= 20 &&
+                            std::all_of(s.begin(), s.end(), [](char c) { return c >= '0' && c <= '9'; });
+        errno = 0;
+        const unsigned long long v = digits ? std::strtoull(s.c_str(), nullptr, 10) : 0;
+        if (!digits || errno == ERANGE || v > max)
+          return "expected a whole number from 0 to " + std::to_string(max) + ", got '" + s + "'";
+        return {};
+      },
+      "0.." + std::to_string(max));
+}
+
+/// Fails before the run, not after it, when `file` (the value of `flag`) cannot be written: a
+/// directory, or a place where no file can be created (checked with a probe file beside it).
+void check_output_file(const std::string& flag, const std::string& file) {
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) throw usage_error(flag + " '" + file + "' is a directory; expected a file name");
+  const std::string probe = file + ".probe." + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw usage_error(flag + " '" + file + "' cannot be written (" + std::strerror(errno) + ")");
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+/// As check_output_file for a directory flag: `dir` is created when missing and must be writable.
+void check_output_dir(const std::string& flag, const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw usage_error(flag + " '" + dir + "' is a file; expected a directory");
+  fs::create_directories(dir, ec);
+  if (ec) throw usage_error(flag + " '" + dir + "' cannot be created (" + ec.message() + ")");
+  check_output_file(flag, (fs::path(dir) / ".lstm_lm").string());
+}
+
+/// Set by SIGINT/SIGTERM during training: the run stops after the step in progress and saves.
+/// An atomic rather than volatile sig_atomic_t: the handler may run on any of the threads.
+std::atomic<bool> interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+
+extern "C" void on_interrupt(int) {
+  interrupted.store(true, std::memory_order_relaxed);
+  static const char note[] = "\nlstm_lm: interrupted: stopping after this step (interrupt again to quit at once)\n";
+  [[maybe_unused]] auto n = ::write(2, note, sizeof note - 1);
+}
+
 double param_norm(const std::vector<lm::named_parameter>& params) {
   double sq = 0;
   for (const auto& p : params)
@@ -249,6 +305,8 @@ int run_train(const train_options& o) {
     throw usage_error(std::string("--tokens: ") + e.what());
   }
   if (o.vocab_size < 2) throw usage_error("--vocab-size must be at least 2");
+  if (o.vocab_size_given && tokens != lm::token_kind::words)
+    throw usage_error("--vocab-size applies to --tokens word only (char tokens keep every character)");
   if (o.epochs_given && o.epochs == 0) throw usage_error("--epochs must be at least 1");
   if (!o.epochs_given && o.steps == 0) throw usage_error("--steps must be at least 1");
 
@@ -313,6 +371,12 @@ int run_train(const train_options& o) {
     throw usage_error(e.what());
   }
   const std::size_t total_steps = o.epochs_given ? o.epochs * windows : o.steps;
+
+  // ---- outputs: a path that cannot be written fails now, not after the run -----------------
+  if (!o.checkpoint.empty()) check_output_dir("--checkpoint", o.checkpoint);
+  if (!o.report.empty()) check_output_dir("--report", o.report);
+  if (!o.trace.empty()) check_output_file("--trace", o.trace);
+  if (!o.log.empty()) check_output_file("--log", o.log);
 
   // ---- placement ---------------------------------------------------------------------------
   std::vector<pl::device_slot> slots;
@@ -382,8 +446,10 @@ int run_train(const train_options& o) {
   sc.worker_threads = 2;
   sc.trace_file = o.trace;
   strata::actor_system system(sc);
-  lm::lm_pipeline pipe(system, std::move(devices), cfg, schedule, counts,
-                       lm::lm_pipeline_options{.carry_state = o.carry_state});
+  // Owned through a pointer so that it stops before the system's shutdown writes the trace.
+  auto pipe_owner = std::make_unique<lm::lm_pipeline>(system, std::move(devices), cfg, schedule, counts,
+                                                      lm::lm_pipeline_options{.carry_state = o.carry_state});
+  lm::lm_pipeline& pipe = *pipe_owner;
   if (resume) {
     if (auto r = pipe.set_parameters(resume->parameters); !r) throw std::runtime_error(r.error().message());
   }
@@ -415,6 +481,11 @@ int run_train(const train_options& o) {
       if (!p) throw std::runtime_error(p.error().message());
       ck.parameters = std::move(*p);
     }
+    // A diverged run must not overwrite a good checkpoint with non-finite parameters.
+    for (const auto& p : ck.parameters)
+      if (!std::all_of(p.values.begin(), p.values.end(), [](float v) { return std::isfinite(v); }))
+        throw std::runtime_error("the training diverged: parameter '" + p.name + "' is not finite after step " +
+                                 std::to_string(step) + " (try a smaller --lr); the checkpoint was not overwritten");
     if (auto e = lm::save_checkpoint(o.checkpoint, ck); e) throw std::runtime_error(e.message());
   };
 
@@ -428,6 +499,14 @@ int run_train(const train_options& o) {
   std::optional<std::pair<lm::eval_result, std::vector<lm::named_parameter>>> last_val;
   std::size_t last_val_step = static_cast<std::size_t>(-1);
   double last_loss = 0;
+  // The first SIGINT/SIGTERM stops the run after the current step (saved when --checkpoint is
+  // given); a second one ends it at once (SA_RESETHAND), which saves are atomic against.
+  struct sigaction stop_after_step {};
+  stop_after_step.sa_handler = on_interrupt;
+  stop_after_step.sa_flags = SA_RESETHAND | SA_RESTART;
+  ::sigemptyset(&stop_after_step.sa_mask);
+  ::sigaction(SIGINT, &stop_after_step, nullptr);
+  ::sigaction(SIGTERM, &stop_after_step, nullptr);
   for (std::size_t step = first_step; step < total_steps; ++step) {
     batches->window(step % windows, x, y);
     if (o.carry_state && step % windows == 0 && step != first_step)  // the column streams start over
@@ -444,6 +523,9 @@ int run_train(const train_options& o) {
       r = pipe.train_step(x, y);
     }
     if (!r) throw std::runtime_error("step " + std::to_string(step + 1) + " failed: " + r.error().message());
+    if (!std::isfinite(r->loss))
+      throw std::runtime_error("the training diverged: the loss of step " + std::to_string(step + 1) + " is " +
+                               fmt(r->loss, 3) + " (try a smaller --lr)");
     const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
     const double tps = tokens_per_step / (wall_ms / 1e3);
     double busy = 0;
@@ -463,6 +545,7 @@ int run_train(const train_options& o) {
     const double eta = elapsed / static_cast<double>(done - first_step) * static_cast<double>(total_steps - done);
     bar.update(done, r->loss, tps, eta);
     const bool epoch_end = done % windows == 0;
+    bool saved = true;
     if (epoch_end) {
       last_val = validate(done);
       last_val_step = done;
@@ -472,8 +555,20 @@ int run_train(const train_options& o) {
       save(done, &last_val->second);
     } else if (o.save_every && done % o.save_every == 0 && done < total_steps) {
       save(done, nullptr);
+    } else {
+      saved = false;
     }
     if (o.crash_after_step && done == o.crash_after_step) std::raise(SIGKILL);
+    if (interrupted.load(std::memory_order_relaxed) && done < total_steps) {
+      bar.finish();
+      if (!saved) save(done, nullptr);
+      log_line({{"step", done}, {"interrupted", true}});
+      std::cerr << "lstm_lm: interrupted after step " << done
+                << (o.checkpoint.empty() ? std::string(" (no --checkpoint: nothing saved)")
+                                         : "; saved in " + o.checkpoint + " (the same command resumes)")
+                << "\n";
+      return 130;
+    }
   }
   bar.finish();
   const std::size_t final_step = std::max(first_step, total_steps);
@@ -559,6 +654,12 @@ int run_train(const train_options& o) {
     write_text(dir / "index.html", lstm_lm::index_html("lstm_lm training run", figures, placed.to_string() + "\n\n" + pipe.plan().to_string()));
     std::cerr << "lstm_lm: report in " << (dir / "index.html").string() << "\n";
   }
+  if (!o.trace.empty()) {  // the trace is written at shutdown: its failure is the run's
+    pipe_owner.reset();
+    auto shut = system.shutdown();
+    if (!shut.trace_error.empty()) throw std::runtime_error("--trace: " + shut.trace_error);
+    std::cerr << "lstm_lm: trace of " << shut.trace_events << " events in " << o.trace << "\n";
+  }
   return 0;
 }
 
@@ -607,44 +708,59 @@ int main(int argc, char** argv) {
   CLI::App app{"lstm_lm: train a stacked-LSTM language model on strata's model-parallel pipeline, evaluate it, sample from it"};
   app.require_subcommand(1);
   train_options t;
+  // Counts in [0, limit]: zero gets its own sentence below (or means "default"), more is absurd.
+  const auto size_limit = whole_number(65536), step_count = whole_number(1'000'000'000);
+  const auto any_u64 = whole_number(std::numeric_limits<std::uint64_t>::max());
   auto* train = app.add_subcommand("train", "Train on a corpus (default: Debian's fortunes), with checkpoints, logs and a report");
   train->add_option("--corpus", t.corpus, "UTF-8 text file (default: /usr/share/games/fortunes, else /usr/share/common-licenses)");
   train->add_option("--tokens", t.tokens, "char or word")->capture_default_str();
-  train->add_option("--vocab-size", t.vocab_size, "word tokens: keep the most frequent N-1 words and <unk>")->capture_default_str();
+  auto* vocab_size = train->add_option("--vocab-size", t.vocab_size, "word tokens: keep the most frequent N-1 words and <unk>")
+                         ->check(whole_number(10'000'000))
+                         ->capture_default_str();
   train->add_option("--devices", t.devices, "device spec, e.g. cpu:2 (default: the CUDA GPUs if any, else cpu:2)");
-  train->add_option("--layers", t.layers, "LSTM layers")->capture_default_str();
-  train->add_option("--hidden", t.hidden, "LSTM width")->capture_default_str();
-  train->add_option("--embed", t.embed, "embedding width")->capture_default_str();
-  train->add_option("--batch", t.batch, "columns of the token matrix")->capture_default_str();
-  train->add_option("--seq", t.seq, "timesteps per step (truncated BPTT window)")->capture_default_str();
-  train->add_option("--micro-batches", t.micro_batches, "micro-batches per step (default 1: see docs/lstm_lm.md)");
+  train->add_option("--layers", t.layers, "LSTM layers")->check(whole_number(1024))->capture_default_str();
+  train->add_option("--hidden", t.hidden, "LSTM width")->check(size_limit)->capture_default_str();
+  train->add_option("--embed", t.embed, "embedding width")->check(size_limit)->capture_default_str();
+  train->add_option("--batch", t.batch, "columns of the token matrix")->check(size_limit)->capture_default_str();
+  train->add_option("--seq", t.seq, "timesteps per step (truncated BPTT window)")->check(size_limit)->capture_default_str();
+  train->add_option("--micro-batches", t.micro_batches, "micro-batches per step (default 1: see docs/lstm_lm.md)")
+      ->check(size_limit);
   auto* chunks = train->add_option("--chunks", t.chunks,
-                                   "time chunks per micro-batch, wavefront only (default: the largest divisor of --seq up to 8)");
+                                   "time chunks per micro-batch, wavefront only (default: the largest divisor of --seq up to 8)")
+                     ->check(size_limit);
   train->add_option("--schedule", t.schedule, "auto, gpipe, 1f1b or wavefront (auto: wavefront on cpu stages with cores of their own, else 1f1b)")
       ->capture_default_str();
   train->add_option("--partition", t.partition, "auto, even, or LSTM layer ranges per device like 0-3,4-7")->capture_default_str();
-  auto* steps = train->add_option("--steps", t.steps, "total training steps")->capture_default_str();
-  auto* epochs = train->add_option("--epochs", t.epochs, "total passes over the training text");
+  auto* steps = train->add_option("--steps", t.steps, "total training steps")->check(step_count)->capture_default_str();
+  auto* epochs = train->add_option("--epochs", t.epochs, "total passes over the training text")->check(step_count);
   steps->excludes(epochs);
   train->add_option("--lr", t.lr, "SGD learning rate")->capture_default_str();
   train->add_option("--clip", t.clip, "global gradient-norm clip")->capture_default_str();
-  train->add_option("--seed", t.seed, "initialisation seed")->capture_default_str();
+  train->add_option("--seed", t.seed, "initialisation seed")->check(any_u64)->capture_default_str();
   train->add_option("--val-fraction", t.val_fraction, "held-out tail of the corpus")->capture_default_str();
-  train->add_option("--val-tokens", t.val_tokens, "validation predictions at most (0: the whole held-out text)")->capture_default_str();
+  train->add_option("--val-tokens", t.val_tokens, "validation predictions at most (0: the whole held-out text)")
+      ->check(any_u64)
+      ->capture_default_str();
   train->add_flag("--carry-state", t.carry_state,
                   "start each step from the LSTM state the previous window ended with (truncated BPTT; reset every epoch)");
   train->add_option("--trace", t.trace, "record a strata trace into FILE");
-  train->add_option("--checkpoint", t.checkpoint, "checkpoint directory: saved every epoch and at the end; resumed from when present");
-  train->add_option("--save-every", t.save_every, "also save the checkpoint every N steps");
+  auto* checkpoint = train->add_option("--checkpoint", t.checkpoint,
+                                       "checkpoint directory: saved every epoch and at the end; resumed from when present");
+  train->add_option("--save-every", t.save_every, "also save the checkpoint every N steps")->check(step_count)->needs(checkpoint);
   train->add_option("--log", t.log, "JSON lines: one per step, per validation and a summary");
   train->add_option("--report", t.report, "directory for loss.svg, timeline.svg and index.html");
-  train->add_option("--crash-after-step", t.crash_after_step, "testing: kill the process (SIGKILL) after step N")->group("");
-  train->add_option("--fault-at-step", t.fault_at_step, "testing: a device fault in the last stage during step N")->group("");
+  train->add_option("--crash-after-step", t.crash_after_step, "testing: kill the process (SIGKILL) after step N")
+      ->check(step_count)
+      ->group("");
+  train->add_option("--fault-at-step", t.fault_at_step, "testing: a device fault in the last stage during step N")
+      ->check(step_count)
+      ->group("");
   train->add_option("--cpu-threads", t.cpu_threads,
                     "threads each cpu stage device may use (default 0: every hardware thread, shared by the stages)")
       ->check(CLI::Range(0, 1024))
       ->capture_default_str();
   train->add_option("--retries", t.retries, "retry a failed step up to N times (the pipeline restarts its actors first)")
+      ->check(whole_number(1000))
       ->capture_default_str();
 
   std::string ck_dir, text_file, prompt;
@@ -659,9 +775,9 @@ int main(int argc, char** argv) {
   auto* gen = app.add_subcommand("generate", "Sample text from a checkpoint");
   gen->add_option("--checkpoint", ck_dir, "checkpoint directory")->required();
   gen->add_option("--prompt", prompt, "text to start from")->required();
-  gen->add_option("--length", length, "tokens to sample")->capture_default_str();
+  gen->add_option("--length", length, "tokens to sample")->check(whole_number(10'000'000))->capture_default_str();
   gen->add_option("--temperature", temperature, "softmax temperature (0: most likely token)")->capture_default_str();
-  gen->add_option("--seed", gen_seed, "sampling seed")->capture_default_str();
+  gen->add_option("--seed", gen_seed, "sampling seed")->check(any_u64)->capture_default_str();
 
   try {
     app.parse(argc, argv);
@@ -675,6 +791,7 @@ int main(int argc, char** argv) {
   }
   t.epochs_given = epochs->count() > 0;
   t.chunks_given = chunks->count() > 0;
+  t.vocab_size_given = vocab_size->count() > 0;
   // Each cpu device is a oneTBB arena and the kernels split large GEMMs into tasks inside it;
   // OpenBLAS's own threads (one per core by default) would oversubscribe the cores when two
   // stages compute at once, and its idle threads spin: wavefront steps ran 5x slower
@@ -687,6 +804,10 @@ int main(int argc, char** argv) {
   } catch (const usage_error& e) {
     std::cerr << "lstm_lm: " << e.what() << "\n";
     return 2;
+  } catch (const std::bad_alloc&) {
+    std::cerr << "lstm_lm: not enough memory for this model and batch (smaller --hidden, --embed, --layers, --batch or "
+                 "--seq need less)\n";
+    return 1;
   } catch (const std::exception& e) {
     std::cerr << "lstm_lm: " << e.what() << "\n";
     return 1;

@@ -70,10 +70,11 @@ int main(int argc, char** argv) {
   app.add_option("--threads", threads, "scheduler threads (0: one per hardware thread)")->check(CLI::Range(0, 1024));
   int metrics_port = -1;
   int linger_ms = 0;
-  app.add_option("--metrics-port", metrics_port, "serve GET /metrics on 127.0.0.1:PORT (0: any free port)")
-      ->check(CLI::Range(0, 65535));
+  auto* port_option = app.add_option("--metrics-port", metrics_port, "serve GET /metrics on 127.0.0.1:PORT (0: any free port)")
+                          ->check(CLI::Range(0, 65535));
   app.add_option("--linger-ms", linger_ms, "with --metrics-port: keep serving this long after the last round trip")
-      ->check(CLI::Range(0, 3'600'000));
+      ->check(CLI::Range(0, 3'600'000))
+      ->needs(port_option);
   CLI11_PARSE(app, argc, argv);
 
   strata::actor_system system(strata::system_config{.worker_threads = threads});
@@ -107,6 +108,10 @@ int main(int argc, char** argv) {
     metrics.reset();
   }
   auto report = system.shutdown();
+  if (!report.trace_error.empty()) {  // STRATA_TRACE named a place that cannot be written
+    std::fprintf(stderr, "ping_pong: %s\n", report.trace_error.c_str());
+    return 1;
+  }
   if (!report.trace_file.empty())
     std::printf("trace: %zu events written to %s\n", report.trace_events, report.trace_file.c_str());
   return 0;

@@ -2,11 +2,15 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <sys/wait.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <csignal>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <random>
 #include <sstream>
 #include <string>
@@ -167,6 +171,83 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_from_another_configuration_cannot_continue_a_r
   other = ck.config;
   other.seq = 7;
   BOOST_TEST(check_compatible(ck, other, token_kind::chars).message().find("seq 5") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_hand_edited_config_json_is_refused_not_misread) {
+  auto dir = fresh_dir("edited");
+  BOOST_REQUIRE(!save_checkpoint(dir.string(), small_checkpoint()));
+  const auto good = nlohmann::json::parse(slurp(dir / "config.json"));
+  auto expect_refused = [&](const std::string& what, const std::function<void(nlohmann::json&)>& edit,
+                            const std::string& fragment) {
+    auto cfg = good;
+    edit(cfg);
+    spit(dir / "config.json", cfg.dump());
+    auto r = load_checkpoint(dir.string());
+    BOOST_TEST_CONTEXT(what) {
+      BOOST_REQUIRE(!r.has_value());
+      BOOST_TEST(r.error().message().find(fragment) != std::string::npos, r.error().message());
+      BOOST_TEST(r.error().message().find("json.exception") == std::string::npos, r.error().message());
+    }
+  };
+  // A negative count used to wrap to 2^64 - 1 (layers: a loop that never ends), a fraction was
+  // truncated, a wrong type escaped as nlohmann's exception text, an unknown key was ignored.
+  expect_refused("negative layers", [](auto& c) { c["layers"] = -1; }, "'layers' is -1, not a whole number");
+  expect_refused("negative seq", [](auto& c) { c["seq"] = -1; }, "'seq' is -1");
+  expect_refused("fractional hidden", [](auto& c) { c["hidden"] = 4.5; }, "'hidden' is 4.5");
+  expect_refused("seq as text", [](auto& c) { c["seq"] = "5"; }, "'seq' is \"5\"");
+  expect_refused("lr as text", [](auto& c) { c["lr"] = "fast"; }, "not a number");
+  expect_refused("missing step", [](auto& c) { c.erase("step"); }, "'step' is missing");
+  expect_refused("unknown key", [](auto& c) { c["learning_rate"] = 0.1; }, "unknown key 'learning_rate'");
+  expect_refused("format as a number", [](auto& c) { c["format"] = 5; }, "not a strata lstm_lm checkpoint");
+  expect_refused("file size as text", [](auto& c) { c["files"]["vocab.json"]["bytes"] = "many"; }, "vocab.json does not match");
+  expect_refused("more layers than tensors", [](auto& c) { c["layers"] = 1'000'000'000'000ull; }, "does not fit");
+  spit(dir / "config.json", good.dump());
+  BOOST_TEST(load_checkpoint(dir.string()).has_value());
+  fs::remove_all(dir);
+}
+
+// A process saving in a loop is SIGKILLed at random moments (the window between the first data
+// file's rename and config.json's used to leave a checkpoint that no longer loaded): the
+// directory always loads, as one whole save, and never goes back to an earlier one.
+BOOST_AUTO_TEST_CASE(a_checkpoint_survives_sigkill_of_the_saver_at_any_moment) {
+  auto dir = fresh_dir("kill");
+  auto ck = small_checkpoint();
+  auto stamp = [](checkpoint& c, std::size_t step) {  // every value of save k is k
+    c.step = step;
+    for (auto& p : c.parameters) std::fill(p.values.begin(), p.values.end(), static_cast<float>(step));
+  };
+  stamp(ck, 1);
+  BOOST_REQUIRE(!save_checkpoint(dir.string(), ck));
+  std::mt19937 rng(5);
+  std::size_t last = 1;
+  int mid_save = 0;
+  for (int k = 0; k < 40; ++k) {
+    const pid_t child = ::fork();
+    BOOST_REQUIRE(child >= 0);
+    if (child == 0) {
+      for (std::size_t step = last + 1;; ++step) {
+        stamp(ck, step);
+        if (save_checkpoint(dir.string(), ck)) ::_exit(1);
+      }
+    }
+    ::usleep(std::uniform_int_distribution<unsigned>(500, 20000)(rng));
+    BOOST_REQUIRE(::kill(child, SIGKILL) == 0);
+    int status = 0;
+    BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+    BOOST_REQUIRE_MESSAGE(WIFSIGNALED(status), "the saver stopped by itself (status " << status << ")");
+    if (fs::exists(dir / ".prev-model.safetensors")) ++mid_save;
+    auto back = load_checkpoint(dir.string());
+    BOOST_REQUIRE_MESSAGE(back.has_value(), "kill " << k << ": " << back.error().message());
+    bool whole = true;
+    for (auto& p : back->parameters)
+      for (float v : p.values) whole = whole && v == static_cast<float>(back->step);
+    BOOST_TEST(whole, "kill " << k << ": the checkpoint of step " << back->step << " mixes saves");
+    BOOST_TEST(back->step >= last, "kill " << k << ": the step went back from " << last << " to " << back->step);
+    last = back->step;
+  }
+  BOOST_TEST_MESSAGE("checkpoint kills: 40, mid-save (a .prev- file left) " << mid_save << ", last step " << last);
+  BOOST_TEST(last > 1u);  // the saver did save: the drill exercised something
+  fs::remove_all(dir);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

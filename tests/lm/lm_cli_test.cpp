@@ -11,6 +11,7 @@
 #include <cstdlib>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <map>
 #include <string>
 
@@ -107,6 +108,56 @@ BOOST_AUTO_TEST_CASE(a_failed_step_ends_the_run_or_is_retried_on_the_same_loss_c
   while (std::getline(in, line))
     if (line.find("\"retry\":1") != std::string::npos && line.find("injected device fault") != std::string::npos) ++retry_lines;
   BOOST_TEST(retry_lines == 1);
+  fs::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(an_interrupted_run_saves_its_last_step_and_exits_130) {
+  const fs::path dir = fresh_dir_with_corpus("strata_lm_sigint_", " lines of text to learn");
+  const std::string args = small_run(dir) + " --steps 1000000 --checkpoint " + (dir / "ck").string() + " --log " +
+                           (dir / "log.jsonl").string();
+  const pid_t child = ::fork();
+  BOOST_REQUIRE(child >= 0);
+  if (child == 0) {
+    const std::string cmd = "exec " + std::string(STRATA_LSTM_LM_EXE) + " " + args + " 2>/dev/null";
+    ::execl("/bin/sh", "sh", "-c", cmd.c_str(), static_cast<char*>(nullptr));
+    ::_exit(127);
+  }
+  // Interrupt once a few steps are logged (the handler is installed before the first step).
+  auto steps_logged = [&] {  // complete lines only: the run is writing the file
+    std::ifstream in(dir / "log.jsonl");
+    std::string text((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+    int n = 0;
+    for (std::size_t at = 0; (at = text.find("\"loss\":", at)) != std::string::npos; ++at)
+      if (text.find('\n', at) != std::string::npos) ++n;
+    return n;
+  };
+  for (int waited_ms = 0; waited_ms < 60000 && steps_logged() < 3; waited_ms += 20) ::usleep(20000);
+  BOOST_REQUIRE(::kill(child, SIGINT) == 0);
+  int status = 0;
+  BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
+  BOOST_TEST((WIFEXITED(status) && WEXITSTATUS(status) == 130), "status " << status);
+  const auto log = read_log(dir / "log.jsonl");
+  BOOST_REQUIRE(!log.losses.empty());
+  auto cfg = nlohmann::json::parse(std::ifstream(dir / "ck" / "config.json"));
+  BOOST_TEST(cfg.at("step").get<int>() == log.losses.rbegin()->first);  // the last step run is the one saved
+  fs::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(a_diverging_run_fails_without_overwriting_the_checkpoint) {
+  const fs::path dir = fresh_dir_with_corpus("strata_lm_diverge_", " numbers grow without bound");
+  const std::string ck = " --checkpoint " + (dir / "ck").string();
+  BOOST_REQUIRE_EQUAL(run(small_run(dir) + " --steps 2" + ck), 0);
+  auto model_bytes = [&] {
+    std::ifstream in(dir / "ck" / "model.safetensors", std::ios::binary);
+    return std::string((std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>());
+  };
+  const std::string before = model_bytes();
+  // lr 1e99 (inf as a float) overflows the weights in the first update; every step would be saved.
+  const int diverged = run(small_run(dir) + " --steps 6 --save-every 1 --lr 1e99" + ck);
+  BOOST_TEST((WIFEXITED(diverged) && WEXITSTATUS(diverged) == 1), "status " << diverged);
+  auto cfg = nlohmann::json::parse(std::ifstream(dir / "ck" / "config.json"));
+  BOOST_TEST(cfg.at("step").get<int>() == 2);
+  BOOST_TEST((model_bytes() == before));
   fs::remove_all(dir);
 }
 

@@ -11,6 +11,7 @@
 
 #include <algorithm>
 #include <chrono>
+#include <cmath>
 #include <cstdio>
 #include <future>
 #include <string>
@@ -191,6 +192,10 @@ int main(int argc, char** argv) {
   app.add_option("--shards", shards_text, "shard counts to compare, e.g. 1,2,4");
   app.add_flag("--json", json, "one JSON line instead of the table");
   CLI11_PARSE(app, argc, argv);
+  if (std::isnan(mib)) {  // CLI::Range lets NaN through: every comparison with it is false
+    std::fprintf(stderr, "strata-bench-kvstore: --mib must be a number from 0.001 to 4096, not nan.\n");
+    return 2;
+  }
   std::vector<std::size_t> shard_counts;
   try {
     shard_counts = parse_list(shards_text);

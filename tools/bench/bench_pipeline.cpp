@@ -7,6 +7,7 @@
 //   strata-bench-pipeline [--mode sim|cpu|all] [--steps N] [--json] ...
 
 #include <algorithm>
+#include <cmath>
 #include <cstdio>
 #include <random>
 #include <string>
@@ -122,6 +123,10 @@ int main(int argc, char** argv) {
   app.add_flag("--no-torch", no_torch, "skip the PyTorch anchor");
   app.add_flag("--json", json, "print one JSON object on one line");
   CLI11_PARSE(app, argc, argv);
+  if (std::isnan(time_scale)) {  // CLI::Range lets NaN through: every comparison with it is false
+    std::fprintf(stderr, "strata-bench-pipeline: --sim-time-scale must be a number from 1 to 1e6, not nan\n");
+    return 2;
+  }
 
   try {
     strata::kernels::cpu::set_blas_threads(1);

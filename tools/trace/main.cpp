@@ -5,6 +5,7 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
 #include <fstream>
 #include <iostream>
 #include <string>
@@ -85,6 +86,9 @@ int main(int argc, char** argv) {
     return complain(what + " (run strata-trace --help for usage)");
   }
 
+  // -o naming the trace itself would replace the recording with its own export.
+  if (std::error_code ec; !out.empty() && std::filesystem::equivalent(file, out, ec))
+    return complain("the output " + out + " is the input trace; choose another -o");
   auto read = tt::read_trace(file);
   if (!read.ok()) return complain(read.error);
   try {

@@ -10,6 +10,7 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <iterator>
 #include <sstream>
 #include <stdexcept>
 
@@ -35,9 +36,9 @@ std::size_t product(const std::vector<std::size_t>& shape) {
 
 error fail(const std::string& what) { return error(errc::invalid_argument, what); }
 
-/// Writes `bytes` to dir/.tmp-<name>, fsyncs it and renames it to dir/<name>.
-error write_atomically(const fs::path& dir, const std::string& name, const std::string& bytes) {
-  const fs::path tmp = dir / (".tmp-" + name), final_path = dir / name;
+/// Writes `bytes` to dir/.tmp-<name> and fsyncs it.
+error write_temporary(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  const fs::path tmp = dir / (".tmp-" + name);
   int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
   if (fd < 0) return fail("cannot write '" + tmp.string() + "': " + std::strerror(errno));
   std::size_t done = 0;
@@ -52,9 +53,21 @@ error write_atomically(const fs::path& dir, const std::string& name, const std::
     done += static_cast<std::size_t>(n);
   }
   if (::fsync(fd) != 0 || ::close(fd) != 0) return fail("cannot flush '" + tmp.string() + "': " + std::strerror(errno));
+  return {};
+}
+
+/// Renames dir/.tmp-<name> (see write_temporary) over dir/<name>.
+error commit_temporary(const fs::path& dir, const std::string& name) {
+  const fs::path tmp = dir / (".tmp-" + name), final_path = dir / name;
   if (::rename(tmp.c_str(), final_path.c_str()) != 0)
     return fail("cannot rename '" + tmp.string() + "' to '" + final_path.string() + "': " + std::strerror(errno));
   return {};
+}
+
+/// Writes `bytes` to dir/.tmp-<name>, fsyncs it and renames it to dir/<name>.
+error write_atomically(const fs::path& dir, const std::string& name, const std::string& bytes) {
+  if (auto e = write_temporary(dir, name, bytes); e) return e;
+  return commit_temporary(dir, name);
 }
 
 void sync_directory(const fs::path& dir) {
@@ -77,6 +90,47 @@ std::string hex64(std::uint64_t v) {
   char buf[17];
   std::snprintf(buf, sizeof buf, "%016llx", static_cast<unsigned long long>(v));
   return buf;
+}
+
+/// The files config.json commits, with their size and checksum; each has a previous generation
+/// DIR/.prev-<name> while a save replaces it (see save_checkpoint).
+constexpr const char* data_files[] = {"model.safetensors", "vocab.json", "optimizer.json"};
+
+/// True if `bytes` are the size and FNV-1a hash that config.json records for the file `name`.
+bool matches_record(const json& cfg, const std::string& name, const std::string& bytes) {
+  if (!cfg.is_object() || !cfg.contains("files") || !cfg["files"].is_object() || !cfg["files"].contains(name)) return false;
+  const json& rec = cfg["files"][name];
+  if (!rec.is_object() || !rec.contains("bytes") || !rec.contains("fnv1a64")) return false;
+  const json &size = rec["bytes"], &hash = rec["fnv1a64"];
+  return size.is_number_unsigned() && size.get<std::size_t>() == bytes.size() && hash.is_string() &&
+         hash.get<std::string>() == hex64(fnv1a64(bytes));
+}
+
+/// The keys config.json may hold; any other is refused on load rather than ignored.
+constexpr const char* config_keys[] = {"format", "version", "layers", "hidden", "embed", "vocab", "tokens",
+                                       "seq", "batch", "micro_batches", "chunks", "lr", "clip", "seed",
+                                       "step", "epoch", "windows_per_epoch", "corpus", "files"};
+
+/// Strict reads of config.json fields: a missing key, a negative, fractional or non-numeric count,
+/// or a string of the wrong type throws std::invalid_argument with a short phrase.
+const json& config_field(const json& cfg, const char* key) {
+  if (!cfg.contains(key)) throw std::invalid_argument(std::string("'") + key + "' is missing");
+  return cfg[key];
+}
+std::size_t config_count(const json& cfg, const char* key) {
+  const json& v = config_field(cfg, key);
+  if (!v.is_number_unsigned()) throw std::invalid_argument(std::string("'") + key + "' is " + v.dump() + ", not a whole number");
+  return v.get<std::size_t>();
+}
+double config_number(const json& cfg, const char* key) {
+  const json& v = config_field(cfg, key);
+  if (!v.is_number()) throw std::invalid_argument(std::string("'") + key + "' is " + v.dump() + ", not a number");
+  return v.get<double>();
+}
+std::string config_text(const json& cfg, const char* key) {
+  const json& v = config_field(cfg, key);
+  if (!v.is_string()) throw std::invalid_argument(std::string("'") + key + "' is " + v.dump() + ", not a string");
+  return v.get<std::string>();
 }
 
 }  // namespace
@@ -144,9 +198,15 @@ expected<std::vector<safetensor>> decode_safetensors(const std::string& bytes) {
     std::size_t b = off[0].get<std::size_t>(), e = off[1].get<std::size_t>();
     if (b > e || e > data_size)
       return fail("the safetensors entry '" + name + "' points outside the data (the file is truncated?)");
-    if (e - b != product(t.shape) * sizeof(float))
+    std::size_t elements = 1;  // checked: a crafted shape's product must not wrap around
+    for (auto d : t.shape) {
+      if (d != 0 && elements > data_size / sizeof(float) / d)
+        return fail("the safetensors entry '" + name + "' has a shape larger than the file");
+      elements *= d;
+    }
+    if (e - b != elements * sizeof(float))
       return fail("the safetensors entry '" + name + "' has " + std::to_string(e - b) + " bytes for its shape");
-    t.values.resize(product(t.shape));
+    t.values.resize(elements);
     if (!t.values.empty()) std::memcpy(t.values.data(), bytes.data() + data_begin + b, e - b);
     entries.push_back({b, e, std::move(t)});
   }
@@ -195,12 +255,35 @@ error save_checkpoint(const std::string& dir_name, const checkpoint& ck) {
       {"files", {{"model.safetensors", {{"bytes", model.size()}, {"fnv1a64", hex64(fnv1a64(model))}}},
                  {"vocab.json", {{"bytes", vocab.size()}, {"fnv1a64", hex64(fnv1a64(vocab))}}},
                  {"optimizer.json", {{"bytes", optimizer.size()}, {"fnv1a64", hex64(fnv1a64(optimizer))}}}}}};
-  if (auto e = write_atomically(dir, "model.safetensors", model); e) return e;
-  if (auto e = write_atomically(dir, "vocab.json", vocab); e) return e;
-  if (auto e = write_atomically(dir, "optimizer.json", optimizer); e) return e;
+  const std::map<std::string, const std::string*> bytes_of = {
+      {"model.safetensors", &model}, {"vocab.json", &vocab}, {"optimizer.json", &optimizer}};
+  for (const char* name : data_files)
+    if (auto e = write_temporary(dir, name, *bytes_of.at(name)); e) return e;
+  // Until the new config.json lands, the committed one must stay loadable: each file it records
+  // keeps a copy of that generation as .prev-<name> (a hard link, or a copy where links fail),
+  // which load_checkpoint falls back to. A file that no longer matches it was replaced by an
+  // earlier interrupted save, and its .prev- copy is the committed one already.
+  if (auto committed = read_file(dir / "config.json", dir_name)) {
+    const json old_cfg = json::parse(*committed, nullptr, false);
+    for (const char* name : data_files) {
+      auto current = read_file(dir / name, dir_name);
+      if (!current || !matches_record(old_cfg, name, *current)) continue;
+      const fs::path staged = dir / (".tmp-prev-" + std::string(name)), prev = dir / (".prev-" + std::string(name));
+      ::unlink(staged.c_str());
+      if (::link((dir / name).c_str(), staged.c_str()) != 0) {
+        if (auto e = write_temporary(dir, "prev-" + std::string(name), *current); e) return e;
+      }
+      if (::rename(staged.c_str(), prev.c_str()) != 0)
+        return fail("cannot rename '" + staged.string() + "' to '" + prev.string() + "': " + std::strerror(errno));
+    }
+    sync_directory(dir);
+  }
+  for (const char* name : data_files)
+    if (auto e = commit_temporary(dir, name); e) return e;
   sync_directory(dir);
   if (auto e = write_atomically(dir, "config.json", cfg.dump(1) + "\n"); e) return e;  // the commit marker
   sync_directory(dir);
+  for (const char* name : data_files) ::unlink((dir / (".prev-" + std::string(name))).c_str());
   return {};
 }
 
@@ -217,39 +300,47 @@ expected<checkpoint> load_checkpoint(const std::string& dir_name) {
   if (!cfg_text) return cfg_text.error();
   json cfg = json::parse(*cfg_text, nullptr, false);
   if (cfg.is_discarded() || !cfg.is_object()) return fail(where + " has a config.json that is not valid JSON");
-  if (cfg.value("format", "") != format_name || cfg.value("version", 0) != format_version)
+  if (!cfg.contains("format") || cfg["format"] != format_name || !cfg.contains("version") || cfg["version"] != format_version)
     return fail(where + " is not a strata lstm_lm checkpoint (config.json format/version)");
   checkpoint ck;
   try {
+    for (auto& [key, value] : cfg.items())
+      if (std::find_if(std::begin(config_keys), std::end(config_keys), [&](const char* k) { return key == k; }) ==
+          std::end(config_keys))
+        throw std::invalid_argument("unknown key '" + key + "'");
     auto& c = ck.config;
-    c.layers = cfg.at("layers");
-    c.hidden = cfg.at("hidden");
-    c.embed = cfg.at("embed");
-    c.vocab = cfg.at("vocab");
-    c.seq = cfg.at("seq");
-    c.batch = cfg.at("batch");
-    c.micro_batches = cfg.at("micro_batches");
-    c.chunks = cfg.at("chunks");
-    c.lr = cfg.at("lr");
-    c.clip = cfg.at("clip");
-    c.seed = cfg.at("seed");
-    ck.tokens = parse_token_kind(cfg.at("tokens").get<std::string>());
-    ck.step = cfg.at("step");
-    ck.epoch = cfg.at("epoch");
-    ck.windows_per_epoch = cfg.at("windows_per_epoch");
-    ck.corpus = cfg.value("corpus", "");
+    c.layers = config_count(cfg, "layers");
+    c.hidden = config_count(cfg, "hidden");
+    c.embed = config_count(cfg, "embed");
+    c.vocab = config_count(cfg, "vocab");
+    c.seq = config_count(cfg, "seq");
+    c.batch = config_count(cfg, "batch");
+    c.micro_batches = config_count(cfg, "micro_batches");
+    c.chunks = config_count(cfg, "chunks");
+    c.lr = config_number(cfg, "lr");
+    c.clip = config_number(cfg, "clip");
+    c.seed = config_count(cfg, "seed");
+    ck.tokens = parse_token_kind(config_text(cfg, "tokens"));
+    ck.step = config_count(cfg, "step");
+    ck.epoch = config_count(cfg, "epoch");
+    ck.windows_per_epoch = config_count(cfg, "windows_per_epoch");
+    ck.corpus = cfg.contains("corpus") ? config_text(cfg, "corpus") : std::string();
     c.validate();
   } catch (const std::exception& e) {
     return fail(where + " has a config.json with a missing or bad field (" + e.what() + ")");
   }
   std::map<std::string, std::string> files;
-  for (const char* name : {"model.safetensors", "vocab.json", "optimizer.json"}) {
+  for (const char* name : data_files) {
     auto bytes = read_file(dir / name, dir_name);
     if (!bytes) return bytes.error();
-    const json& rec = cfg.contains("files") && cfg["files"].contains(name) ? cfg["files"][name] : json();
-    if (!rec.is_object() || rec.value("bytes", std::size_t{0}) != bytes->size() ||
-        rec.value("fnv1a64", "") != hex64(fnv1a64(*bytes)))
-      return fail(where + " is corrupt or from an interrupted save: " + name + " does not match the size and checksum in config.json");
+    if (!matches_record(cfg, name, *bytes)) {
+      // A save interrupted before its config.json landed: the committed generation is .prev-<name>.
+      auto prev = read_file(dir / (".prev-" + std::string(name)), dir_name);
+      if (!prev || !matches_record(cfg, name, *prev))
+        return fail(where + " is corrupt or from an interrupted save: " + name +
+                    " does not match the size and checksum in config.json");
+      bytes = std::move(prev);
+    }
     files[name] = std::move(*bytes);
   }
   auto vocab = vocabulary::from_json(ck.tokens, files["vocab.json"]);
@@ -260,6 +351,10 @@ expected<checkpoint> load_checkpoint(const std::string& dir_name) {
                 std::to_string(ck.config.vocab) + " in config.json");
   auto tensors = decode_safetensors(files["model.safetensors"]);
   if (!tensors) return fail(where + ": " + tensors.error().message());
+  // 4 tensors per layer + 3, checked before listing the names (a huge layer count would not end).
+  if (ck.config.layers > tensors->size() || tensors->size() != 4 * ck.config.layers + 3)
+    return fail(where + " has " + std::to_string(tensors->size()) + " tensors in model.safetensors, which does not fit " +
+                std::to_string(ck.config.layers) + " layers in config.json (4 per layer + 3)");
   std::map<std::string, safetensor*> by_name;
   for (auto& t : *tensors) by_name[t.name] = &t;
   for (const auto& name : parameter_names(ck.config)) {

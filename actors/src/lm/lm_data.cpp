@@ -6,6 +6,7 @@
 #include <map>
 #include <sstream>
 #include <stdexcept>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -175,13 +176,19 @@ std::string read_text_file(const std::string& path) {
   if (fs::is_directory(path, ec)) throw std::runtime_error("corpus '" + path + "' is a directory, not a text file");
   std::ifstream in(path, std::ios::binary);
   if (!in) throw std::runtime_error("corpus file '" + path + "' cannot be read");
-  std::ostringstream ss;
-  ss << in.rdbuf();
+  // Read in chunks and stop at the first NUL byte: an endless binary stream (/dev/zero) ends here
+  // instead of filling the memory.
+  std::string text;
+  std::vector<char> chunk(1 << 16);
+  while (in) {
+    in.read(chunk.data(), static_cast<std::streamsize>(chunk.size()));
+    const auto end = chunk.begin() + static_cast<std::ptrdiff_t>(in.gcount());
+    if (std::find(chunk.begin(), end, '\0') != end)
+      throw std::runtime_error("corpus file '" + path + "' is binary (it contains NUL bytes), not text");
+    text.append(chunk.begin(), end);
+  }
   if (in.bad()) throw std::runtime_error("corpus file '" + path + "' cannot be read");
-  std::string text = ss.str();
   if (text.empty()) throw std::runtime_error("corpus file '" + path + "' is empty");
-  if (text.find('\0') != std::string::npos)
-    throw std::runtime_error("corpus file '" + path + "' is binary (it contains NUL bytes), not text");
   for (std::size_t i = 0; i < text.size();) {
     std::size_t n = utf8_length(text, i);
     if (n == 0)

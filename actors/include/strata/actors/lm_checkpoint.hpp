@@ -6,8 +6,11 @@
 ///
 /// Saving is atomic per file and as a whole: each file is written to DIR/.tmp-<name>, fsynced
 /// and renamed over DIR/<name>; config.json goes last and is the commit marker. It records the
-/// size and FNV-1a hash of the other files, so a directory whose save was interrupted between
-/// two renames is detected on load (the other files no longer match), never silently mixed.
+/// size and FNV-1a hash of the other files. Before the renames, each file the committed
+/// config.json records is kept as DIR/.prev-<name> (removed after the commit), so a directory
+/// whose save was interrupted between two renames still loads as the committed checkpoint: the
+/// loader reads the .prev- twin of a file that no longer matches. Files that match neither are
+/// refused, never silently mixed.
 ///
 /// Example:
 /// \code
@@ -68,7 +71,9 @@ error save_checkpoint(const std::string& dir, const checkpoint& ck);
 bool checkpoint_exists(const std::string& dir);
 
 /// Reads the checkpoint in `dir`. errc::invalid_argument with one sentence naming the directory
-/// and the problem for a missing, truncated, corrupt or inconsistent file; never throws.
+/// and the problem for a missing, truncated, corrupt or inconsistent file, or a config.json with
+/// a missing key, an unknown key, a count that is not a whole number or a value of the wrong
+/// type; never throws.
 expected<checkpoint> load_checkpoint(const std::string& dir);
 
 /// Why a checkpoint cannot continue a run of `config` on `tokens`: one sentence naming the first
