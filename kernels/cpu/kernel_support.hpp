@@ -1,8 +1,8 @@
 #pragma once
 
-// Private helpers shared by the CPU kernels: vectorisable activation functions, the oneTBB
-// blocking helper and the internal GEMM entry point. (The argument checks, shared with the CUDA
-// kernels, are in kernels/common/checks.hpp.)
+// Private helpers shared by the CPU kernels: vectorisable activation functions, the run-time
+// ISA dispatch of the vector loops, the oneTBB blocking helper and the internal GEMM entry
+// point. (The argument checks, shared with the CUDA kernels, are in kernels/common/checks.hpp.)
 
 #include <algorithm>
 #include <bit>
@@ -13,8 +13,50 @@
 #include <tbb/parallel_for.h>
 
 #include "strata/kernels/gemm.hpp"
+#include "strata/kernels/isa.hpp"
 
 namespace strata::kernels::cpu::detail {
+
+// ---- Run-time ISA dispatch (strata/kernels/isa.hpp) -------------------------------------------
+// isa_call<&f>(isa, args...) runs f(args...) compiled for `isa`: the baseline path calls f
+// itself; the AVX2 and AVX-512 paths call a wrapper whose target attribute enables the wider
+// vectors and which inlines f and everything f calls (flatten), so the loops in f are
+// vectorised again for that target. f must be a leaf loop: inline helpers only, no oneTBB.
+//
+// The paths agree bitwise because nothing in them may differ: the kernels are built with
+// -ffp-contract=off (kernels/CMakeLists.txt; GCC's C++ default "fast" fuses a*b + c into an
+// FMA once a target has one, AVX-512F does), the AVX2 clone does not enable FMA at all, and
+// reductions use fixed lane arrays that each path reduces in the same order.
+#if defined(__x86_64__) && defined(__GNUC__)
+template <auto F, class... A>
+[[gnu::target("avx2"), gnu::flatten]] auto call_avx2(A... a) {
+  return F(a...);
+}
+
+// 512-bit vectors: the compilers' generic tuning would otherwise keep AVX-512 code at 256 bits
+// (GCC takes prefer-vector-width in the target string, Clang has its own attribute).
+#if defined(__clang__)
+#define STRATA_KERNELS_AVX512_TARGET \
+  gnu::target("avx512f,avx512bw,avx512dq,avx512vl"), clang::min_vector_width(512)
+#else
+#define STRATA_KERNELS_AVX512_TARGET \
+  gnu::target("avx512f,avx512bw,avx512dq,avx512vl,prefer-vector-width=512")
+#endif
+template <auto F, class... A>
+[[STRATA_KERNELS_AVX512_TARGET, gnu::flatten]] auto call_avx512(A... a) {
+  return F(a...);
+}
+#undef STRATA_KERNELS_AVX512_TARGET
+#endif
+
+template <auto F, class... A>
+inline auto isa_call([[maybe_unused]] cpu_isa isa, A... a) {
+#if defined(__x86_64__) && defined(__GNUC__)
+  if (isa == cpu_isa::avx512) return call_avx512<F>(a...);
+  if (isa == cpu_isa::avx2) return call_avx2<F>(a...);
+#endif
+  return F(a...);
+}
 
 // exp(x) for float with ~2 ulp error, written so GCC vectorises loops that call it (no libm
 // call, no branches): Cody-Waite range reduction and the Cephes expf polynomial. Inputs are
@@ -56,23 +98,34 @@ void parallel_blocks(std::size_t n, std::size_t grain, const Body& body) {
                     [&](const tbb::blocked_range<std::size_t>& r) { body(r.begin(), r.end()); });
 }
 
+/// acc[j] += sum_r m[r * cols + j] for j < w, in the order of r.
+inline void add_column_block(std::size_t rows, std::size_t cols, const float* __restrict m,
+                             std::size_t w, double* __restrict acc) noexcept {
+  for (std::size_t r = 0; r < rows; ++r) {
+    const float* __restrict row = m + r * cols;
+    for (std::size_t j = 0; j < w; ++j) acc[j] += static_cast<double>(row[j]);
+  }
+}
+
 /// sum_a[j] += sum_r m[r, j] and the same into sum_b (either may be null), for a row-major
 /// [rows, cols] matrix; accumulated in double, parallel over column blocks.
-inline void add_column_sums(std::size_t rows, std::size_t cols, const float* m, float* sum_a,
-                            float* sum_b) {
+inline void add_column_sums(cpu_isa isa, std::size_t rows, std::size_t cols, const float* m,
+                            float* sum_a, float* sum_b) {
   constexpr std::size_t block = 256;
   parallel_blocks(cols, block, [&](std::size_t lo, std::size_t hi) {
     double acc[block] = {};
     const std::size_t w = hi - lo;
-    for (std::size_t r = 0; r < rows; ++r) {
-      const float* row = m + r * cols + lo;
-      for (std::size_t j = 0; j < w; ++j) acc[j] += static_cast<double>(row[j]);
-    }
+    isa_call<&add_column_block>(isa, rows, cols, m + lo, w, +acc);
     for (std::size_t j = 0; j < w; ++j) {
       if (sum_a != nullptr) sum_a[lo + j] += static_cast<float>(acc[j]);
       if (sum_b != nullptr) sum_b[lo + j] += static_cast<float>(acc[j]);
     }
   });
+}
+
+/// x[i] *= alpha for i < n.
+inline void scale_block(std::size_t n, float alpha, float* x) noexcept {
+  for (std::size_t i = 0; i < n; ++i) x[i] *= alpha;
 }
 
 /// Elements below which a memory-bound loop stays on the calling thread.

@@ -51,6 +51,26 @@ double exp_shift_sum(float* x, std::size_t n, float shift) noexcept {
   return r;
 }
 
+// One row of logits: adds the bias (if any), returns the loss -log softmax(row)[target] by
+// log-sum-exp with max subtraction and, when `backward`, turns the row into
+// dlogits = (softmax - onehot) * grad_scale in place. Run through detail::isa_call.
+double row_loss(float* __restrict row, std::size_t v, const float* __restrict bias,
+                std::size_t target, float grad_scale, bool backward) noexcept {
+  if (bias != nullptr) {
+    for (std::size_t j = 0; j < v; ++j) row[j] += bias[j];
+  }
+  const float target_logit = row[target];
+  const float m = row_max(row, v);
+  const double sum = exp_shift_sum(row, v, m);
+  const double loss = static_cast<double>(m) + std::log(sum) - static_cast<double>(target_logit);
+  if (backward) {
+    const auto scale = static_cast<float>(static_cast<double>(grad_scale) / sum);
+    for (std::size_t j = 0; j < v; ++j) row[j] *= scale;
+    row[target] -= grad_scale;
+  }
+  return loss;
+}
+
 void check(const char* who, const linear_cross_entropy_dims& d, const linear_cross_entropy_inputs& in,
            const float* workspace, std::size_t workspace_size) {
   common::check_linear_cross_entropy(who, d, in);
@@ -63,6 +83,7 @@ double run(const char* where, const linear_cross_entropy_dims& d,
            const linear_cross_entropy_inputs& in, const linear_cross_entropy_gradients* g,
            float* workspace, std::size_t workspace_size) {
   check(where, d, in, workspace, workspace_size);
+  const cpu_isa isa = active_isa();
   const std::size_t v = d.classes;
   const std::size_t hs = d.hidden;
   const std::size_t block_rows = std::min(d.rows, workspace_size / v);
@@ -76,27 +97,14 @@ double run(const char* where, const linear_cross_entropy_dims& d,
     float* logits = workspace;  // [nb, V]
     detail::sgemm(transpose::no, transpose::yes, nb, v, hs, 1.0f, h_blk, hs, in.w, hs, 0.0f,
                   logits, v);
-    // Per row: bias, log-sum-exp with max subtraction, loss; then (backward) the row becomes
-    // dlogits = (softmax - onehot) * grad_scale in place.
     const std::size_t row_grain = std::max<std::size_t>(1, 16384 / v);
     total += tbb::parallel_deterministic_reduce(
         tbb::blocked_range<std::size_t>(0, nb, row_grain), 0.0,
         [&](const tbb::blocked_range<std::size_t>& rr, double acc) {
           for (std::size_t i = rr.begin(); i < rr.end(); ++i) {
-            float* row = logits + i * v;
-            if (in.b != nullptr) {
-              for (std::size_t j = 0; j < v; ++j) row[j] += in.b[j];
-            }
             const auto target = static_cast<std::size_t>(in.targets[r0 + i]);
-            const float target_logit = row[target];
-            const float m = row_max(row, v);
-            const double sum = exp_shift_sum(row, v, m);
-            acc += static_cast<double>(m) + std::log(sum) - static_cast<double>(target_logit);
-            if (backward) {
-              const auto scale = static_cast<float>(static_cast<double>(grad_scale) / sum);
-              for (std::size_t j = 0; j < v; ++j) row[j] *= scale;
-              row[target] -= grad_scale;
-            }
+            acc += detail::isa_call<&row_loss>(isa, logits + i * v, v, in.b, target, grad_scale,
+                                               backward);
           }
           return acc;
         },
@@ -110,7 +118,7 @@ double run(const char* where, const linear_cross_entropy_dims& d,
       detail::sgemm(transpose::yes, transpose::no, v, hs, nb, 1.0f, logits, v, h_blk, hs, 1.0f,
                     g->dw, hs);
     }
-    if (g->db != nullptr) detail::add_column_sums(nb, v, logits, g->db, nullptr);
+    if (g->db != nullptr) detail::add_column_sums(isa, nb, v, logits, g->db, nullptr);
   }
   return in.reduction == loss_reduction::mean ? total / static_cast<double>(d.rows) : total;
 }

@@ -25,7 +25,7 @@ std::size_t row_grain(const lstm_dims& d) noexcept {
 }
 
 // One batch row of the fused forward pointwise step. The restrict-qualified slices let GCC
-// vectorise the loop with the inlined exp approximation.
+// vectorise the loop with the inlined exp approximation; run through detail::isa_call.
 void forward_row(std::size_t h, float* __restrict gi, float* __restrict gf, float* __restrict gg,
                  float* __restrict go, const float* __restrict bias, const float* __restrict c_prev,
                  float* __restrict c_next, float* __restrict tanh_c, float* __restrict y,
@@ -54,7 +54,7 @@ void forward_row(std::size_t h, float* __restrict gi, float* __restrict gf, floa
 }
 
 // One batch row of the backward pointwise step: from dh (dy + recurrent) and the carried dc to
-// the pre-activation gate gradients; dc becomes dc_{t-1}.
+// the pre-activation gate gradients; dc becomes dc_{t-1}. Run through detail::isa_call.
 template <bool HasDy>
 void backward_row(std::size_t h, const float* __restrict act, const float* __restrict c_prev,
                   const float* __restrict tanh_c, const float* __restrict dy,
@@ -86,6 +86,7 @@ void backward_row(std::size_t h, const float* __restrict act, const float* __res
 
 void lstm_forward(const lstm_dims& d, const lstm_weights& w, const lstm_forward_args& a) {
   common::check_lstm_forward("lstm_forward", d, w, a);
+  const cpu_isa isa = active_isa();
   const std::size_t n = d.steps;
   const std::size_t bsz = d.batch;
   const std::size_t hs = d.hidden;
@@ -123,8 +124,9 @@ void lstm_forward(const lstm_dims& d, const lstm_weights& w, const lstm_forward_
       for (std::size_t b = lo; b < hi; ++b) {
         float* gb = gates_t + b * g4;
         const std::size_t o = t * bh + b * hs;
-        forward_row(hs, gb, gb + hs, gb + 2 * hs, gb + 3 * hs, r.bias, r.c + o, r.c + o + bh,
-                    r.tanh_c + o, y_t + b * hs, h_next + b * hs);
+        detail::isa_call<&forward_row>(isa, hs, gb, gb + hs, gb + 2 * hs, gb + 3 * hs, r.bias,
+                                       r.c + o, r.c + o + bh, r.tanh_c + o, y_t + b * hs,
+                                       h_next + b * hs);
       }
     });
   }
@@ -135,6 +137,7 @@ void lstm_forward(const lstm_dims& d, const lstm_weights& w, const lstm_forward_
 void lstm_backward(const lstm_dims& d, const lstm_weights& w, const lstm_backward_args& a,
                    const lstm_gradients& g) {
   common::check_lstm_backward("lstm_backward", d, w, a, g);
+  const cpu_isa isa = active_isa();
   const std::size_t n = d.steps;
   const std::size_t bsz = d.batch;
   const std::size_t hs = d.hidden;
@@ -164,11 +167,14 @@ void lstm_backward(const lstm_dims& d, const lstm_weights& w, const lstm_backwar
         const float* act = r.gates + t * bsz * g4 + b * g4;
         float* dgb = dg_t + b * g4;
         if (dy_t != nullptr) {
-          backward_row<true>(hs, act, r.c + o, r.tanh_c + o, dy_t + b * hs, dh_rec + b * hs,
-                             dc + b * hs, dgb, dgb + hs, dgb + 2 * hs, dgb + 3 * hs);
+          detail::isa_call<&backward_row<true>>(isa, hs, act, r.c + o, r.tanh_c + o, dy_t + b * hs,
+                                                dh_rec + b * hs, dc + b * hs, dgb, dgb + hs,
+                                                dgb + 2 * hs, dgb + 3 * hs);
         } else {
-          backward_row<false>(hs, act, r.c + o, r.tanh_c + o, nullptr, dh_rec + b * hs,
-                              dc + b * hs, dgb, dgb + hs, dgb + 2 * hs, dgb + 3 * hs);
+          detail::isa_call<&backward_row<false>>(isa, hs, act, r.c + o, r.tanh_c + o,
+                                                 static_cast<const float*>(nullptr), dh_rec + b * hs,
+                                                 dc + b * hs, dgb, dgb + hs, dgb + 2 * hs,
+                                                 dgb + 3 * hs);
         }
       }
     });
@@ -194,7 +200,7 @@ void lstm_backward(const lstm_dims& d, const lstm_weights& w, const lstm_backwar
     detail::sgemm(transpose::yes, transpose::no, g4, hs, rows, 1.0f, dgates, g4, r.h, hs,
                   1.0f, g.dw_hh, hs);
   }
-  if (g.db_ih != nullptr || g.db_hh != nullptr) detail::add_column_sums(rows, g4, dgates, g.db_ih, g.db_hh);
+  if (g.db_ih != nullptr || g.db_hh != nullptr) detail::add_column_sums(isa, rows, g4, dgates, g.db_ih, g.db_hh);
 }
 
 }  // namespace strata::kernels::cpu

@@ -14,7 +14,7 @@ namespace strata::kernels::cpu {
 namespace {
 
 // Sum of squares of x[0, n): 16 double lanes, so the loop vectorises without reassociation
-// flags, then combined in double.
+// flags, then combined in double. Run through detail::isa_call.
 double sum_squares(const float* x, std::size_t n) noexcept {
   constexpr std::size_t lanes = 16;
   double s[lanes] = {};
@@ -31,13 +31,13 @@ double sum_squares(const float* x, std::size_t n) noexcept {
   return r;
 }
 
-double tensor_sum_squares(std::span<const float> t) {
-  if (t.size() <= detail::memory_grain) return sum_squares(t.data(), t.size());
+double tensor_sum_squares(cpu_isa isa, std::span<const float> t) {
+  if (t.size() <= detail::memory_grain) return detail::isa_call<&sum_squares>(isa, t.data(), t.size());
   // Deterministic split, so the same data gives the same norm on every run.
   return tbb::parallel_deterministic_reduce(
       tbb::blocked_range<std::size_t>(0, t.size(), detail::memory_grain), 0.0,
       [&](const tbb::blocked_range<std::size_t>& r, double acc) {
-        return acc + sum_squares(t.data() + r.begin(), r.size());
+        return acc + detail::isa_call<&sum_squares>(isa, t.data() + r.begin(), r.size());
       },
       [](double a, double b) { return a + b; });
 }
@@ -45,15 +45,17 @@ double tensor_sum_squares(std::span<const float> t) {
 }  // namespace
 
 double global_norm(std::span<const std::span<const float>> tensors) {
+  const cpu_isa isa = active_isa();
   double total = 0.0;
-  for (const auto& t : tensors) total += tensor_sum_squares(t);
+  for (const auto& t : tensors) total += tensor_sum_squares(isa, t);
   return std::sqrt(total);
 }
 
 double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm) {
   common::check_clip_grad_norm("clip_grad_norm", max_norm);
+  const cpu_isa isa = active_isa();
   double total_sq = 0.0;
-  for (const auto& g : grads) total_sq += tensor_sum_squares(g);
+  for (const auto& g : grads) total_sq += tensor_sum_squares(isa, g);
   const double total = std::sqrt(total_sq);
   const double coef = max_norm / (total + 1e-6);
   if (coef < 1.0 || !std::isfinite(total)) {
@@ -61,7 +63,7 @@ double clip_grad_norm(std::span<const std::span<float>> grads, double max_norm) 
     for (const auto& g : grads) {
       float* p = g.data();
       detail::parallel_blocks(g.size(), detail::memory_grain, [&](std::size_t lo, std::size_t hi) {
-        for (std::size_t i = lo; i < hi; ++i) p[i] *= f;
+        detail::isa_call<&detail::scale_block>(isa, hi - lo, f, p + lo);
       });
     }
   }

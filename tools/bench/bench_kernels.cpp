@@ -3,6 +3,11 @@
 // plus this machine's sgemm peak through the same GEMM path. Results: docs/perf.md.
 //
 //   strata-bench-kernels [--steps N] [--warmup N] [--torch-threads N] [--no-torch] [--json]
+//                        [--blas-core NAME] [--isa baseline,avx2,avx512,auto]
+//
+// --isa with several paths of the CPU kernels' vector loops (strata/kernels/isa.hpp) times them
+// in the same run: one identically seeded model per path, the steps alternating between them,
+// so that a noisy machine slows all paths alike; the losses must agree bitwise.
 
 #include <dlfcn.h>
 #include <unistd.h>
@@ -14,8 +19,10 @@
 #include <cstdlib>
 #include <cstring>
 #include <fstream>
+#include <memory>
 #include <optional>
 #include <random>
+#include <stdexcept>
 #include <string>
 #include <thread>
 #include <vector>
@@ -106,10 +113,16 @@ struct strata_result {
   strata::lm::lm_phase_times phases;  // medians per phase
 };
 
-strata_result run_strata(const strata::lm::lstm_lm_config& cfg, int warmup, int steps) {
-  strata_result r;
+// The seed step for each path in `isas`, on one identically seeded model per path; every
+// warm-up and timed step runs all paths in turn (the order reversed on alternate steps).
+// `losses_identical` tells whether the paths' losses agreed bitwise at every step.
+std::vector<strata_result> run_strata(const strata::lm::lstm_lm_config& cfg, int warmup, int steps,
+                                      const std::vector<kcpu::cpu_isa>& isas, bool& losses_identical) {
+  const std::size_t k = isas.size();
+  std::vector<strata_result> r(k);
   const std::size_t rss0 = resident_bytes();
-  strata::lm::lstm_lm model(cfg);
+  std::vector<std::unique_ptr<strata::lm::lstm_lm>> models;
+  for (std::size_t p = 0; p < k; ++p) models.push_back(std::make_unique<strata::lm::lstm_lm>(cfg));
   std::vector<std::int32_t> tokens(cfg.seq * cfg.batch), targets(cfg.seq * cfg.batch);
   // One random sequence s of seq+1 rows: tokens = s[0:seq], targets = s[1:seq+1].
   std::mt19937_64 gen(cfg.seed + 1);
@@ -118,35 +131,61 @@ strata_result run_strata(const strata::lm::lstm_lm_config& cfg, int warmup, int 
   std::copy(s.begin(), s.begin() + static_cast<std::ptrdiff_t>(tokens.size()), tokens.begin());
   std::copy(s.begin() + static_cast<std::ptrdiff_t>(cfg.batch), s.end(), targets.begin());
 
-  for (int i = 0; i < warmup; ++i) r.first_loss = model.step(tokens.data(), targets.data());
-  std::vector<double> ms;
-  std::vector<strata::lm::lm_phase_times> ph;
-  for (int i = 0; i < steps; ++i) {
-    const auto t0 = clock_type::now();
-    const float loss = model.step(tokens.data(), targets.data());
-    ms.push_back(ms_since(t0));
-    ph.push_back(model.last_phase_times());
-    if (i == 0 && warmup == 0) r.first_loss = loss;
-    r.last_loss = loss;
+  losses_identical = true;
+  std::vector<std::vector<double>> ms(k);
+  std::vector<std::vector<strata::lm::lm_phase_times>> ph(k);
+  for (int i = 0; i < warmup + steps; ++i) {
+    std::vector<float> loss(k);
+    for (std::size_t q = 0; q < k; ++q) {
+      const std::size_t p = i % 2 == 0 ? q : k - 1 - q;
+      kcpu::set_isa(isas[p]);
+      const auto t0 = clock_type::now();
+      loss[p] = models[p]->step(tokens.data(), targets.data());
+      const double t = ms_since(t0);
+      if (i == std::max(0, warmup - 1)) r[p].first_loss = loss[p];  // the last warm-up step's
+      r[p].last_loss = loss[p];
+      if (i < warmup) continue;
+      ms[p].push_back(t);
+      ph[p].push_back(models[p]->last_phase_times());
+    }
+    for (std::size_t p = 1; p < k; ++p) {
+      if (std::memcmp(&loss[p], &loss[0], sizeof(float)) != 0) losses_identical = false;
+    }
   }
-  r.step_ms = median(ms);
-  r.min_ms = *std::min_element(ms.begin(), ms.end());
-  r.max_ms = *std::max_element(ms.begin(), ms.end());
-  auto phase_median = [&](double strata::lm::lm_phase_times::*f) {
-    std::vector<double> v;
-    for (const auto& p : ph) v.push_back(p.*f);
-    return median(v);
-  };
-  using pt = strata::lm::lm_phase_times;
-  for (auto f : {&pt::zero_grad, &pt::embedding_forward, &pt::lstm_forward, &pt::decoder, &pt::lstm_backward,
-                 &pt::embedding_backward, &pt::clip, &pt::sgd}) {
-    r.phases.*f = phase_median(f);
-  }
-  r.buffer_bytes = model.buffer_bytes();
   const std::size_t rss1 = resident_bytes();
-  r.rss_growth_bytes = rss1 > rss0 ? rss1 - rss0 : 0;
-  r.parameters = model.parameter_count();
+  using pt = strata::lm::lm_phase_times;
+  for (std::size_t p = 0; p < k; ++p) {
+    r[p].step_ms = median(ms[p]);
+    r[p].min_ms = *std::min_element(ms[p].begin(), ms[p].end());
+    r[p].max_ms = *std::max_element(ms[p].begin(), ms[p].end());
+    for (auto f : {&pt::zero_grad, &pt::embedding_forward, &pt::lstm_forward, &pt::decoder, &pt::lstm_backward,
+                   &pt::embedding_backward, &pt::clip, &pt::sgd}) {
+      std::vector<double> v;
+      for (const auto& x : ph[p]) v.push_back(x.*f);
+      r[p].phases.*f = median(v);
+    }
+    r[p].buffer_bytes = models[p]->buffer_bytes();
+    r[p].rss_growth_bytes = (rss1 > rss0 ? rss1 - rss0 : 0) / k;
+    r[p].parameters = models[p]->parameter_count();
+  }
   return r;
+}
+
+nlohmann::json phases_json(const strata::lm::lm_phase_times& p) {
+  return {{"zero_grad", p.zero_grad},       {"embedding_forward", p.embedding_forward},
+          {"lstm_forward", p.lstm_forward}, {"decoder", p.decoder},
+          {"lstm_backward", p.lstm_backward}, {"embedding_backward", p.embedding_backward},
+          {"clip", p.clip},                 {"sgd", p.sgd}};
+}
+
+std::string supported_isas() {
+  std::string out;
+  for (const auto isa : {kcpu::cpu_isa::baseline, kcpu::cpu_isa::avx2, kcpu::cpu_isa::avx512}) {
+    if (!kcpu::isa_supported(isa)) continue;
+    out += out.empty() ? "" : ", ";
+    out += kcpu::isa_name(isa);
+  }
+  return out;
 }
 
 std::string fmt(const char* f, double v) {
@@ -167,6 +206,7 @@ int main(int argc, char** argv) {
   bool json = false;
   std::size_t sgemm_size = 2048;
   std::string blas_core;
+  std::vector<std::string> isa_names;
   strata::lm::lstm_lm_config cfg;
   app.add_option("--steps", steps, "timed training steps; the median is reported")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 100000));
@@ -186,7 +226,34 @@ int main(int argc, char** argv) {
                              "SkylakeX", "Cooperlake", "SapphireRapids", "Zen", "Atom", "Barcelona", "Bulldozer",
                              "Piledriver", "Steamroller", "Excavator"},
                             CLI::ignore_case));
+  app.add_option("--isa", isa_names,
+                 "paths of the CPU kernels' vector loops to time, comma-separated (baseline, avx2, avx512, "
+                 "auto = the widest this CPU has); several alternate step by step on identical models and are "
+                 "compared; default: STRATA_CPU_ISA's choice, else auto")
+      ->delimiter(',')
+      ->check(CLI::IsMember({"baseline", "avx2", "avx512", "auto"}));
   CLI11_PARSE(app, argc, argv);
+
+  // Resolved before the re-exec and the work, so a bad name or STRATA_CPU_ISA fails at once.
+  std::vector<kcpu::cpu_isa> isas;
+  try {
+    if (isa_names.empty()) isas.push_back(kcpu::active_isa());
+  } catch (const std::invalid_argument& e) {
+    std::fprintf(stderr, "strata-bench-kernels: %s\n", e.what());
+    return 2;
+  }
+  for (const std::string& name : isa_names) {
+    kcpu::cpu_isa isa = kcpu::widest_isa();
+    for (const auto candidate : {kcpu::cpu_isa::baseline, kcpu::cpu_isa::avx2, kcpu::cpu_isa::avx512}) {
+      if (name == kcpu::isa_name(candidate)) isa = candidate;
+    }
+    if (!kcpu::isa_supported(isa)) {
+      std::fprintf(stderr, "strata-bench-kernels: --isa %s is not supported by this CPU or build (supported: %s).\n",
+                   name.c_str(), supported_isas().c_str());
+      return 2;
+    }
+    isas.push_back(isa);
+  }
 
   select_blas_core(blas_core, argv);
   kcpu::set_blas_threads(1);  // oneTBB parallelism inside the kernels (docs/kernels.md)
@@ -195,14 +262,18 @@ int main(int argc, char** argv) {
 
   tbb::task_arena arena(threads);
   double peak = 0;
-  strata_result s;
+  std::vector<strata_result> runs;
+  bool losses_identical = true;
   arena.execute([&] {
     // Measured before and after the steps, the best kept: a shared machine's noise only
     // lowers a measurement, so the best is the closest to the machine's peak.
     peak = sgemm_peak_gflops(sgemm_size, 5);
-    s = run_strata(cfg, warmup, steps);
+    runs = run_strata(cfg, warmup, steps, isas, losses_identical);
     peak = std::max(peak, sgemm_peak_gflops(sgemm_size, 5));
   });
+  // The main figures are the last path's; the others are compared with it below.
+  const strata_result& s = runs.back();
+  const char* isa = kcpu::isa_name(isas.back());
   const double flops = strata::lm::step_gemm_flops(cfg);
   const double tokens = static_cast<double>(cfg.batch * cfg.seq);
   const double step_gflops = flops / (s.step_ms * 1e6);
@@ -237,15 +308,8 @@ int main(int argc, char** argv) {
         {"lm_step_max_ms", s.max_ms},
         {"loss_first", s.first_loss},
         {"loss_last", s.last_loss},
-        {"phases_ms",
-         {{"zero_grad", s.phases.zero_grad},
-          {"embedding_forward", s.phases.embedding_forward},
-          {"lstm_forward", s.phases.lstm_forward},
-          {"decoder", s.phases.decoder},
-          {"lstm_backward", s.phases.lstm_backward},
-          {"embedding_backward", s.phases.embedding_backward},
-          {"clip", s.phases.clip},
-          {"sgd", s.phases.sgd}}},
+        {"phases_ms", phases_json(s.phases)},
+        {"cpu_isa", isa},
         {"threads", threads},
         {"torch_threads", torch_threads},
         {"torch_version", t.ok ? nlohmann::json(t.version) : nlohmann::json(nullptr)},
@@ -257,14 +321,28 @@ int main(int argc, char** argv) {
          {{"vocab", cfg.vocab}, {"embed", cfg.embed}, {"layers", cfg.layers}, {"hidden", cfg.hidden},
           {"batch", cfg.batch}, {"seq", cfg.seq}, {"clip", cfg.clip}, {"lr", cfg.lr}}},
     };
+    if (runs.size() > 1) {
+      nlohmann::json per_isa = nlohmann::json::array();
+      for (std::size_t p = 0; p < runs.size(); ++p) {
+        per_isa.push_back({{"cpu_isa", kcpu::isa_name(isas[p])},
+                           {"lm_step_ms", runs[p].step_ms},
+                           {"lm_step_min_ms", runs[p].min_ms},
+                           {"lm_step_max_ms", runs[p].max_ms},
+                           {"phases_ms", phases_json(runs[p].phases)}});
+      }
+      out["isa_runs"] = per_isa;
+      out["isa_losses_identical"] = losses_identical;
+    }
     std::printf("%s\n", out.dump().c_str());
-    return 0;
+    return losses_identical ? 0 : 1;
   }
 
   std::printf("strata-bench-kernels: LM training step (V %zu, E %zu, %zu x LSTM %zu, B %zu, T %zu), %d timed steps after %d warm-up\n",
               cfg.vocab, cfg.embed, cfg.layers, cfg.hidden, cfg.batch, cfg.seq, steps, warmup);
-  std::printf("OpenBLAS kernels: %s, 1 BLAS thread + %d oneTBB threads (strata); PyTorch: %d threads\n\n",
+  std::printf("OpenBLAS kernels: %s, 1 BLAS thread + %d oneTBB threads (strata); PyTorch: %d threads\n",
               core.c_str(), threads, torch_threads);
+  std::printf("CPU kernels' vector loops: %s (this CPU's widest: %s)\n\n", isa,
+              kcpu::isa_name(kcpu::widest_isa()));
   const std::string tv = t.ok ? "PyTorch " + t.version : "PyTorch";
   std::printf("%-28s %14s %16s %8s\n", "", "strata", tv.c_str(), "ratio");
   auto row = [&](const char* what, double sv, double tval, const char* f, bool higher_better) {
@@ -288,5 +366,34 @@ int main(int argc, char** argv) {
               p.zero_grad, p.embedding_forward, p.lstm_forward, p.decoder, p.lstm_backward, p.embedding_backward,
               p.clip, p.sgd);
   if (!t.ok) std::printf("PyTorch: n/a (%s)\n", t.why.c_str());
-  return 0;
+  if (runs.size() > 1) {
+    std::printf("\nvector-loop paths, alternating step by step on identical models (median ms; ratio = path / %s):\n",
+                isa);
+    std::printf("%-22s", "");
+    for (const auto x : isas) std::printf(" %10s", kcpu::isa_name(x));
+    for (std::size_t i = 0; i + 1 < isas.size(); ++i) {
+      std::printf(" %10s", (std::string(kcpu::isa_name(isas[i])) + "/last").c_str());
+    }
+    std::printf("\n");
+    auto cmp = [&](const char* what, auto get) {
+      std::printf("%-22s", what);
+      for (const auto& r : runs) std::printf(" %10.2f", get(r));
+      for (std::size_t i = 0; i + 1 < runs.size(); ++i) {
+        const double last = get(runs.back());
+        std::printf(" %10s", last > 0 ? fmt("%.3fx", get(runs[i]) / last).c_str() : "n/a");
+      }
+      std::printf("\n");
+    };
+    cmp("step", [](const strata_result& r) { return r.step_ms; });
+    cmp("step min", [](const strata_result& r) { return r.min_ms; });
+    cmp("lstm forward", [](const strata_result& r) { return r.phases.lstm_forward; });
+    cmp("decoder fwd+bwd", [](const strata_result& r) { return r.phases.decoder; });
+    cmp("lstm backward", [](const strata_result& r) { return r.phases.lstm_backward; });
+    cmp("zero_grad", [](const strata_result& r) { return r.phases.zero_grad; });
+    cmp("clip", [](const strata_result& r) { return r.phases.clip; });
+    cmp("sgd", [](const strata_result& r) { return r.phases.sgd; });
+    cmp("embedding fwd+bwd", [](const strata_result& r) { return r.phases.embedding_forward + r.phases.embedding_backward; });
+    std::printf("losses bitwise identical across paths at every step: %s\n", losses_identical ? "yes" : "NO");
+  }
+  return losses_identical ? 0 : 1;
 }

@@ -81,6 +81,10 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
+    if args.tf32 and args.device != "cuda":
+        # Checked before torch is imported, so it fails the same way with or without torch.
+        print("error: --tf32 needs --device cuda.", file=sys.stderr)
+        return 2
 
     # Debian's torch does its GEMMs through the system libblas, normally
     # OpenBLAS (pthread), which ignores torch.set_num_threads and by default
@@ -105,9 +109,6 @@ def main(argv=None):
         torch.backends.cudnn.benchmark = True
         torch.backends.cudnn.allow_tf32 = args.tf32
         torch.backends.cuda.matmul.allow_tf32 = args.tf32
-    elif args.tf32:
-        print("error: --tf32 needs --device cuda.", file=sys.stderr)
-        return 2
     device = torch.device(args.device)
     V, E, H, L, B, T = args.vocab, args.embed, args.hidden, args.layers, args.batch, args.seq
 

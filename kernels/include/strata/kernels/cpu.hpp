@@ -7,6 +7,7 @@
 #include "strata/kernels/elementwise.hpp"
 #include "strata/kernels/embedding.hpp"
 #include "strata/kernels/gemm.hpp"
+#include "strata/kernels/isa.hpp"
 #include "strata/kernels/linear_cross_entropy.hpp"
 #include "strata/kernels/lstm.hpp"
 #include "strata/kernels/optimizers.hpp"
