@@ -1,5 +1,6 @@
 #include "strata/actor_system.hpp"
 
+#include <cstdio>
 #include <cstdlib>
 #include <thread>
 
@@ -86,7 +87,18 @@ actor_system::actor_system(system_config config)
   impl_->sched.start();
 }
 
-actor_system::~actor_system() { shutdown(shutdown_mode::drain); }
+actor_system::~actor_system() {
+  bool shut_down = false;
+  {
+    std::lock_guard guard(impl_->shutdown_m);
+    shut_down = impl_->shut_down;
+  }
+  auto report = shutdown(shutdown_mode::drain);
+  // Nobody called shutdown() to receive the trace's error: a library must not lose a trace the
+  // user asked for in silence, so say it once (docs/runtime.md, "Shutdown").
+  if (!shut_down && !report.trace_error.empty())
+    std::fprintf(stderr, "strata: %s\n", report.trace_error.c_str());
+}
 
 const system_config& actor_system::config() const noexcept { return impl_->config; }
 std::size_t actor_system::worker_count() const noexcept { return impl_->sched.size(); }

@@ -1,6 +1,7 @@
 #include "strata/trace.hpp"
 
 #include <algorithm>
+#include <cerrno>
 #include <chrono>
 #include <cstdio>
 #include <cstring>
@@ -283,20 +284,32 @@ summary stop() {
   }
   blob.append(reinterpret_cast<const char*>(events.data()), events.size() * sizeof(record));
 
-  // Atomic replace: write a temporary file beside the target, fsync, rename.
+  // Atomic replace: write a temporary file beside the target, fsync, rename. Every error names
+  // the target and the system's reason (a missing directory, a directory in the way, a full disk).
   std::string tmp = out.file + ".tmp." + std::to_string(::getpid());
+  const std::string failed = "cannot write trace file '" + out.file + "': ";
   std::FILE* f = std::fopen(tmp.c_str(), "wb");
   if (f == nullptr) {
-    out.error = "cannot open trace file '" + tmp + "' for writing";
+    out.error = failed + "cannot create its temporary file '" + tmp + "': " + std::strerror(errno);
     return out;
   }
-  bool ok = std::fwrite(blob.data(), 1, blob.size(), f) == blob.size();
-  ok = std::fflush(f) == 0 && ok;
-  ok = ::fsync(fileno(f)) == 0 && ok;
-  ok = std::fclose(f) == 0 && ok;
-  if (!ok || std::rename(tmp.c_str(), out.file.c_str()) != 0) {
+  int write_errno = 0;
+  auto check = [&](bool step_ok) {
+    if (!step_ok && write_errno == 0) write_errno = errno != 0 ? errno : EIO;
+  };
+  check(std::fwrite(blob.data(), 1, blob.size(), f) == blob.size());
+  check(std::fflush(f) == 0);
+  check(::fsync(fileno(f)) == 0);
+  check(std::fclose(f) == 0);
+  if (write_errno != 0) {
     std::remove(tmp.c_str());
-    out.error = "cannot write trace file '" + out.file + "'";
+    out.error = failed + "writing '" + tmp + "' failed: " + std::strerror(write_errno);
+    return out;
+  }
+  if (std::rename(tmp.c_str(), out.file.c_str()) != 0) {
+    const int rename_errno = errno;
+    std::remove(tmp.c_str());
+    out.error = failed + "cannot rename '" + tmp + "' over it: " + std::strerror(rename_errno);
     return out;
   }
   out.written = true;

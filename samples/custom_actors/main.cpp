@@ -153,9 +153,17 @@ int main(int argc, char** argv) {
   for (const auto& wc : *top) std::printf("  %-10s %d\n", wc.text.c_str(), wc.count);
 
   // ---- 10. Shutdown: drain what is queued, stop every actor, report. -------------------------
+  // The report carries the trace's error (STRATA_TRACE naming a place that cannot be written):
+  // call shutdown() yourself to handle it.
   auto report = system.shutdown(strata::shutdown_mode::drain);
   std::printf("shutdown: %zu actors stopped, %llu messages discarded, %llu restarts\n", report.actors_stopped,
               static_cast<unsigned long long>(report.messages_discarded),
               static_cast<unsigned long long>(report.stats.restarts));
+  if (!report.trace_error.empty()) {
+    std::fprintf(stderr, "custom_actors: %s\n", report.trace_error.c_str());
+    return 1;
+  }
+  if (!report.trace_file.empty())
+    std::printf("trace: %zu events written to %s\n", report.trace_events, report.trace_file.c_str());
   return counted == expected_words ? 0 : 1;
 }

@@ -54,42 +54,52 @@ int main(int argc, char** argv) {
     return 2;
   }
   strata::actor_system sys;
-  strata::device_manager manager;
-  auto devs = manager.create("cpu:3");
-  auto s = devs[0].create_stream();
-  auto s1 = devs[1].create_stream();
-  auto s2 = devs[2].create_stream();
+  {  // the client and the devices go before the shutdown, as they would at the end of main
+    strata::device_manager manager;
+    auto devs = manager.create("cpu:3");
+    auto s = devs[0].create_stream();
+    auto s1 = devs[1].create_stream();
+    auto s2 = devs[2].create_stream();
 
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));  // kv = mx.kv.create('local')
-  try {
-    // kv.init(3, ones*2); kv.pull(3, out=a)
-    kv.init("3", filled(2, devs[0], s)).get().value();
-    auto a = kv.pull("3", filled(0, devs[0], s)).get().value();
-    std::printf("init 3 -> %s\n", show_all(a, s).c_str());
+    strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));  // kv = mx.kv.create('local')
+    try {
+      // kv.init(3, ones*2); kv.pull(3, out=a)
+      kv.init("3", filled(2, devs[0], s)).get().value();
+      auto a = kv.pull("3", filled(0, devs[0], s)).get().value();
+      std::printf("init 3 -> %s\n", show_all(a, s).c_str());
 
-    // kv.push(3, ones*8); kv.pull(3, out=a)
-    kv.push("3", filled(8, devs[0], s)).get().value();
-    a = kv.pull("3", filled(0, devs[0], s)).get().value();
-    std::printf("push 8 -> %s\n", show_all(a, s).c_str());
+      // kv.push(3, ones*8); kv.pull(3, out=a)
+      kv.push("3", filled(8, devs[0], s)).get().value();
+      a = kv.pull("3", filled(0, devs[0], s)).get().value();
+      std::printf("push 8 -> %s\n", show_all(a, s).c_str());
 
-    // kv.push(3, [ones on each of three devices]): summed, then assigned
-    kv.push("3", {filled(1, devs[0], s), filled(1, devs[1], s1), filled(1, devs[2], s2)}).get().value();
-    a = kv.pull("3", filled(0, devs[0], s)).get().value();
-    std::printf("push 3 devices -> %s\n", show_all(a, s).c_str());
+      // kv.push(3, [ones on each of three devices]): summed, then assigned
+      kv.push("3", {filled(1, devs[0], s), filled(1, devs[1], s1), filled(1, devs[2], s2)}).get().value();
+      a = kv.pull("3", filled(0, devs[0], s)).get().value();
+      std::printf("push 3 devices -> %s\n", show_all(a, s).c_str());
 
-    // kv.pull(3, out=[b on one device, b on another])
-    auto b = kv.pull("3", {filled(0, devs[1], s1), filled(0, devs[2], s2)}).get().value();
-    std::printf("pull 2 devices -> %s %s\n", show(b[0], s1).c_str(), show(b[1], s2).c_str());
+      // kv.pull(3, out=[b on one device, b on another])
+      auto b = kv.pull("3", {filled(0, devs[1], s1), filled(0, devs[2], s2)}).get().value();
+      std::printf("pull 2 devices -> %s %s\n", show(b[0], s1).c_str(), show(b[1], s2).c_str());
 
-    // kv.init(keys, [ones]*3); kv.push(keys, [ones]*3); kv.pull(keys, out=[zeros]*3)
-    std::vector<strata::kvstore_key> keys{"5", "7", "9"};
-    kv.init(keys, {filled(1, devs[0], s), filled(1, devs[0], s), filled(1, devs[0], s)}).get().value();
-    kv.push(keys, {filled(1, devs[0], s), filled(1, devs[1], s1), filled(1, devs[2], s2)}).get().value();
-    auto c = kv.pull(keys, {filled(0, devs[0], s), filled(0, devs[0], s), filled(0, devs[0], s)}).get().value();
-    std::printf("keys 5 7 9 -> %s\n", show_all(c, s).c_str());
-  } catch (const strata::error_exception& e) {
-    std::fprintf(stderr, "kvstore_basics: %s\n", e.what());
+      // kv.init(keys, [ones]*3); kv.push(keys, [ones]*3); kv.pull(keys, out=[zeros]*3)
+      std::vector<strata::kvstore_key> keys{"5", "7", "9"};
+      kv.init(keys, {filled(1, devs[0], s), filled(1, devs[0], s), filled(1, devs[0], s)}).get().value();
+      kv.push(keys, {filled(1, devs[0], s), filled(1, devs[1], s1), filled(1, devs[2], s2)}).get().value();
+      auto c = kv.pull(keys, {filled(0, devs[0], s), filled(0, devs[0], s), filled(0, devs[0], s)}).get().value();
+      std::printf("keys 5 7 9 -> %s\n", show_all(c, s).c_str());
+    } catch (const strata::error_exception& e) {
+      std::fprintf(stderr, "kvstore_basics: %s\n", e.what());
+      return 1;
+    }
+  }
+  // Shut down explicitly: the report says whether the trace (STRATA_TRACE) was written.
+  auto report = sys.shutdown();
+  if (!report.trace_error.empty()) {
+    std::fprintf(stderr, "kvstore_basics: %s\n", report.trace_error.c_str());
     return 1;
   }
+  if (!report.trace_file.empty())
+    std::printf("trace: %zu events written to %s\n", report.trace_events, report.trace_file.c_str());
   return 0;
 }

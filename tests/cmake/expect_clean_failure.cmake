@@ -2,17 +2,12 @@
 #   - it exits by itself within TIMEOUT seconds (no signal, no timeout) with a status in 1..127;
 #   - stderr is exactly one line ending in a newline or, with ALLOW_USAGE_HINT, CLI11's two:
 #     the error and "Run with --help for more information.";
-#   - stderr matches the regex EXPECT, when given.
-#   cmake -DCMD="prog;arg;..." [-DEXPECT=regex] [-DTIMEOUT=60] [-DALLOW_USAGE_HINT=ON]
+#   - stderr matches the regex EXPECT, when given;
+#   - the status is EXPECT_EXIT, when given.
+#   cmake -DCMD="prog;arg;..." [-DEXPECT=regex] [-DEXPECT_EXIT=N] [-DTIMEOUT=60] [-DALLOW_USAGE_HINT=ON]
 #         -P tests/cmake/expect_clean_failure.cmake
 # CMD is a CMake list: pass it as one quoted argument ("-DCMD=$<TARGET_FILE:prog>;arg;arg").
-if(NOT DEFINED CMD OR CMD STREQUAL "")
-  message(FATAL_ERROR "expect_clean_failure.cmake: -DCMD=\"prog;arg;...\" is required")
-endif()
-if(NOT DEFINED TIMEOUT)
-  set(TIMEOUT 60)
-endif()
-execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT ${TIMEOUT})
+include(${CMAKE_CURRENT_LIST_DIR}/run_command.cmake)
 if(NOT rc MATCHES "^[0-9]+$")
   message(FATAL_ERROR "the command did not exit normally (${rc}): ${CMD}\nstderr: ${err}")
 endif()
@@ -35,6 +30,9 @@ if(NOT err MATCHES "\n$" OR NOT (lines EQUAL 1 OR usage_hint))
     set(wanted "exactly one line on stderr")
   endif()
   message(FATAL_ERROR "expected ${wanted}, got ${lines}: ${CMD}\n${err}")
+endif()
+if(DEFINED EXPECT_EXIT AND NOT rc EQUAL EXPECT_EXIT)
+  message(FATAL_ERROR "expected exit status ${EXPECT_EXIT}, got ${rc}: ${CMD}\n${err}")
 endif()
 if(DEFINED EXPECT AND NOT err MATCHES "${EXPECT}")
   message(FATAL_ERROR "stderr does not match '${EXPECT}': ${CMD}\n${err}")

@@ -2,6 +2,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <cstdio>
 #include <cstdlib>
 #include <cstring>
 #include <filesystem>
@@ -10,6 +12,9 @@
 #include <set>
 #include <string>
 #include <vector>
+
+#include <fcntl.h>
+#include <unistd.h>
 
 #include "strata/strata.hpp"
 #include "test_support.hpp"
@@ -78,6 +83,56 @@ std::string temp_path(const std::string& name) {
 struct token {
   int hops;
 };
+
+/// Captures what is written to file descriptor 2 (stderr) while it lives; `text()` ends the
+/// capture and returns it.
+class [[maybe_unused]] stderr_capture {
+public:
+  stderr_capture() {
+    std::fflush(stderr);
+    char name[] = "/tmp/strata-stderr-XXXXXX";
+    file_ = ::mkstemp(name);
+    BOOST_REQUIRE(file_ >= 0);
+    ::unlink(name);
+    saved_ = ::dup(2);
+    BOOST_REQUIRE(saved_ >= 0);
+    BOOST_REQUIRE(::dup2(file_, 2) == 2);
+  }
+  ~stderr_capture() { (void)text(); }
+  stderr_capture(const stderr_capture&) = delete;
+  stderr_capture& operator=(const stderr_capture&) = delete;
+
+  std::string text() {
+    if (saved_ >= 0) {
+      std::fflush(stderr);
+      ::dup2(saved_, 2);
+      ::close(saved_);
+      saved_ = -1;
+      std::string out;
+      char buf[4096];
+      for (off_t at = 0;;) {
+        ssize_t n = ::pread(file_, buf, sizeof buf, at);
+        if (n <= 0) break;
+        out.append(buf, static_cast<std::size_t>(n));
+        at += n;
+      }
+      ::close(file_);
+      text_ = std::move(out);
+    }
+    return text_;
+  }
+
+private:
+  int file_ = -1;
+  int saved_ = -1;
+  std::string text_;
+};
+
+/// Gives `sys` a few messages to handle (and to record).
+[[maybe_unused]] void traced_run(strata::actor_system& sys) {
+  auto sink = sys.spawn([](strata::actor&) -> strata::behavior { return {[](int) {}}; });
+  for (int i = 0; i < 10; ++i) sys.send(sink, i);
+}
 
 }  // namespace
 
@@ -165,6 +220,70 @@ BOOST_AUTO_TEST_CASE(the_strata_trace_variable_turns_tracing_on_and_the_limit_bo
   BOOST_TEST(t.count == 100u);
   BOOST_TEST(t.dropped > 1000u);
   BOOST_TEST(report.trace_events_dropped == t.dropped);
+}
+
+BOOST_AUTO_TEST_CASE(a_trace_in_a_missing_directory_is_reported_by_shutdown_with_the_reason) {
+  const std::string path = "/nonexistent-strata-dir/run.strace";
+  stderr_capture err;
+  strata::shutdown_report report;
+  {
+    strata::actor_system sys(strata::system_config{.worker_threads = 1, .trace_file = path});
+    traced_run(sys);
+    report = sys.shutdown();
+  }
+  BOOST_TEST(report.trace_error.find("cannot write trace file '" + path + "'") == 0u, report.trace_error);
+  BOOST_TEST(report.trace_error.find("No such file or directory") != std::string::npos, report.trace_error);
+  BOOST_TEST(report.trace_error.find('\n') == std::string::npos);
+  // The caller received the error: the runtime prints nothing.
+  BOOST_TEST(err.text() == "");
+}
+
+BOOST_AUTO_TEST_CASE(a_trace_file_naming_a_directory_is_reported_and_the_directory_is_kept) {
+  const auto dir = std::filesystem::temp_directory_path() / ("strata-trace-dir-" + std::to_string(::getpid()));
+  std::filesystem::create_directory(dir);
+  std::ofstream(dir / "kept.txt") << "the user's file\n";
+  strata::shutdown_report report;
+  {
+    strata::actor_system sys(strata::system_config{.worker_threads = 1, .trace_file = dir.string()});
+    traced_run(sys);
+    report = sys.shutdown();
+  }
+  BOOST_TEST(report.trace_error.find("cannot write trace file '" + dir.string() + "'") == 0u, report.trace_error);
+  BOOST_TEST(report.trace_error.find("Is a directory") != std::string::npos, report.trace_error);
+  BOOST_TEST(std::filesystem::is_directory(dir));
+  BOOST_TEST(std::filesystem::exists(dir / "kept.txt"));
+  // No temporary file is left beside it.
+  std::size_t beside = 0;
+  for (const auto& e : std::filesystem::directory_iterator(dir.parent_path()))
+    beside += e.path().filename().string().rfind(dir.filename().string() + ".tmp.", 0) == 0;
+  BOOST_TEST(beside == 0u);
+  std::filesystem::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(a_system_destroyed_without_shutdown_prints_the_trace_error_once_on_stderr) {
+  const std::string path = "/nonexistent-strata-dir/destroyed.strace";
+  stderr_capture err;
+  {
+    strata::actor_system sys(strata::system_config{.worker_threads = 1, .trace_file = path});
+    traced_run(sys);
+  }  // the destructor shuts down; nobody else can receive the error
+  const std::string text = err.text();
+  BOOST_TEST(text.rfind("strata: cannot write trace file '" + path + "': ", 0) == 0u, text);
+  BOOST_TEST(text.find("No such file or directory") != std::string::npos, text);
+  BOOST_TEST(std::count(text.begin(), text.end(), '\n') == 1);
+  BOOST_TEST(text.back() == '\n');
+}
+
+BOOST_AUTO_TEST_CASE(a_system_destroyed_without_shutdown_prints_nothing_when_the_trace_was_written) {
+  const std::string path = temp_path("strata-trace-destroyed");
+  stderr_capture err;
+  {
+    strata::actor_system sys(strata::system_config{.worker_threads = 1, .trace_file = path});
+    traced_run(sys);
+  }
+  BOOST_TEST(err.text() == "");
+  BOOST_TEST(std::filesystem::exists(path));
+  std::filesystem::remove(path);
 }
 
 #else

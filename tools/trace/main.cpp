@@ -104,6 +104,12 @@ int main(int argc, char** argv) {
     else if (*timeline) text = tt::timeline_svg(model, {.width = width});
     else text = tt::message_graph_dot(model);
     if (auto err = write_file(out, text); !err.empty()) return complain(err);
+    // The format asks readers to skip kinds they do not know; say so rather than drop them
+    // unseen (summary prints the count in its header line). Not an error: the exit stays 0.
+    if (model.unknown_events > 0)
+      std::cerr << "strata-trace: note: " << file << ": skipped " << model.unknown_events
+                << (model.unknown_events == 1 ? " event of a kind" : " events of kinds")
+                << " this version does not know (written by a newer strata?)\n";
     std::cerr << "strata-trace: wrote " << out << " (" << text.size() << " bytes)\n";
   } catch (const std::bad_alloc&) {
     return complain(file + ": not enough memory to process the trace");

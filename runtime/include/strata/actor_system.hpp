@@ -114,7 +114,10 @@ struct spawn_result<T> {
 class actor_system {
 public:
   explicit actor_system(system_config config = {});
-  /// Shuts down (drain mode) if `shutdown` was not called.
+  /// Shuts down (drain mode) if `shutdown` was not called. A trace that then cannot be written
+  /// has nobody to receive `shutdown_report::trace_error`, so the destructor prints it as one
+  /// line on stderr ("strata: cannot write trace file '...': ..."); call `shutdown` to handle
+  /// the error yourself.
   ~actor_system();
   actor_system(const actor_system&) = delete;
   actor_system& operator=(const actor_system&) = delete;
@@ -212,6 +215,8 @@ public:
 
   /// Stops the system: handles or discards what is queued (see `shutdown_mode`), stops every
   /// actor, joins the threads, writes the trace. Idempotent: later calls return the first report.
+  /// A trace that could not be written is reported in `trace_error` (check it: the runtime
+  /// prints nothing when you called `shutdown`).
   shutdown_report shutdown(shutdown_mode mode = shutdown_mode::drain);
 
   system_stats stats() const;

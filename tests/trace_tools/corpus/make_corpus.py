@@ -1,5 +1,5 @@
 #!/usr/bin/env python3
-"""Derives the invalid seed traces from valid-small.seed (itself written by
+"""Derives the invalid seed traces (and the valid unknown-kinds.seed) from valid-small.seed (itself written by
 `make_sample_trace valid-small.seed --small` from a real actor_system run).
 
 Run from this folder: python3 make_corpus.py. The files are checked in; the bad-input tests in
@@ -44,6 +44,18 @@ files = {
     # Two events swapped out of time order: the later one first.
     "unsorted.seed": patch(good, events_at, "<Q", struct.unpack_from("<Q", good, events_at + 40 * (count - 1))[0] + 1),
 }
+
+
+def with_unknown_kinds(kinds):
+    """The valid trace plus events of kinds a version-1 reader does not know (a newer writer's),
+    at the last timestamp, so the events stay sorted."""
+    (last_ts,) = struct.unpack_from("<Q", good, events_at + 40 * (count - 1))
+    extra = b"".join(struct.pack("<QQQQIHBB", last_ts, 1, 0, 0, 0, 0, k, 0) for k in kinds)
+    return patch(good, 24, "<Q", count + len(kinds)) + extra
+
+
+# Valid: three events of kinds 200 and 201 that readers skip and count (docs/trace-format.md).
+files["unknown-kinds.seed"] = with_unknown_kinds([200, 201, 200])
 for name, data in files.items():
     open(name, "wb").write(data)
     print(f"{name}: {len(data)} bytes")
