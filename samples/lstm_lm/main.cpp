@@ -383,7 +383,9 @@ int run_train(const train_options& o) {
   for (auto& d : devices) slots.push_back({d.name()});
   // auto: per-layer costs measured on the first device (the kernels on one micro-batch, in its
   // arena); the fixed splits only print a prediction, from FLOPs and bytes.
-  std::string costs_note = "costs estimated from FLOPs and bytes";
+  std::string costs_note =
+      "costs estimated from FLOPs and bytes at nominal rates of 60 GFLOP/s and 20 GB/s per device, so the predicted "
+      "step is a rough guide; --partition auto measures the costs";
   pl::model_costs costs;
   if (part.kind == pl::partition_spec::kind_t::automatic) {
     const auto t0 = std::chrono::steady_clock::now();
