@@ -61,8 +61,13 @@ BOOST_AUTO_TEST_CASE(cpu_costs_are_measured_per_layer_and_the_partitioner_gives_
   BOOST_TEST(total(m.decoder) > total(m.lstm[1]));
   BOOST_TEST(m.decoder.memory_bytes > m.lstm[1].memory_bytes);
 
-  // The DP balances the stages, so the stage carrying the decoder gets fewer LSTM layers.
-  auto placed = pl::place_layers(m, {{"cpu:0"}, {"cpu:1"}}, pl::parse_partition("auto", 8, 2),
+  // The DP balances the stages, so the stage carrying the decoder gets fewer LSTM layers. Layer
+  // 0's separate measurement can be off by the factor allowed above on a loaded machine (a TSan
+  // run once measured it large enough to make 4 + 4 the balanced split), so the partitioner is
+  // given layer 1's measurement for it: the same shape, and what the claim is about.
+  auto balanced = m;
+  balanced.lstm[0] = m.lstm[1];
+  auto placed = pl::place_layers(balanced, {{"cpu:0"}, {"cpu:1"}}, pl::parse_partition("auto", 8, 2),
                                  {pl::schedule_kind::one_f_one_b, 1, 1});
   BOOST_TEST_MESSAGE(placed.to_string());
   BOOST_REQUIRE_EQUAL(placed.stages.size(), 2u);
