@@ -12,7 +12,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/actors/kvstore.hpp"
+#include "strata/kvstore/kvstore.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 
@@ -61,7 +61,7 @@ int main(int argc, char** argv) {
     auto s1 = devs[1].create_stream();
     auto s2 = devs[2].create_stream();
 
-    strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));  // kv = mx.kv.create('local')
+    strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));  // kv = mx.kv.create('local')
     try {
       // kv.init(3, ones*2); kv.pull(3, out=a)
       kv.init("3", filled(2, devs[0], s)).get().value();
@@ -83,7 +83,7 @@ int main(int argc, char** argv) {
       std::printf("pull 2 devices -> %s %s\n", show(b[0], s1).c_str(), show(b[1], s2).c_str());
 
       // kv.init(keys, [ones]*3); kv.push(keys, [ones]*3); kv.pull(keys, out=[zeros]*3)
-      std::vector<strata::kvstore_key> keys{"5", "7", "9"};
+      std::vector<strata::kvstore::key> keys{"5", "7", "9"};
       kv.init(keys, {filled(1, devs[0], s), filled(1, devs[0], s), filled(1, devs[0], s)}).get().value();
       kv.push(keys, {filled(1, devs[0], s), filled(1, devs[1], s1), filled(1, devs[2], s2)}).get().value();
       auto c = kv.pull(keys, {filled(0, devs[0], s), filled(0, devs[0], s), filled(0, devs[0], s)}).get().value();

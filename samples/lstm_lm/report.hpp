@@ -8,7 +8,7 @@
 #include <utility>
 #include <vector>
 
-#include "strata/actors/pipeline/simulator.hpp"
+#include "strata/pipeline/simulator.hpp"
 
 namespace lstm_lm {
 

@@ -22,7 +22,7 @@
 #include <unistd.h>
 
 #include "cuda_test_support.hpp"  // tests/kernels_cuda: the GPU precondition, random data, the error measure
-#include "strata/actors/kvstore.hpp"
+#include "strata/kvstore/kvstore.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/kernels/cuda.hpp"
 #include "strata/strata.hpp"
@@ -74,7 +74,7 @@ struct side {
 /// What a script pulled, in order.
 using pulls = std::vector<std::vector<float>>;
 /// A session with a store: tensors are made on `s` (device i of the side, i < 3 or the side's size).
-using script = std::function<pulls(strata::kvstore_client& kv, side& s)>;
+using script = std::function<pulls(strata::kvstore::client& kv, side& s)>;
 
 struct fixture {
   strata::actor_system sys{strata::system_config{.worker_threads = 2}};
@@ -82,12 +82,12 @@ struct fixture {
   side cpu{manager.create("cpu:3")};
   kct::random_source rng{20240611};
 
-  pulls run(strata::kvstore_options options, side& s, const script& f) {
-    strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, std::move(options)));
+  pulls run(strata::kvstore::options options, side& s, const script& f) {
+    strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, std::move(options)));
     return f(kv, s);
   }
   /// The script on a local cpu store and on `gpu_options` with tensors on `gpu`: same pulls.
-  void same_results(const strata::kvstore_options& cpu_options, const strata::kvstore_options& gpu_options,
+  void same_results(const strata::kvstore::options& cpu_options, const strata::kvstore::options& gpu_options,
                     side& gpu, const script& f) {
     const pulls want = run(cpu_options, cpu, f);
     const pulls got = run(gpu_options, gpu, f);
@@ -103,8 +103,8 @@ struct fixture {
     for (std::size_t i = 0; i < count; ++i) out.push_back(rng.values(n));
     return out;
   }
-  static strata::kvstore_options on(const strata::device& d) {
-    return {.kind = strata::kvstore_kind::device, .merge_device = d};
+  static strata::kvstore::options on(const strata::device& d) {
+    return {.kind = strata::kvstore::kind::device, .merge_device = d};
   }
 };
 
@@ -121,7 +121,7 @@ constexpr std::size_t numel = 35;
 BOOST_AUTO_TEST_SUITE(kvstore_cuda, *boost::unit_test::precondition(kct::gpu_available))
 
 BOOST_FIXTURE_TEST_CASE(a_cuda_merge_device_is_accepted_and_tensors_of_another_kind_are_refused, gpu_fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, on(gpu.devs[0])));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, on(gpu.devs[0])));
   auto r = await(kv.init(0, cpu.make(rng.values(numel), shape)));
   BOOST_REQUIRE(!r.has_value());
   BOOST_TEST(r.error().message() ==
@@ -129,7 +129,7 @@ BOOST_FIXTURE_TEST_CASE(a_cuda_merge_device_is_accepted_and_tensors_of_another_k
              "tensor.");
   BOOST_TEST(await(kv.init(0, gpu.make(rng.values(numel), shape))).has_value());
 
-  strata::kvstore_client host(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client host(sys, strata::kvstore::spawn(sys));
   auto h = await(host.init(0, gpu.make(rng.values(numel), shape, 1)));
   BOOST_REQUIRE(!h.has_value());
   BOOST_TEST(h.error().message() ==
@@ -141,7 +141,7 @@ BOOST_FIXTURE_TEST_CASE(values_pushed_from_several_devices_are_summed_as_on_the_
   auto a = rng.values(numel), b = rng.values(1000);
   std::vector<std::vector<float>> grads;
   for (int i = 0; i < 9; ++i) grads.push_back(rng.values(i % 3 == 2 ? 1000 : numel));
-  same_results({}, on(gpu.devs[0]), gpu, [&](strata::kvstore_client& kv, side& s) {
+  same_results({}, on(gpu.devs[0]), gpu, [&](strata::kvstore::client& kv, side& s) {
     pulls out;
     BOOST_TEST(await(kv.init({1, 2}, {s.make(a, shape), s.make(b, {1000}, 1)})).has_value());
     for (int round = 0; round < 3; ++round) {
@@ -163,7 +163,7 @@ BOOST_FIXTURE_TEST_CASE(sgd_with_nesterov_momentum_and_weight_decay_updates_as_o
   const std::size_t n = 1000;
   auto w = rng.values(n);
   auto grads = arrays(8, n);
-  same_results({}, on(gpu.devs[0]), gpu, [&](strata::kvstore_client& kv, side& s) {
+  same_results({}, on(gpu.devs[0]), gpu, [&](strata::kvstore::client& kv, side& s) {
     pulls out;
     BOOST_TEST(await(kv.init("w", s.make(w, {10, 100}))).has_value());
     BOOST_TEST(await(kv.set_optimizer(strata::kernels::sgd_options{
@@ -183,7 +183,7 @@ BOOST_FIXTURE_TEST_CASE(adam_and_adamw_update_as_on_the_cpu_and_a_new_optimizer_
   const std::vector<std::int64_t> flat{static_cast<std::int64_t>(n)};
   auto w = rng.values(n);
   auto grads = arrays(6, n);
-  same_results({}, on(gpu.devs[0]), gpu, [&](strata::kvstore_client& kv, side& s) {
+  same_results({}, on(gpu.devs[0]), gpu, [&](strata::kvstore::client& kv, side& s) {
     pulls out;
     BOOST_TEST(await(kv.init(4, s.make(w, flat))).has_value());
     BOOST_TEST(await(kv.set_optimizer(strata::kernels::adam_options{.lr = 0.01, .weight_decay = 0.02})).has_value());
@@ -206,10 +206,10 @@ BOOST_FIXTURE_TEST_CASE(adam_and_adamw_update_as_on_the_cpu_and_a_new_optimizer_
 BOOST_FIXTURE_TEST_CASE(a_synchronous_cuda_store_accumulates_values_across_pushes_as_on_the_cpu, gpu_fixture) {
   auto w = rng.values(numel);
   auto grads = arrays(6, numel);
-  auto cpu_options = strata::kvstore_options{.contributions_per_version = 3};
+  auto cpu_options = strata::kvstore::options{.contributions_per_version = 3};
   auto gpu_options = on(gpu.devs[0]);
   gpu_options.contributions_per_version = 3;
-  same_results(cpu_options, gpu_options, gpu, [&](strata::kvstore_client& kv, side& s) {
+  same_results(cpu_options, gpu_options, gpu, [&](strata::kvstore::client& kv, side& s) {
     pulls out;
     BOOST_TEST(await(kv.init("w", s.make(w, shape))).has_value());
     BOOST_TEST(await(kv.set_optimizer(strata::kernels::sgd_options{.lr = 0.1, .momentum = 0.5})).has_value());
@@ -229,9 +229,9 @@ BOOST_FIXTURE_TEST_CASE(a_sharded_cuda_store_with_split_keys_updates_as_a_sharde
   auto big = rng.values(n), small = rng.values(numel);
   std::vector<std::vector<float>> grads;
   for (int i = 0; i < 6; ++i) grads.push_back(rng.values(i % 2 == 0 ? n : numel));
-  const strata::kvstore_options cpu_options{.shards = 3, .chunk_bytes = 1024, .shard_devices = cpu.devs};
-  const strata::kvstore_options gpu_options{.shards = 3, .chunk_bytes = 1024, .shard_devices = gpu.devs};
-  same_results(cpu_options, gpu_options, gpu, [&](strata::kvstore_client& kv, side& s) {
+  const strata::kvstore::options cpu_options{.shards = 3, .chunk_bytes = 1024, .shard_devices = cpu.devs};
+  const strata::kvstore::options gpu_options{.shards = 3, .chunk_bytes = 1024, .shard_devices = gpu.devs};
+  same_results(cpu_options, gpu_options, gpu, [&](strata::kvstore::client& kv, side& s) {
     pulls out;
     BOOST_TEST(await(kv.init({"big", "small"}, {s.make(big, {8, 125}), s.make(small, shape, 2)})).has_value());
     BOOST_TEST(await(kv.set_optimizer(strata::kernels::sgd_options{.lr = 0.05, .momentum = 0.9})).has_value());
@@ -252,12 +252,12 @@ BOOST_FIXTURE_TEST_CASE(a_user_updater_on_a_cuda_store_launches_its_own_work_aft
   auto w = rng.values(numel);
   auto grads = arrays(4, numel);
   // stored -= 0.5 * merged; -0.5 * g is exact, so the GPU's fused multiply-add rounds as the cpu.
-  auto host_rule = [](const strata::kvstore_key&, const strata::tensor& merged, strata::tensor& stored) {
+  auto host_rule = [](const strata::kvstore::key&, const strata::tensor& merged, strata::tensor& stored) {
     const float* g = merged.data<float>();
     float* p = stored.data<float>();
     for (std::int64_t i = 0; i < stored.numel(); ++i) p[i] += -0.5f * g[i];
   };
-  auto gpu_rule = [](const strata::kvstore_key&, const strata::tensor& merged, strata::tensor& stored) {
+  auto gpu_rule = [](const strata::kvstore::key&, const strata::tensor& merged, strata::tensor& stored) {
     strata::device dev = stored.get_device();
     strata::stream s = dev.create_stream();
     s.wait(merged.ready_event());
@@ -270,8 +270,8 @@ BOOST_FIXTURE_TEST_CASE(a_user_updater_on_a_cuda_store_launches_its_own_work_aft
               }});
     stored.set_ready_event(s.record());
   };
-  auto session = [&](strata::kvstore_updater rule) {
-    return [&, rule](strata::kvstore_client& kv, side& s) {
+  auto session = [&](strata::kvstore::updater rule) {
+    return [&, rule](strata::kvstore::client& kv, side& s) {
       pulls out;
       BOOST_TEST(await(kv.init("w", s.make(w, shape))).has_value());
       BOOST_TEST(await(kv.set_updater(rule)).has_value());
@@ -288,9 +288,9 @@ BOOST_FIXTURE_TEST_CASE(a_user_updater_on_a_cuda_store_launches_its_own_work_aft
 }
 
 BOOST_FIXTURE_TEST_CASE(a_throwing_updater_fails_that_push_only_on_a_cuda_store, gpu_fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, on(gpu.devs[0])));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, on(gpu.devs[0])));
   BOOST_TEST(await(kv.init(1, gpu.make(rng.values(numel), shape))).has_value());
-  BOOST_TEST(await(kv.set_updater([](const strata::kvstore_key&, const strata::tensor&, strata::tensor&) {
+  BOOST_TEST(await(kv.set_updater([](const strata::kvstore::key&, const strata::tensor&, strata::tensor&) {
                throw std::runtime_error("boom");
              })).has_value());
   auto r = await(kv.push(1, gpu.make(rng.values(numel), shape, 1)));
@@ -307,7 +307,7 @@ BOOST_FIXTURE_TEST_CASE(a_cuda_store_saves_values_and_adam_state_that_a_sharded_
   auto w = rng.values(1000), small = rng.values(numel);
   auto grads = arrays(4, 1000), small_grads = arrays(4, numel);
   int run = 0;
-  same_results({}, on(gpu.devs[0]), gpu, [&](strata::kvstore_client& kv, side& s) {
+  same_results({}, on(gpu.devs[0]), gpu, [&](strata::kvstore::client& kv, side& s) {
     pulls out;
     const std::string path = "/tmp/strata_kvstore_cuda_" + std::to_string(::getpid()) + "_" + std::to_string(run++);
     const strata::kernels::adam_options adam{.lr = 0.01, .weight_decay = 0.01};
@@ -317,8 +317,8 @@ BOOST_FIXTURE_TEST_CASE(a_cuda_store_saves_values_and_adam_state_that_a_sharded_
       BOOST_TEST(await(kv.push({1, 2}, {s.make(grads[step], big, 1), s.make(small_grads[step], shape, 2)})).has_value());
     BOOST_REQUIRE(await(kv.save(path)).has_value());  // on the gpu side: copied to the host after the pushes
     // Shards on the side's devices (1 KiB chunks: key 1 is split) load it and take two more steps.
-    strata::kvstore_client next(sys,
-                                strata::spawn_kvstore(sys, {.shards = 3, .chunk_bytes = 1024, .shard_devices = s.devs}));
+    strata::kvstore::client next(sys,
+                                strata::kvstore::spawn(sys, {.shards = 3, .chunk_bytes = 1024, .shard_devices = s.devs}));
     BOOST_TEST(await(next.set_optimizer(adam)).has_value());
     BOOST_REQUIRE(await(next.load(path)).has_value());
     BOOST_TEST(await(next.version(1)).value() == 2u);
@@ -344,7 +344,7 @@ BOOST_FIXTURE_TEST_CASE(values_and_outputs_on_another_gpu_are_copied_peer_to_pee
   const std::size_t n = 1000;
   auto w = rng.values(n);
   auto grads = arrays(6, n);
-  auto session = [&](strata::kvstore_client& kv, side& s) {
+  auto session = [&](strata::kvstore::client& kv, side& s) {
     pulls out;
     const std::size_t last = s.devs.size() - 1;  // the cpu side has three devices, the gpu side two
     BOOST_TEST(await(kv.init("w", s.make(w, {8, 125}, 0))).has_value());

@@ -17,7 +17,7 @@
 #include <thread>
 #include <vector>
 
-#include "strata/actors/kvstore.hpp"
+#include "strata/kvstore/kvstore.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 
@@ -74,18 +74,18 @@ struct gated_fixture : fixture {
   std::promise<void> entered;  // key 0's update started: the store is busy
   std::mutex mutex;
   std::vector<std::int64_t> order;
-  strata::actor_ref store = strata::spawn_kvstore(sys);
+  strata::actor_ref store = strata::kvstore::spawn(sys);
 
   gated_fixture() {
-    strata::kvstore_client kv(sys, store);
-    std::vector<strata::kvstore_key> keys;
+    strata::kvstore::client kv(sys, store);
+    std::vector<strata::kvstore::key> keys;
     std::vector<strata::tensor> values;
     for (int k = 0; k < 5; ++k) {
       keys.emplace_back(k);
       values.push_back(zeros({4}));
     }
     BOOST_REQUIRE(await(kv.init(keys, values)).has_value());
-    BOOST_REQUIRE(await(kv.set_updater([this](const strata::kvstore_key& key, const strata::tensor& merged,
+    BOOST_REQUIRE(await(kv.set_updater([this](const strata::kvstore::key& key, const strata::tensor& merged,
                                               strata::tensor& stored) {
                     const auto k = std::get<std::int64_t>(key.value());
                     if (k == 0) {  // a slow update keeps the store busy
@@ -100,7 +100,7 @@ struct gated_fixture : fixture {
                   })).has_value());
   }
   /// Pushes key 0 and returns once its update holds the store.
-  std::future<strata::expected<strata::unit_t>> hold(strata::kvstore_client& kv) {
+  std::future<strata::expected<strata::unit_t>> hold(strata::kvstore::client& kv) {
     auto f = kv.push(0, zeros({4}));
     BOOST_REQUIRE(entered.get_future().wait_for(patience) == std::future_status::ready);
     return f;
@@ -114,21 +114,21 @@ struct gated_fixture : fixture {
 }  // namespace
 
 BOOST_FIXTURE_TEST_CASE(queued_requests_are_served_highest_priority_first, gated_fixture) {
-  strata::kvstore_client kv(sys, store);
+  strata::kvstore::client kv(sys, store);
   auto busy = hold(kv);
-  auto low = kv.send(strata::kvstore_push{{1}, {make(random(4), {4})}, 0});
-  auto high = kv.send(strata::kvstore_push{{3}, {make(random(4), {4})}, 5});
-  auto middle = kv.send(strata::kvstore_push{{4}, {make(random(4), {4})}, 3});
+  auto low = kv.send(strata::kvstore::push{{1}, {make(random(4), {4})}, 0});
+  auto high = kv.send(strata::kvstore::push{{3}, {make(random(4), {4})}, 5});
+  auto middle = kv.send(strata::kvstore::push{{4}, {make(random(4), {4})}, 3});
   open();
   for (auto* f : {&busy, &low, &high, &middle}) BOOST_TEST(await(std::move(*f)).has_value());
   BOOST_TEST(order == (std::vector<std::int64_t>{0, 3, 4, 1}), boost::test_tools::per_element());
 }
 
 BOOST_FIXTURE_TEST_CASE(equal_priorities_are_served_in_arrival_order, gated_fixture) {
-  strata::kvstore_client kv(sys, store);
+  strata::kvstore::client kv(sys, store);
   std::vector<std::future<strata::expected<strata::unit_t>>> pushes;
   pushes.push_back(hold(kv));
-  for (int k : {3, 1, 4, 2}) pushes.push_back(kv.send(strata::kvstore_push{{k}, {make(random(4), {4})}, 2}));
+  for (int k : {3, 1, 4, 2}) pushes.push_back(kv.send(strata::kvstore::push{{k}, {make(random(4), {4})}, 2}));
   open();
   for (auto& f : pushes) BOOST_TEST(await(std::move(f)).has_value());
   BOOST_TEST(order == (std::vector<std::int64_t>{0, 3, 1, 4, 2}), boost::test_tools::per_element());
@@ -137,15 +137,15 @@ BOOST_FIXTURE_TEST_CASE(equal_priorities_are_served_in_arrival_order, gated_fixt
 BOOST_FIXTURE_TEST_CASE(a_high_priority_pull_still_sees_the_earlier_push_of_its_sender, gated_fixture) {
   // The pull may not overtake the push of the same sender on its key: the push is served first,
   // at the pull's priority, ahead of the other queued requests.
-  strata::kvstore_client kv(sys, store);
+  strata::kvstore::client kv(sys, store);
   auto busy = hold(kv);
-  auto other = kv.send(strata::kvstore_push{{1}, {make(random(4), {4})}, 3});
+  auto other = kv.send(strata::kvstore::push{{1}, {make(random(4), {4})}, 3});
   auto value = random(4);
-  auto push = kv.send(strata::kvstore_push{{2}, {make(value, {4})}, 0});
-  auto pull = kv.send(strata::kvstore_pull{{2}, {zeros({4}, 1)}, 0, 9});
+  auto push = kv.send(strata::kvstore::push{{2}, {make(value, {4})}, 0});
+  auto pull = kv.send(strata::kvstore::pull{{2}, {zeros({4}, 1)}, 0, 9});
   // Another sender's higher-priority pull of the same key may overtake the push (no order between senders).
-  strata::kvstore_client second(sys, store);
-  auto early = second.send(strata::kvstore_pull{{2}, {zeros({4}, 2)}, 0, 10});
+  strata::kvstore::client second(sys, store);
+  auto early = second.send(strata::kvstore::pull{{2}, {zeros({4}, 2)}, 0, 10});
   open();
   BOOST_TEST(await(std::move(busy)).has_value());
   BOOST_TEST(await(std::move(other)).has_value());
@@ -156,10 +156,10 @@ BOOST_FIXTURE_TEST_CASE(a_high_priority_pull_still_sees_the_earlier_push_of_its_
 }
 
 BOOST_FIXTURE_TEST_CASE(a_set_updater_is_not_overtaken_by_later_high_priority_pushes, gated_fixture) {
-  strata::kvstore_client kv(sys, store);
+  strata::kvstore::client kv(sys, store);
   auto busy = hold(kv);
   auto assign = kv.set_updater({});  // back to assign: the push below must not be logged
-  auto push = kv.send(strata::kvstore_push{{1}, {make(random(4), {4})}, 7});
+  auto push = kv.send(strata::kvstore::push{{1}, {make(random(4), {4})}, 7});
   open();
   for (auto* f : {&busy, &assign, &push}) BOOST_TEST(await(std::move(*f)).has_value());
   BOOST_TEST(order == (std::vector<std::int64_t>{0}), boost::test_tools::per_element());
@@ -173,7 +173,7 @@ BOOST_AUTO_TEST_SUITE(kvstore_sharding)
 
 namespace {
 /// One script of calls, run on a plain store and on a sharded one; returns every pulled array.
-std::vector<std::vector<float>> run_script(fixture& f, strata::kvstore_client& kv, std::uint32_t seed) {
+std::vector<std::vector<float>> run_script(fixture& f, strata::kvstore::client& kv, std::uint32_t seed) {
   std::mt19937 rng(seed);
   auto random = [&](std::size_t n) {
     std::uniform_real_distribution<float> d(-1.f, 1.f);
@@ -192,7 +192,7 @@ std::vector<std::vector<float>> run_script(fixture& f, strata::kvstore_client& k
     for (auto d : s) n *= static_cast<std::size_t>(d);
     return n;
   };
-  std::vector<strata::kvstore_key> keys(names.begin(), names.end());
+  std::vector<strata::kvstore::key> keys(names.begin(), names.end());
   std::vector<strata::tensor> values;
   for (const auto& s : shapes) values.push_back(f.make(random(numel(s)), s));
   BOOST_REQUIRE(await(kv.init(keys, values)).has_value());
@@ -202,7 +202,7 @@ std::vector<std::vector<float>> run_script(fixture& f, strata::kvstore_client& k
                         .has_value());
     }
     // Three devices push every key (summed), then pulls into outputs on several devices.
-    std::vector<strata::kvstore_key> push_keys;
+    std::vector<strata::kvstore::key> push_keys;
     std::vector<strata::tensor> push_values;
     for (int dev = 0; dev < 3; ++dev)
       for (std::size_t k = 0; k < names.size(); ++k) {
@@ -223,12 +223,12 @@ std::vector<std::vector<float>> run_script(fixture& f, strata::kvstore_client& k
 }  // namespace
 
 BOOST_FIXTURE_TEST_CASE(sharded_stores_give_the_results_of_one_store_bit_for_bit, fixture) {
-  strata::kvstore_client reference(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client reference(sys, strata::kvstore::spawn(sys));
   const auto expected = run_script(*this, reference, 7);
   for (std::size_t shards : {1u, 2u, 4u}) {
     BOOST_TEST_CONTEXT("shards = " << shards) {
       // 1024-byte chunks: "big" becomes 4 chunks and "mid" 2, spread over the shards.
-      strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.name = "sharded", .shards = shards, .chunk_bytes = 1024}));
+      strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, {.name = "sharded", .shards = shards, .chunk_bytes = 1024}));
       const auto got = run_script(*this, kv, 7);
       BOOST_REQUIRE(got.size() == expected.size());
       for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == expected[i], boost::test_tools::per_element());
@@ -237,16 +237,16 @@ BOOST_FIXTURE_TEST_CASE(sharded_stores_give_the_results_of_one_store_bit_for_bit
 }
 
 BOOST_FIXTURE_TEST_CASE(shards_on_given_devices_split_a_key_into_chunks_and_reassemble_it, fixture) {
-  strata::kvstore_client reference(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client reference(sys, strata::kvstore::spawn(sys));
   const auto expected = run_script(*this, reference, 11);
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.shards = 3, .chunk_bytes = 256, .shard_devices = devs}));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, {.shards = 3, .chunk_bytes = 256, .shard_devices = devs}));
   const auto got = run_script(*this, kv, 11);
   BOOST_REQUIRE(got.size() == expected.size());
   for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == expected[i], boost::test_tools::per_element());
 }
 
 BOOST_FIXTURE_TEST_CASE(a_sharded_store_refuses_bad_requests_with_the_same_sentence_and_stays_unchanged, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.shards = 2, .chunk_bytes = 16}));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, {.shards = 2, .chunk_bytes = 16}));
   auto w = random(6);
   BOOST_REQUIRE(await(kv.init("3", make(w, {2, 3}))).has_value());
   auto unknown = await(kv.push({"3", "8"}, {make(random(6), {2, 3}), make(random(6), {2, 3})}));
@@ -269,9 +269,9 @@ BOOST_FIXTURE_TEST_CASE(a_sharded_store_refuses_bad_requests_with_the_same_sente
 }
 
 BOOST_FIXTURE_TEST_CASE(a_throwing_updater_on_a_sharded_store_names_the_callers_key, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.shards = 2, .chunk_bytes = 8}));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, {.shards = 2, .chunk_bytes = 8}));
   BOOST_REQUIRE(await(kv.init("w", make(random(6), {6}))).has_value());
-  BOOST_REQUIRE(await(kv.set_updater([](const strata::kvstore_key&, const strata::tensor&, strata::tensor&) {
+  BOOST_REQUIRE(await(kv.set_updater([](const strata::kvstore::key&, const strata::tensor&, strata::tensor&) {
                   throw std::runtime_error("boom");
                 })).has_value());
   auto r = await(kv.push("w", make(random(6), {6})));
@@ -280,7 +280,7 @@ BOOST_FIXTURE_TEST_CASE(a_throwing_updater_on_a_sharded_store_names_the_callers_
 }
 
 BOOST_FIXTURE_TEST_CASE(a_synchronous_sharded_store_answers_a_versioned_pull_when_all_chunks_have_it, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.contributions_per_version = 2, .shards = 2, .chunk_bytes = 16}));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, {.contributions_per_version = 2, .shards = 2, .chunk_bytes = 16}));
   BOOST_REQUIRE(await(kv.init(0, zeros({10}))).has_value());
   auto later = kv.pull(0, zeros({10}, 2), 1);
   auto g0 = random(10), g1 = random(10);
@@ -294,8 +294,8 @@ BOOST_FIXTURE_TEST_CASE(a_synchronous_sharded_store_answers_a_versioned_pull_whe
 
 BOOST_AUTO_TEST_CASE(bad_shard_options_are_refused) {
   strata::actor_system sys(strata::system_config{.worker_threads = 1});
-  BOOST_CHECK_THROW(strata::spawn_kvstore(sys, {.shards = 0}), std::invalid_argument);
-  BOOST_CHECK_THROW(strata::spawn_kvstore(sys, {.max_in_flight = 0}), std::invalid_argument);
+  BOOST_CHECK_THROW(strata::kvstore::spawn(sys, {.shards = 0}), std::invalid_argument);
+  BOOST_CHECK_THROW(strata::kvstore::spawn(sys, {.max_in_flight = 0}), std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
@@ -332,7 +332,7 @@ std::size_t count_of(const std::vector<std::int64_t>& shape) {
 
 /// A session's inputs, drawn once so that every store gets the same.
 struct session {
-  std::vector<strata::kvstore_key> keys;
+  std::vector<strata::kvstore::key> keys;
   std::vector<std::vector<float>> init;                     // per key
   std::vector<std::vector<std::vector<float>>> grads;       // per round: two values per key
 };
@@ -352,17 +352,17 @@ struct checkpoint_fixture : fixture {
     return s;
   }
   /// A store of `shards` (1: the plain store) splitting keys at 256 bytes.
-  strata::actor_ref store(std::size_t shards) { return strata::spawn_kvstore(sys, {.shards = shards, .chunk_bytes = 256}); }
+  strata::actor_ref store(std::size_t shards) { return strata::kvstore::spawn(sys, {.shards = shards, .chunk_bytes = 256}); }
 
-  void start(strata::kvstore_client& kv, const session& s) {
+  void start(strata::kvstore::client& kv, const session& s) {
     std::vector<strata::tensor> values;
     for (std::size_t k = 0; k < session_shapes.size(); ++k) values.push_back(make(s.init[k], session_shapes[k]));
     BOOST_REQUIRE(await(kv.init(s.keys, values)).has_value());
     BOOST_REQUIRE(await(kv.set_optimizer(adam)).has_value());
   }
   /// Round `r`: every key gets two values, from two devices (summed, then Adam).
-  strata::kvstore_client::done push(strata::kvstore_client& kv, const session& s, std::size_t r) {
-    std::vector<strata::kvstore_key> keys;
+  strata::kvstore::client::done push(strata::kvstore::client& kv, const session& s, std::size_t r) {
+    std::vector<strata::kvstore::key> keys;
     std::vector<strata::tensor> values;
     for (std::size_t k = 0; k < 2 * session_shapes.size(); ++k) {
       keys.push_back(s.keys[k / 2]);
@@ -370,10 +370,10 @@ struct checkpoint_fixture : fixture {
     }
     return kv.push(keys, values);
   }
-  void push_rounds(strata::kvstore_client& kv, const session& s, std::size_t from, std::size_t to) {
+  void push_rounds(strata::kvstore::client& kv, const session& s, std::size_t from, std::size_t to) {
     for (std::size_t r = from; r < to; ++r) BOOST_REQUIRE(await(push(kv, s, r)).has_value());
   }
-  std::vector<std::vector<float>> stored(strata::kvstore_client& kv, const session& s) {
+  std::vector<std::vector<float>> stored(strata::kvstore::client& kv, const session& s) {
     std::vector<strata::tensor> outs;
     for (const auto& shape : session_shapes) outs.push_back(make(std::vector<float>(count_of(shape), 0.f), shape, 2));
     const auto pulled = await(kv.pull(s.keys, outs));
@@ -381,7 +381,7 @@ struct checkpoint_fixture : fixture {
     for (const auto& t : pulled.value()) got.push_back(t.to_host<float>(streams[2]));
     return got;
   }
-  void require_versions(strata::kvstore_client& kv, const session& s, std::uint64_t want) {
+  void require_versions(strata::kvstore::client& kv, const session& s, std::uint64_t want) {
     for (const auto& key : s.keys) BOOST_TEST(await(kv.version(key)).value() == want, "key " << key.to_string());
   }
 };
@@ -395,7 +395,7 @@ BOOST_FIXTURE_TEST_CASE(a_checkpoint_of_n_shards_is_one_stores_file_and_loads_in
   for (bool string_keys : {false, true}) {
     const session s = draw(string_keys);
     // Reference: one plain store, never stopped; its checkpoint after two rounds.
-    strata::kvstore_client ref(sys, store(1));
+    strata::kvstore::client ref(sys, store(1));
     start(ref, s);
     push_rounds(ref, s, 0, 2);
     const auto ref_path = temp_path("ref.ckpt");
@@ -406,7 +406,7 @@ BOOST_FIXTURE_TEST_CASE(a_checkpoint_of_n_shards_is_one_stores_file_and_loads_in
     for (std::size_t n : {1u, 2u, 3u, 4u}) {
       const auto path = temp_path("n" + std::to_string(n) + ".ckpt");
       {
-        strata::kvstore_client kv(sys, store(n));
+        strata::kvstore::client kv(sys, store(n));
         start(kv, s);
         push_rounds(kv, s, 0, 2);
         BOOST_REQUIRE(await(kv.save(path)).has_value());
@@ -417,7 +417,7 @@ BOOST_FIXTURE_TEST_CASE(a_checkpoint_of_n_shards_is_one_stores_file_and_loads_in
         for (std::size_t m : {1u, 2u, 3u, 4u}) {
           BOOST_TEST_CONTEXT("loaded by " << m << " shards") {
             // Three shards on given devices, the others each on a device of its own.
-            strata::kvstore_client kv(sys, m == 3 ? strata::spawn_kvstore(sys, {.shards = 3, .chunk_bytes = 256,
+            strata::kvstore::client kv(sys, m == 3 ? strata::kvstore::spawn(sys, {.shards = 3, .chunk_bytes = 256,
                                                                                   .shard_devices = devs})
                                                   : store(m));
             BOOST_REQUIRE(await(kv.set_optimizer(adam)).has_value());
@@ -441,21 +441,21 @@ BOOST_FIXTURE_TEST_CASE(a_checkpoint_of_n_shards_is_one_stores_file_and_loads_in
 
 BOOST_FIXTURE_TEST_CASE(a_save_sees_the_pushes_queued_before_it_and_none_queued_after, checkpoint_fixture) {
   const session s = draw(false);
-  strata::kvstore_client ref(sys, store(1));
+  strata::kvstore::client ref(sys, store(1));
   start(ref, s);
   push_rounds(ref, s, 0, 3);
   const auto want = stored(ref, s);
   for (std::size_t n : {1u, 3u}) {
     BOOST_TEST_CONTEXT("shards = " << n) {
       const auto path = temp_path("inflight.ckpt");
-      strata::kvstore_client kv(sys, store(n));
+      strata::kvstore::client kv(sys, store(n));
       start(kv, s);
-      std::vector<strata::kvstore_client::done> calls;  // none waited for before the last is sent
+      std::vector<strata::kvstore::client::done> calls;  // none waited for before the last is sent
       for (std::size_t r = 0; r < 3; ++r) calls.push_back(push(kv, s, r));
       calls.push_back(kv.save(path));
       calls.push_back(push(kv, s, 3));
       for (auto& c : calls) BOOST_REQUIRE(await(std::move(c)).has_value());
-      strata::kvstore_client loaded(sys, store(2));
+      strata::kvstore::client loaded(sys, store(2));
       BOOST_REQUIRE(await(loaded.load(path)).has_value());
       require_versions(loaded, s, 3);
       const auto got = stored(loaded, s);
@@ -471,14 +471,14 @@ BOOST_FIXTURE_TEST_CASE(a_truncated_or_corrupt_checkpoint_fails_a_sharded_load_a
   const auto path = temp_path("bad.ckpt");
   const session file_keys = draw(true);
   {
-    strata::kvstore_client writer(sys, store(2));
+    strata::kvstore::client writer(sys, store(2));
     start(writer, file_keys);
     push_rounds(writer, file_keys, 0, 1);
     BOOST_REQUIRE(await(writer.save(path)).has_value());
   }
   const auto good = slurp(path);
   const session s = draw(false);
-  strata::kvstore_client kv(sys, store(3));
+  strata::kvstore::client kv(sys, store(3));
   start(kv, s);
   push_rounds(kv, s, 0, 1);
   const auto before = stored(kv, s);
@@ -521,7 +521,7 @@ BOOST_AUTO_TEST_CASE(a_shard_that_cannot_take_its_part_fails_the_load_and_no_sha
   devs.push_back(manager.create("sim:1:tiny").at(0));
   auto s = devs[0].create_stream();
   auto sim_tensor = [&](std::int64_t n) { return strata::tensor::empty({n}, strata::dtype::float32, devs[0], s); };
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.shards = 2, .chunk_bytes = 64 << 10, .shard_devices = devs}));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, {.shards = 2, .chunk_bytes = 64 << 10, .shard_devices = devs}));
   BOOST_REQUIRE(await(kv.init({1, 2}, {sim_tensor(100), sim_tensor(200)})).has_value());
   for (int i = 0; i < 2; ++i) BOOST_REQUIRE(await(kv.push({1, 2}, {sim_tensor(100), sim_tensor(200)})).has_value());
 
@@ -534,7 +534,7 @@ BOOST_AUTO_TEST_CASE(a_shard_that_cannot_take_its_part_fails_the_load_and_no_sha
     std::uniform_real_distribution<float> d(-1.f, 1.f);
     std::vector<float> big(100000);
     for (auto& x : big) x = d(rng);
-    strata::kvstore_client writer(sys, strata::spawn_kvstore(sys));
+    strata::kvstore::client writer(sys, strata::kvstore::spawn(sys));
     const std::span<const float> all(big);
     BOOST_REQUIRE(await(writer.init({1, 3}, {strata::tensor::from_host<float>(all.first(100), cpu, cs),
                                              strata::tensor::from_host<float>(all, cpu, cs)}))

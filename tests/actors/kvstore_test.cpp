@@ -17,7 +17,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/actors/kvstore.hpp"
+#include "strata/kvstore/kvstore.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 
@@ -71,7 +71,7 @@ struct fixture {
     return t.to_host<float>(s);
   }
   /// The stored value of `key`, pulled into a fresh tensor.
-  std::vector<float> value_of(strata::kvstore_client& kv, const strata::kvstore_key& key,
+  std::vector<float> value_of(strata::kvstore::client& kv, const strata::kvstore::key& key,
                               std::vector<std::int64_t> shape) {
     auto outs = await(kv.pull(key, zeros(std::move(shape)))).value();
     return read(outs.at(0));
@@ -85,7 +85,7 @@ const std::vector<std::int64_t> shape23{2, 3};
 BOOST_AUTO_TEST_SUITE(kvstore)
 
 BOOST_FIXTURE_TEST_CASE(a_pull_after_init_returns_the_initial_value, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   auto v = random(35);
   BOOST_TEST(await(kv.init(7, make(v, {5, 7}))).has_value());
   auto outs = await(kv.pull(7, zeros({5, 7}, 1))).value();
@@ -94,7 +94,7 @@ BOOST_FIXTURE_TEST_CASE(a_pull_after_init_returns_the_initial_value, fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(values_pushed_from_several_devices_are_summed_then_assigned, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   BOOST_TEST(await(kv.init("w", make(random(6), shape23))).has_value());
   std::vector<std::vector<float>> parts = {random(6), random(6), random(6)};
   BOOST_TEST(await(kv.push("w", {make(parts[0], shape23, 0), make(parts[1], shape23, 1), make(parts[2], shape23, 2)}))
@@ -105,7 +105,7 @@ BOOST_FIXTURE_TEST_CASE(values_pushed_from_several_devices_are_summed_then_assig
 }
 
 BOOST_FIXTURE_TEST_CASE(one_key_is_pulled_into_outputs_on_several_devices, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   auto v = random(6);
   BOOST_TEST(await(kv.init(3, make(v, shape23))).has_value());
   auto outs = await(kv.pull(3, std::vector<strata::tensor>{zeros(shape23, 1), zeros(shape23, 2)})).value();
@@ -115,7 +115,7 @@ BOOST_FIXTURE_TEST_CASE(one_key_is_pulled_into_outputs_on_several_devices, fixtu
 }
 
 BOOST_FIXTURE_TEST_CASE(several_keys_are_handled_in_one_call, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   auto a = random(4), b = random(9);
   BOOST_TEST(await(kv.init({1, 2}, {make(a, {4}), make(b, {3, 3})})).has_value());
   auto ga = random(4), gb = random(9);
@@ -126,7 +126,7 @@ BOOST_FIXTURE_TEST_CASE(several_keys_are_handled_in_one_call, fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(pushpull_pushes_then_pulls_in_one_round_trip, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   BOOST_TEST(await(kv.init("k", make(random(6), shape23))).has_value());
   auto g0 = random_ints(6), g1 = random_ints(6);
   auto outs = await(kv.pushpull("k", {make(g0, shape23, 0), make(g1, shape23, 1)}, {zeros(shape23, 2)})).value();
@@ -136,7 +136,7 @@ BOOST_FIXTURE_TEST_CASE(pushpull_pushes_then_pulls_in_one_round_trip, fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(a_device_store_merges_on_its_device, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.kind = strata::kvstore_kind::device,
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, {.kind = strata::kvstore::kind::device,
                                                              .merge_device = devs[2]}));
   BOOST_TEST(await(kv.init(0, make(random(6), shape23, 0))).has_value());
   auto g0 = random_ints(6), g1 = random_ints(6);
@@ -148,19 +148,19 @@ BOOST_FIXTURE_TEST_CASE(a_device_store_merges_on_its_device, fixture) {
 
 BOOST_AUTO_TEST_CASE(a_device_store_without_a_device_is_refused) {
   strata::actor_system sys(strata::system_config{.worker_threads = 1});
-  BOOST_CHECK_THROW(strata::spawn_kvstore(sys, {.kind = strata::kvstore_kind::device}), std::invalid_argument);
+  BOOST_CHECK_THROW(strata::kvstore::spawn(sys, {.kind = strata::kvstore::kind::device}), std::invalid_argument);
 }
 
 BOOST_FIXTURE_TEST_CASE(a_tensor_of_another_device_kind_is_refused_naming_the_kind_the_store_reads, fixture) {
   strata::device_manager sims(strata::device_options{.sim_time_scale = 0});
   auto sim = sims.create("sim:1");
   auto sim_stream = sim[0].create_stream();
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   auto r = await(kv.init("w", strata::tensor::empty(shape23, strata::dtype::float32, sim[0], sim_stream)));
   BOOST_REQUIRE(!r.has_value());
   BOOST_TEST(r.error().message() ==
              "kvstore init: the value for key \"w\" is on sim:0, which a store on cpu:0 cannot read; expected a cpu tensor.");
-  strata::kvstore_client on_sim(sys, strata::spawn_kvstore(sys, {.kind = strata::kvstore_kind::device,
+  strata::kvstore::client on_sim(sys, strata::kvstore::spawn(sys, {.kind = strata::kvstore::kind::device,
                                                                  .merge_device = sim[0]}));
   auto s = await(on_sim.init("w", make(random(6), shape23)));
   BOOST_REQUIRE(!s.has_value());
@@ -171,11 +171,11 @@ BOOST_FIXTURE_TEST_CASE(a_tensor_of_another_device_kind_is_refused_naming_the_ki
 // ---- updaters and optimisers ------------------------------------------------------------------
 
 BOOST_FIXTURE_TEST_CASE(a_user_updater_runs_inside_the_store_with_the_merged_value, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   auto w = random(6);
   BOOST_TEST(await(kv.init("w", make(w, shape23))).has_value());
   std::vector<std::string> seen;
-  BOOST_TEST(await(kv.set_updater([&seen](const strata::kvstore_key& key, const strata::tensor& merged,
+  BOOST_TEST(await(kv.set_updater([&seen](const strata::kvstore::key& key, const strata::tensor& merged,
                                           strata::tensor& stored) {
                seen.push_back(key.to_string());
                const float* g = merged.data<float>();
@@ -191,9 +191,9 @@ BOOST_FIXTURE_TEST_CASE(a_user_updater_runs_inside_the_store_with_the_merged_val
 }
 
 BOOST_FIXTURE_TEST_CASE(a_throwing_updater_fails_that_push_only, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   BOOST_TEST(await(kv.init(1, make(random(6), shape23))).has_value());
-  BOOST_TEST(await(kv.set_updater([](const strata::kvstore_key&, const strata::tensor&, strata::tensor&) {
+  BOOST_TEST(await(kv.set_updater([](const strata::kvstore::key&, const strata::tensor&, strata::tensor&) {
                throw std::runtime_error("boom");
              })).has_value());
   auto r = await(kv.push(1, make(random(6), shape23)));
@@ -206,7 +206,7 @@ BOOST_FIXTURE_TEST_CASE(a_throwing_updater_fails_that_push_only, fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(sgd_with_momentum_and_weight_decay_matches_a_host_reference, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   const std::size_t n = 50;
   auto w = random(n);
   BOOST_TEST(await(kv.init({10, 11}, {make(w, {50}), make(w, {50})})).has_value());
@@ -228,7 +228,7 @@ BOOST_FIXTURE_TEST_CASE(sgd_with_momentum_and_weight_decay_matches_a_host_refere
 }
 
 BOOST_FIXTURE_TEST_CASE(adam_keeps_state_per_key_and_matches_a_host_reference, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   const std::size_t n = 40;
   auto wa = random(n), wb = random(n);
   BOOST_TEST(await(kv.init({"a", "b"}, {make(wa, {40}), make(wb, {40})})).has_value());
@@ -265,7 +265,7 @@ BOOST_FIXTURE_TEST_CASE(adam_keeps_state_per_key_and_matches_a_host_reference, f
 
 struct error_fixture : fixture {
   std::vector<float> w = random(6);
-  strata::kvstore_client kv{sys, strata::spawn_kvstore(sys)};
+  strata::kvstore::client kv{sys, strata::kvstore::spawn(sys)};
   error_fixture() { BOOST_REQUIRE(await(kv.init("3", make(w, shape23))).has_value()); }
   void check_unchanged() {
     BOOST_TEST(value_of(kv, "3", shape23) == w, boost::test_tools::per_element());
@@ -335,7 +335,7 @@ BOOST_FIXTURE_TEST_CASE(mixing_integer_and_string_keys_fails, error_fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(keys_and_values_of_different_counts_fail, error_fixture) {
-  auto r = await(kv.push(std::vector<strata::kvstore_key>{"3", "3"}, std::vector<strata::tensor>{make(w, shape23)}));
+  auto r = await(kv.push(std::vector<strata::kvstore::key>{"3", "3"}, std::vector<strata::tensor>{make(w, shape23)}));
   BOOST_REQUIRE(!r.has_value());
   BOOST_TEST(r.error().message() == "kvstore push: 2 keys and 1 values; expected one value per key.");
   check_unchanged();
@@ -354,10 +354,10 @@ struct sender_log {
 BOOST_FIXTURE_TEST_CASE(each_sender_sees_its_own_pushes_in_order, fixture) {
   // Several sender actors fire push, pull, push, pull, ... without waiting; every pull must see
   // the push just before it (own key per sender), and a shared key sums everything in the end.
-  auto store = strata::spawn_kvstore(sys);
-  strata::kvstore_client kv(sys, store);
+  auto store = strata::kvstore::spawn(sys);
+  strata::kvstore::client kv(sys, store);
   const int senders = 4, rounds = 25;
-  std::vector<strata::kvstore_key> keys;
+  std::vector<strata::kvstore::key> keys;
   std::vector<strata::tensor> inits;
   for (int s = 0; s < senders; ++s) {
     keys.emplace_back(s);
@@ -366,11 +366,11 @@ BOOST_FIXTURE_TEST_CASE(each_sender_sees_its_own_pushes_in_order, fixture) {
   keys.emplace_back(100);
   inits.push_back(zeros({16}));
   BOOST_REQUIRE(await(kv.init(keys, inits)).has_value());
-  BOOST_REQUIRE(await(kv.set_updater([](const strata::kvstore_key& key, const strata::tensor& merged,
+  BOOST_REQUIRE(await(kv.set_updater([](const strata::kvstore::key& key, const strata::tensor& merged,
                                         strata::tensor& stored) {
                   const float* g = merged.data<float>();
                   float* p = stored.data<float>();
-                  bool accumulate = key == strata::kvstore_key(100);
+                  bool accumulate = key == strata::kvstore::key(100);
                   for (std::int64_t i = 0; i < stored.numel(); ++i) p[i] = accumulate ? p[i] + g[i] : g[i];
                 })).has_value());
 
@@ -394,10 +394,10 @@ BOOST_FIXTURE_TEST_CASE(each_sender_sees_its_own_pushes_in_order, fixture) {
       for (int r = 0; r < rounds; ++r) {
         const auto& data = log->pushed[static_cast<std::size_t>(r)];
         auto value = strata::tensor::from_host<float>(std::span<const float>(data), {16}, dev, st);
-        self.request<void>(store, 30s, strata::kvstore_push{{s, 100}, {value, value}}).then([] {});
+        self.request<void>(store, 30s, strata::kvstore::push{{s, 100}, {value, value}}).then([] {});
         std::vector<float> z(16, 0.f);
         auto out = strata::tensor::from_host<float>(std::span<const float>(z), {16}, dev, st);
-        self.request<std::vector<strata::tensor>>(store, 30s, strata::kvstore_pull{{s}, {out}, 0})
+        self.request<std::vector<strata::tensor>>(store, 30s, strata::kvstore::pull{{s}, {out}, 0})
             .then([&self, log, r, remaining, finished](std::vector<strata::tensor>& outs) {
               const float* p = outs.at(0).data<float>();  // the reply comes after the copy completed
               log->pulled[static_cast<std::size_t>(r)].assign(p, p + 16);
@@ -420,7 +420,7 @@ BOOST_FIXTURE_TEST_CASE(each_sender_sees_its_own_pushes_in_order, fixture) {
 }
 
 BOOST_FIXTURE_TEST_CASE(a_client_pull_issued_after_a_push_sees_it_without_waiting, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   BOOST_REQUIRE(await(kv.init(1, zeros({8}))).has_value());
   std::vector<std::future<strata::expected<strata::unit_t>>> pushes;
   std::vector<std::future<strata::expected<std::vector<strata::tensor>>>> pulls;
@@ -440,7 +440,7 @@ BOOST_FIXTURE_TEST_CASE(a_client_pull_issued_after_a_push_sees_it_without_waitin
 // ---- synchronous mode --------------------------------------------------------------------------
 
 BOOST_FIXTURE_TEST_CASE(a_synchronous_key_updates_when_all_contributions_arrived, fixture) {
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, {.contributions_per_version = 3}));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, {.contributions_per_version = 3}));
   auto w = random_ints(6);
   BOOST_REQUIRE(await(kv.init(0, make(w, shape23))).has_value());
   auto early = kv.pull(0, zeros(shape23, 2), 1);  // parked until version 1 exists
@@ -483,20 +483,20 @@ BOOST_FIXTURE_TEST_CASE(a_saved_store_loads_with_values_versions_and_adam_state,
   auto w = random(12);
   std::vector<std::vector<float>> grads = {random(12), random(12), random(12), random(12)};
   // Reference: one store runs four steps without a break.
-  strata::kvstore_client ref(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client ref(sys, strata::kvstore::spawn(sys));
   BOOST_REQUIRE(await(ref.init("p", make(w, {3, 4}))).has_value());
   BOOST_REQUIRE(await(ref.set_optimizer(o)).has_value());
   for (const auto& g : grads) BOOST_REQUIRE(await(ref.push("p", make(g, {3, 4}))).has_value());
   // Under test: two steps, save, a fresh store loads, two more steps.
   {
-    strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+    strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
     BOOST_REQUIRE(await(kv.init("p", make(w, {3, 4}))).has_value());
     BOOST_REQUIRE(await(kv.set_optimizer(o)).has_value());
     for (int i = 0; i < 2; ++i) BOOST_REQUIRE(await(kv.push("p", make(grads[static_cast<std::size_t>(i)], {3, 4}))).has_value());
     BOOST_REQUIRE(await(kv.save(path)).has_value());
   }
   BOOST_TEST(!std::filesystem::exists(path + ".tmp"));
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   BOOST_REQUIRE(await(kv.set_optimizer(o)).has_value());
   BOOST_REQUIRE(await(kv.load(path)).has_value());
   BOOST_TEST(await(kv.version("p")).value() == 2u);
@@ -509,13 +509,13 @@ BOOST_FIXTURE_TEST_CASE(a_load_fails_parked_pulls_of_keys_it_drops_and_serves_th
   const auto path = temp_path("fewer_keys.ckpt");
   auto w1 = random(6);
   {  // the checkpoint: key 1 alone, at version 2
-    strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+    strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
     BOOST_REQUIRE(await(kv.init(1, make(random(6), shape23))).has_value());
     for (int i = 0; i < 2; ++i) BOOST_REQUIRE(await(kv.push(1, make(random(6), shape23))).has_value());
     BOOST_REQUIRE(await(kv.save(path)).has_value());
     w1 = value_of(kv, 1, shape23);
   }
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   BOOST_REQUIRE(await(kv.init({1, 2}, {make(random(6), shape23), make(random(6), shape23)})).has_value());
   auto dropped = kv.pull(2, zeros(shape23), 3);  // key 2 is not in the file
   auto reached = kv.pull(1, zeros(shape23), 2);  // the file holds version 2
@@ -533,14 +533,14 @@ BOOST_FIXTURE_TEST_CASE(a_load_fails_parked_pulls_of_keys_it_drops_and_serves_th
 
 BOOST_FIXTURE_TEST_CASE(a_truncated_checkpoint_fails_and_leaves_the_store_unchanged, fixture) {
   const auto path = temp_path("truncated.ckpt");
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   auto w = random(6);
   BOOST_REQUIRE(await(kv.init({1, 2}, {make(w, shape23), make(random(6), shape23)})).has_value());
   BOOST_REQUIRE(await(kv.save(path)).has_value());
   const auto size = std::filesystem::file_size(path);
   for (auto cut : {size - 1, size / 2, std::uintmax_t{5}}) {
     std::filesystem::resize_file(path, cut);
-    strata::kvstore_client other(sys, strata::spawn_kvstore(sys));
+    strata::kvstore::client other(sys, strata::kvstore::spawn(sys));
     auto v = random(6);
     BOOST_REQUIRE(await(other.init(1, make(v, shape23))).has_value());
     auto r = await(other.load(path));
@@ -555,7 +555,7 @@ BOOST_FIXTURE_TEST_CASE(a_truncated_checkpoint_fails_and_leaves_the_store_unchan
 
 BOOST_FIXTURE_TEST_CASE(a_corrupted_byte_is_caught_by_the_checksum, fixture) {
   const auto path = temp_path("corrupt.ckpt");
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   BOOST_REQUIRE(await(kv.init(1, make(random(6), shape23))).has_value());
   BOOST_REQUIRE(await(kv.save(path)).has_value());
   {

@@ -18,7 +18,7 @@
 #include <nlohmann/json.hpp>
 
 #include "support/lm_test_support.hpp"
-#include "strata/actors/lm_checkpoint.hpp"
+#include "strata/lm/checkpoint.hpp"
 
 namespace {
 

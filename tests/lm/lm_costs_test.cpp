@@ -8,8 +8,8 @@
 #include <vector>
 
 #include "support/lm_test_support.hpp"
-#include "strata/actors/lm_costs.hpp"
-#include "strata/actors/pipeline/partitioner.hpp"
+#include "strata/lm/costs.hpp"
+#include "strata/pipeline/partitioner.hpp"
 #include "strata/device/device_manager.hpp"
 
 namespace lm = strata::lm;

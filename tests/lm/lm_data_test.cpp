@@ -11,7 +11,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "strata/actors/lm_data.hpp"
+#include "strata/lm/data.hpp"
 
 namespace {
 

@@ -10,9 +10,9 @@
 #include <vector>
 
 #include "support/lm_test_support.hpp"
-#include "strata/actors/lm_data.hpp"
-#include "strata/actors/lm_inference.hpp"
-#include "strata/actors/lm_pipeline.hpp"
+#include "strata/lm/data.hpp"
+#include "strata/lm/inference.hpp"
+#include "strata/lm/pipeline.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 

@@ -10,7 +10,7 @@
 #include <vector>
 
 #include "support/lm_test_support.hpp"
-#include "strata/actors/lm_pipeline.hpp"
+#include "strata/lm/pipeline.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 

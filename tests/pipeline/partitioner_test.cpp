@@ -13,7 +13,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/actors/pipeline/partitioner.hpp"
+#include "strata/pipeline/partitioner.hpp"
 
 namespace sp = strata::pipeline;
 using sp::layer_range;

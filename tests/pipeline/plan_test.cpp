@@ -5,8 +5,8 @@
 #include <stdexcept>
 #include <string>
 
-#include "strata/actors/pipeline/plan.hpp"
-#include "strata/actors/pipeline/simulator.hpp"
+#include "strata/pipeline/plan.hpp"
+#include "strata/pipeline/simulator.hpp"
 
 namespace sp = strata::pipeline;
 using sp::schedule_kind;

@@ -11,8 +11,8 @@
 #include <tuple>
 #include <utility>
 
-#include "strata/actors/pipeline/plan.hpp"
-#include "strata/actors/pipeline/simulator.hpp"
+#include "strata/pipeline/plan.hpp"
+#include "strata/pipeline/simulator.hpp"
 
 namespace sp = strata::pipeline;
 using sp::action_kind;

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/actors/kvstore.hpp"
+#include "strata/kvstore/kvstore.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 
@@ -21,7 +21,7 @@ int main(int argc, char** argv) {
   const std::string path = argv[1];
   const std::size_t n = std::strtoull(argv[2], nullptr, 10);
   strata::actor_system sys(strata::system_config{.worker_threads = 1});
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   auto host = strata::make_devices("cpu:1");
   auto s = host[0].create_stream();
   if (auto r = kv.load(path).get(); !r) {

@@ -21,8 +21,8 @@
 
 #include "mini_pipeline.hpp"
 #include "support/lm_test_support.hpp"
-#include "strata/actors/kvstore.hpp"
-#include "strata/actors/lm_pipeline.hpp"
+#include "strata/kvstore/kvstore.hpp"
+#include "strata/lm/pipeline.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 
@@ -216,9 +216,9 @@ BOOST_AUTO_TEST_CASE(a_kvstore_stopped_while_stages_push_ends_the_step_with_an_e
   std::mt19937 rng(7);
   int stopped_mid_step = 0;
   for (int k = 0; k < repeats; ++k) {
-    auto store = strata::spawn_kvstore(sys);
+    auto store = strata::kvstore::spawn(sys);
     {
-      strata::kvstore_client kv(sys, store);
+      strata::kvstore::client kv(sys, store);
       std::vector<float> zeros(W, 0.0f);
       auto host = strata::make_devices("cpu:1");
       auto s = host[0].create_stream();
@@ -266,7 +266,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_survives_sigkill_of_the_writer_at_any_moment) 
   const std::size_t n = 1 << 20;  // 4 MiB per key: a save takes long enough to be hit mid-write
 
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   auto host = strata::make_devices("cpu:1");
   auto s = host[0].create_stream();
   {

@@ -19,7 +19,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/actors/kvstore.hpp"
+#include "strata/kvstore/kvstore.hpp"
 #include "strata/device/all.hpp"
 #include "strata/device_messages.hpp"
 #include "strata/strata.hpp"
@@ -107,7 +107,7 @@ public:
           auto t = tensor::from_host<float>(std::span<const float>(*d.mb.values), dev_, stream_);
           const auto step = d.mb.step;
           request<void>(store_, std::chrono::seconds(5),
-                        kvstore_push{{kvstore_key("stage-" + std::to_string(index_))}, {t}})
+                        kvstore::push{{kvstore::key("stage-" + std::to_string(index_))}, {t}})
               .then([this, mb = std::move(d.mb)]() mutable { forward(std::move(mb)); },
                     [this, step](const error& e) {
                       throw std::runtime_error("stage " + std::to_string(index_) +

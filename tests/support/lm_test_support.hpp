@@ -7,7 +7,7 @@
 #include <cstddef>
 #include <vector>
 
-#include "strata/actors/lm_config.hpp"
+#include "strata/lm/config.hpp"
 
 namespace strata::lm::test {
 

@@ -15,7 +15,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "strata/actors/lm_pipeline.hpp"
+#include "strata/lm/pipeline.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 #include "trace_model.hpp"

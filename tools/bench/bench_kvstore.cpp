@@ -21,7 +21,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "strata/actors/kvstore.hpp"
+#include "strata/kvstore/kvstore.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 
@@ -87,15 +87,15 @@ double anchor_bandwidth(std::size_t n, std::size_t inputs, unsigned threads, int
 /// `shards` shards (1 and one device: a plain device store); median of `reps`.
 double merge_bandwidth(strata::actor_system& sys, std::vector<strata::device> devices, std::size_t shards,
                        std::size_t n, std::size_t pushers, int reps) {
-  strata::kvstore_options opts;
+  strata::kvstore::options opts;
   if (shards == 1 && devices.size() == 1) {
-    opts.kind = strata::kvstore_kind::device;
+    opts.kind = strata::kvstore::kind::device;
     opts.merge_device = devices[0];
   } else {
     opts.shards = shards;
     opts.shard_devices = devices;
   }
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys, opts));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, opts));
   auto& dev = devices[0];
   auto s = dev.create_stream();
   std::vector<float> host(n, 0.5f);
@@ -126,10 +126,10 @@ latency round_trips(strata::actor_system& sys, std::size_t keys, std::size_t key
   auto devices = strata::make_devices("cpu:1");
   auto& dev = devices[0];
   auto s = dev.create_stream();
-  strata::kvstore_client kv(sys, strata::spawn_kvstore(sys));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   const std::size_t n = std::max<std::size_t>(1, key_bytes / sizeof(float));
   std::vector<float> host(n, 0.25f);
-  std::vector<strata::kvstore_key> names;
+  std::vector<strata::kvstore::key> names;
   std::vector<strata::tensor> values, outs;
   for (std::size_t k = 0; k < keys; ++k) {
     names.emplace_back(static_cast<std::int64_t>(k));

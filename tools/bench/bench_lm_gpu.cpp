@@ -25,7 +25,7 @@
 
 #include "cudnn_lstm_step.hpp"
 #include "torch_anchor.hpp"
-#include "strata/actors/lm_pipeline.hpp"
+#include "strata/lm/pipeline.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 

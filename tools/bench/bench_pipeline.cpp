@@ -17,7 +17,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
-#include "strata/actors/lm_pipeline.hpp"
+#include "strata/lm/pipeline.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/kernels/blas.hpp"
 #include "strata/strata.hpp"

@@ -33,7 +33,7 @@
 #include "strata/strata.hpp"
 #include "strata/trace.hpp"
 #ifdef STRATA_BENCH_TRACE_HAVE_LM
-#include "strata/actors/lm_pipeline.hpp"
+#include "strata/lm/pipeline.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/kernels/blas.hpp"
 #endif

@@ -9,7 +9,7 @@
 #include <string>
 #include <vector>
 
-#include "strata/actors/lm_config.hpp"
+#include "strata/lm/config.hpp"
 
 namespace strata::bench {
 

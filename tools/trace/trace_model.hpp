@@ -106,7 +106,7 @@ struct drop_record {
 };
 
 /// Device tracks of pipeline stages (docs/trace-tools.md): the device work of stage s is
-/// recorded on device id `stage_device_base + s` (what actors/src/lm/lm_pipeline.cpp records).
+/// recorded on device id `stage_device_base + s` (what actors/lm/src/pipeline.cpp records).
 inline constexpr std::uint64_t stage_device_base = 1'000'000'000;
 /// Stage index of a device track id, or -1 when the id is not a stage's device track.
 inline std::int64_t stage_of_device(std::uint64_t device) {

@@ -1,0 +1,265 @@
+#pragma once
+/// \file
+/// The KVStore actor: MXNet's init/push/pull parameter store as one strata actor, plus
+/// `kvstore::client`, a handle for code outside actors.
+
+#include <chrono>
+#include <cstddef>
+#include <cstdint>
+#include <functional>
+#include <future>
+#include <initializer_list>
+#include <memory>
+#include <string>
+#include <variant>
+#include <vector>
+
+#include "strata/actor.hpp"
+#include "strata/actor_ref.hpp"
+#include "strata/actor_system.hpp"
+#include "strata/device/device.hpp"
+#include "strata/device/tensor.hpp"
+#include "strata/error.hpp"
+#include "strata/kernels/optimizers.hpp"
+#include "strata/message.hpp"
+
+namespace strata::kvstore {
+
+/// A key of a kvstore: an integer or a string. One store holds keys of one kind only (the kind
+/// of the first key it was given), as in MXNet.
+class key {
+public:
+  key(int key) : value_(static_cast<std::int64_t>(key)) {}  // NOLINT: implicit on purpose
+  key(std::int64_t key) : value_(key) {}                      // NOLINT
+  key(std::string key) : value_(std::move(key)) {}            // NOLINT
+  key(const char* key) : value_(std::string(key)) {}          // NOLINT
+
+  bool is_int() const noexcept { return value_.index() == 0; }
+  bool is_string() const noexcept { return value_.index() == 1; }
+  /// `5` or `"5"` (quoted), for error texts.
+  std::string to_string() const;
+
+  friend bool operator==(const kvstore::key& a, const kvstore::key& b) noexcept { return a.value_ == b.value_; }
+  friend bool operator<(const kvstore::key& a, const kvstore::key& b) noexcept { return a.value_ < b.value_; }
+  const std::variant<std::int64_t, std::string>& value() const noexcept { return value_; }
+
+private:
+  std::variant<std::int64_t, std::string> value_;
+};
+
+/// Where a store merges and keeps its values.
+enum class kind : std::uint8_t {
+  local,   ///< On the host: the store owns a one-thread cpu device of its own.
+  device,  ///< On `kvstore::options::merge_device` (a cpu, sim or cuda device).
+};
+
+/// A user update rule, run inside the store: `stored` is the key's value, `merged` the sum of
+/// the values pushed. One key at a time, in push order. It must not block; an exception fails
+/// that push with the exception's text.
+/// - cpu stores: runs as a work item on the store's stream (on its arena thread), with the data
+///   of both tensors ready and host-accessible.
+/// - cuda stores: runs on the store's actor thread right after the sum is enqueued; both tensors
+///   are GPU memory whose ready event marks the sum. It must enqueue its own work (on a stream of
+///   its choice, after waiting for that event) and should set `stored`'s ready event to an event
+///   recorded after all of it: the store's stream waits for that event before its next work (an
+///   error carried by the event becomes the store stream's error).
+/// - sim stores: never called (sim tensors hold no data).
+using updater = std::function<void(const kvstore::key& key, const tensor& merged, tensor& stored)>;
+
+/// Settings of a store. Every field has a working default (a local, asynchronous store).
+struct options {
+  kvstore::kind kind = kvstore::kind::local;
+  /// For `kvstore::kind::device`: the device that merges and keeps the values.
+  device merge_device;
+  /// Synchronous mode when > 0: a key expects this many pushed values per version; the update
+  /// applies when all have arrived (values pushed beyond that start the next version). 0: every
+  /// push call applies its own update at once (asynchronous mode).
+  std::size_t contributions_per_version = 0;
+  /// Actor name (traces, error texts).
+  std::string name = "kvstore";
+  /// Store actors the keys are spread over (>= 1). With more than one, `kvstore::spawn` returns a
+  /// router actor that takes the same messages, validates each request whole, and forwards the
+  /// parts to its shards, which merge in parallel; results equal those of one store.
+  std::size_t shards = 1;
+  /// Sharded stores only: a key whose value has more bytes than this is split into contiguous
+  /// slices of about equal size (each at most `chunk_bytes`), each slice a key of its own on
+  /// consecutive shards, so that one large key merges on every shard at once. 0: never split.
+  std::size_t chunk_bytes = std::size_t{4} << 20;
+  /// Sharded stores only: shard i merges on `shard_devices[i % size]` (cpu, sim or cuda devices of
+  /// one kind). Empty: every shard is a store of `kind` (local: its own one-thread cpu device).
+  std::vector<device> shard_devices;
+  /// Requests the store hands to its stream at a time (>= 1). The others wait in the store's
+  /// ready queue, ordered by priority: 1 gives priority its full effect; more keeps the stream
+  /// busy between requests at the cost of serving those already handed over first.
+  std::size_t max_in_flight = 1;
+};
+
+// ---- messages (use them with `actor::request` inside actors) --------------------------------
+
+/// Stores `values[i]` as the initial value of `keys[i]`. Reply: `unit` (request<void>).
+/// Fails if a key exists, repeats, or a value is not float32.
+struct init {
+  std::vector<kvstore::key> keys;
+  std::vector<tensor> values;
+};
+/// Pushes `values[i]` to `keys[i]`; values of the same key are summed, then the updater runs.
+/// Reply: `unit` once the update has been applied (in synchronous mode: once the values are
+/// accumulated).
+struct push {
+  std::vector<kvstore::key> keys;
+  std::vector<tensor> values;
+  /// Requests waiting for a busy store are served highest priority first (equal priorities in
+  /// arrival order). A request never overtakes an earlier one of the same sender that names one
+  /// of its keys (it lends that one its priority instead), so a sender's pull sees its push.
+  int priority = 0;
+};
+/// Copies the value of `keys[i]` into `outs[i]` (a key may repeat, outputs may live on several
+/// devices). Reply: `std::vector<tensor>`, the outputs with their ready events, once the copies
+/// are done. With `min_version` > 0 the reply waits until every key has had that many updates.
+struct pull {
+  std::vector<kvstore::key> keys;
+  std::vector<tensor> outs;
+  std::uint64_t min_version = 0;
+  int priority = 0;  ///< As `kvstore::push::priority`.
+};
+/// A push followed by a pull, as one message (one round trip). The pull's `min_version` is
+/// ignored: it sees the push. Reply as pull.
+struct pushpull {
+  kvstore::push push;
+  kvstore::pull pull;
+  int priority = 0;  ///< As `kvstore::push::priority` (those of `push` and `pull` are ignored).
+};
+/// Replaces the update rule (an empty function restores the default: assign). Reply: `unit`.
+struct set_updater {
+  kvstore::updater updater;
+};
+/// Installs SGD (momentum, weight decay) or Adam/AdamW as the update rule, with per-key state
+/// created at a key's first update (`merged` is the gradient). Reply: `unit`.
+struct set_optimizer {
+  std::variant<kernels::sgd_options, kernels::adam_options> options;
+};
+/// The number of updates applied to `key` so far. Reply: `std::uint64_t`.
+struct version {
+  kvstore::key key;
+};
+
+/// Writes every key's value, version and optimizer state to `path`, after the work queued before
+/// it: atomically (a temporary file beside it, fsync, rename), so `path` holds either the old or
+/// the new checkpoint. The update rule itself is not saved. cpu and cuda stores (a cuda store's
+/// tensors are copied to the host first), sharded or not: the file is the same whatever the
+/// shard count, so any store loads it. sim stores hold no data and fail. Reply: `unit`.
+struct save {
+  std::string path;
+};
+/// Replaces the store's keys with those of a checkpoint written by `kvstore::save` (by a store of
+/// any shard count and device). The whole file is read and checked (format, size, checksum)
+/// before anything changes: a truncated or corrupt file fails with one sentence and leaves the
+/// store as it was. On a sharded store every shard first stages its part and all swap it in only
+/// when all have it, so a shard that fails (e.g. out of memory) leaves every shard unchanged too.
+/// Reply: `unit`.
+struct load {
+  std::string path;
+};
+
+/// Spawns a store (with `options.shards` > 1: the shards and the router in front of them; the
+/// returned handle takes the same messages either way, and stopping it stops the shards).
+///
+/// Init, `set_updater`, `set_optimizer`, `save` and `load` are barriers: nothing queued after
+/// them overtakes them, whatever its priority. On a sharded store a key split in chunks reaches
+/// a user updater once per chunk (a 1-D slice of the value, with the caller's key), on several
+/// shards at once: the updater must be thread-safe. On a sharded store `save` and `load` are
+/// barriers of the router too: requests that arrive meanwhile are served once they are done.
+/// A store on a cuda device takes float32 cuda tensors of any GPU: values on another GPU are
+/// copied to the merge device first, outputs on another GPU are written peer to peer.
+/// \throws std::invalid_argument for a `device` store without a `merge_device`, `shards` or
+///   `max_in_flight` of 0, or `shard_devices` of more than one kind.
+actor_ref spawn(actor_system& system, kvstore::options options = {});
+
+/// A handle on a store for code outside actors: each call sends one message and returns a future
+/// of `expected<...>` (failed replies carry one sentence naming the key and what was wrong).
+///
+/// Calls made through one client reach the store in call order, so a pull issued after a push
+/// sees that push (the client forwards through one session actor; `actor_system::request` alone
+/// would not keep the order). Thread-safe; calls from several threads are ordered per thread.
+///
+/// \code
+///   strata::actor_system sys;
+///   auto devs = strata::make_devices("cpu:2");
+///   strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
+///   kv.init("w", ones).get().value();
+///   kv.push("w", {g0, g1});                   // summed, then assigned
+///   auto out = kv.pull("w", out_tensor).get().value();
+/// \endcode
+class client {
+public:
+  using done = std::future<expected<unit_t>>;
+  using tensors = std::future<expected<std::vector<tensor>>>;
+
+  client(actor_system& system, actor_ref store, std::chrono::nanoseconds timeout = std::chrono::seconds(60));
+  /// Lets the session actor finish the calls in flight, then stop.
+  ~client();
+  client(const kvstore::client&) = delete;
+  kvstore::client& operator=(const kvstore::client&) = delete;
+
+  const actor_ref& store() const noexcept { return store_; }
+
+  done init(kvstore::key key, tensor value);
+  done init(std::vector<kvstore::key> keys, std::vector<tensor> values);
+
+  done push(kvstore::key key, tensor value);
+  /// Several values for one key (e.g. one per device): summed.
+  done push(kvstore::key key, std::vector<tensor> values);
+  done push(std::vector<kvstore::key> keys, std::vector<tensor> values);
+
+  tensors pull(kvstore::key key, tensor out, std::uint64_t min_version = 0);
+  /// One key into several outputs.
+  tensors pull(kvstore::key key, std::vector<tensor> outs, std::uint64_t min_version = 0);
+  tensors pull(std::vector<kvstore::key> keys, std::vector<tensor> outs, std::uint64_t min_version = 0);
+
+  tensors pushpull(kvstore::key key, std::vector<tensor> values, std::vector<tensor> outs);
+  tensors pushpull(std::vector<kvstore::key> keys, std::vector<tensor> values, std::vector<tensor> outs);
+
+  /// Any request message (`kvstore::push{..., .priority = 2}`, `kvstore::pull`, ...), in call order
+  /// with the other calls of this client: the way to give a client's request a priority.
+  done send(kvstore::push msg) { return call<unit_t>(std::move(msg)); }
+  tensors send(kvstore::pull msg) { return call<std::vector<tensor>>(std::move(msg)); }
+  tensors send(kvstore::pushpull msg) { return call<std::vector<tensor>>(std::move(msg)); }
+
+  done set_updater(kvstore::updater updater);
+  done set_optimizer(kernels::sgd_options options);
+  done set_optimizer(kernels::adam_options options);
+  std::future<expected<std::uint64_t>> version(kvstore::key key);
+  done save(std::string path);
+  done load(std::string path);
+
+private:
+  template <class R, class M>
+  std::future<expected<R>> call(M msg);
+
+  actor_system* system_;
+  actor_ref store_;
+  actor_ref session_;
+  std::chrono::nanoseconds timeout_;
+};
+
+namespace detail {
+/// A call forwarded by a `kvstore::client`'s session actor (runtime-internal).
+template <class R, class M>
+struct call {
+  M msg;
+  std::shared_ptr<std::promise<expected<R>>> promise;
+};
+/// Asks a session actor to stop once its calls in flight are answered.
+struct session_close {};
+}  // namespace detail
+
+template <class R, class M>
+std::future<expected<R>> client::call(M msg) {
+  auto promise = std::make_shared<std::promise<expected<R>>>();
+  auto future = promise->get_future();
+  auto sent = system_->send(session_, detail::call<R, M>{std::move(msg), promise});
+  if (!sent) promise->set_value(expected<R>(sent.error()));
+  return future;
+}
+
+}  // namespace strata::kvstore

@@ -1,0 +1,87 @@
+#pragma once
+/// \file
+/// Checkpoints of the LSTM language model: a directory with model.safetensors (the parameters,
+/// PyTorch names and shapes, float32), config.json (model configuration, training position),
+/// vocab.json (token -> id) and optimizer.json (the optimiser's state).
+///
+/// Saving is atomic per file and as a whole: each file is written to DIR/.tmp-<name>, fsynced
+/// and renamed over DIR/<name>; config.json goes last and is the commit marker. It records the
+/// size and FNV-1a hash of the other files. Before the renames, each file the committed
+/// config.json records is kept as DIR/.prev-<name> (removed after the commit), so a directory
+/// whose save was interrupted between two renames still loads as the committed checkpoint: the
+/// loader reads the .prev- twin of a file that no longer matches. Files that match neither are
+/// refused, never silently mixed.
+///
+/// Example:
+/// \code
+///   strata::lm::checkpoint ck{config, strata::lm::token_kind::chars, vocab, *pipeline.parameters()};
+///   ck.step = 300;
+///   if (auto e = strata::lm::save_checkpoint("ckpt", ck); e) std::cerr << e.message() << '\n';
+///   auto back = strata::lm::load_checkpoint("ckpt");    // expected<checkpoint>
+/// \endcode
+
+#include <cstddef>
+#include <cstdint>
+#include <map>
+#include <string>
+#include <vector>
+
+#include "strata/lm/config.hpp"
+#include "strata/lm/data.hpp"
+#include "strata/lm/pipeline.hpp"
+#include "strata/error.hpp"
+
+namespace strata::lm {
+
+/// One float32 tensor of a safetensors file.
+struct safetensor {
+  std::string name;
+  std::vector<std::size_t> shape;
+  std::vector<float> values;  ///< Row-major; size = product of shape.
+};
+
+/// The bytes of a safetensors file: an 8-byte little-endian header length, a JSON header
+/// {name: {"dtype": "F32", "shape": [...], "data_offsets": [begin, end]}, "__metadata__": {...}}
+/// padded with spaces to a multiple of 8, then the tensors' little-endian data in the given
+/// order. Throws std::invalid_argument if a tensor's values do not match its shape.
+std::string encode_safetensors(const std::vector<safetensor>& tensors,
+                               const std::map<std::string, std::string>& metadata = {});
+/// Parses safetensors bytes (F32 tensors only). errc::invalid_argument with one sentence when the
+/// bytes are truncated, the header is not valid JSON, offsets overlap or leave the data, or a
+/// dtype is not F32.
+expected<std::vector<safetensor>> decode_safetensors(const std::string& bytes);
+
+/// Everything a checkpoint holds.
+struct checkpoint {
+  lm_config config;                     ///< Sizes and training settings (vocab = vocabulary size).
+  token_kind tokens = token_kind::chars;
+  vocabulary vocab;
+  std::vector<named_parameter> parameters;  ///< PyTorch order and names.
+  std::size_t step = 0;                 ///< Completed training steps (the data position).
+  std::size_t epoch = 0;                ///< Completed epochs.
+  std::size_t windows_per_epoch = 0;    ///< Steps in one pass over the training text.
+  std::string corpus;                   ///< Where the training text came from (informative).
+};
+
+/// Writes `ck` into `dir` (created if missing), atomically as described in the file comment.
+/// Returns a default error on success, else one sentence naming the file that failed.
+error save_checkpoint(const std::string& dir, const checkpoint& ck);
+
+/// True if `dir` holds a committed checkpoint (its config.json exists).
+bool checkpoint_exists(const std::string& dir);
+
+/// Reads the checkpoint in `dir`. errc::invalid_argument with one sentence naming the directory
+/// and the problem for a missing, truncated, corrupt or inconsistent file, or a config.json with
+/// a missing key, an unknown key, a count that is not a whole number or a value of the wrong
+/// type; never throws.
+expected<checkpoint> load_checkpoint(const std::string& dir);
+
+/// Why a checkpoint cannot continue a run of `config` on `tokens`: one sentence naming the first
+/// differing setting (layers, hidden, embed, vocab, tokens, batch, seq), or a default error
+/// when it can.
+error check_compatible(const checkpoint& ck, const lm_config& config, token_kind tokens);
+
+/// 64-bit FNV-1a of `bytes` (the checksum config.json records).
+std::uint64_t fnv1a64(const std::string& bytes) noexcept;
+
+}  // namespace strata::lm
