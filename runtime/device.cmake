@@ -13,6 +13,11 @@ set(STRATA_DEVICE_SOURCES
 )
 set(STRATA_DEVICE_CUDA_SOURCES
   src/device/cuda_backend.cpp
+  src/device/cuda_completions.cpp
+  src/device/cuda_gpu.cpp
+  src/device/cuda_reporter.cpp
+  src/device/cuda_stream.cpp
+  src/device/cuda_support.cpp
 )
 set(STRATA_DEVICE_LINK_LIBRARIES "")
 if(STRATA_CUDA)

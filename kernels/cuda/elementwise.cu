@@ -122,7 +122,7 @@ void scale_matrix(cudaStream_t s, std::size_t m, std::size_t n, float beta, floa
                   std::size_t ldc) {
   if (m == 0 || n == 0 || beta == 1.0f) return;
   scale_matrix_kernel<<<blocks_for(m * n), block_threads, 0, s>>>(m, n, beta, c, ldc);
-  check_launch("scale_matrix_kernel");
+  check_launch("scale_matrix_kernel", s);
 }
 
 void add_column_sums(cudaStream_t s, std::size_t rows, std::size_t cols, const float* m,
@@ -130,7 +130,7 @@ void add_column_sums(cudaStream_t s, std::size_t rows, std::size_t cols, const f
   if (cols == 0 || (sum_a == nullptr && sum_b == nullptr)) return;
   const auto blocks = static_cast<unsigned>((cols + colsum_cols - 1) / colsum_cols);
   column_sums_kernel<<<blocks, dim3(colsum_cols, colsum_lanes), 0, s>>>(rows, cols, m, sum_a, sum_b);
-  check_launch("column_sums_kernel");
+  check_launch("column_sums_kernel", s);
 }
 
 }  // namespace detail
@@ -140,7 +140,7 @@ void fill(const cuda_context& ctx, std::size_t n, float value, float* x) {
   if (n == 0) return;
   const bool vec = aligned16(x);
   fill_kernel<<<detail::blocks_for(vec ? n / 4 : n), detail::block_threads, 0, ctx.stream>>>(n, value, x, vec);
-  detail::check_launch("fill_kernel");
+  detail::check_launch("fill_kernel", ctx.stream);
 }
 
 void scale(const cuda_context& ctx, std::size_t n, float alpha, float* x) {
@@ -148,7 +148,7 @@ void scale(const cuda_context& ctx, std::size_t n, float alpha, float* x) {
   if (n == 0) return;
   const bool vec = aligned16(x);
   scale_kernel<<<detail::blocks_for(vec ? n / 4 : n), detail::block_threads, 0, ctx.stream>>>(n, alpha, x, vec);
-  detail::check_launch("scale_kernel");
+  detail::check_launch("scale_kernel", ctx.stream);
 }
 
 void axpy(const cuda_context& ctx, std::size_t n, float alpha, const float* x, float* y) {
@@ -156,7 +156,7 @@ void axpy(const cuda_context& ctx, std::size_t n, float alpha, const float* x, f
   if (n == 0) return;
   const bool vec = aligned16(x) && aligned16(y);
   axpy_kernel<<<detail::blocks_for(vec ? n / 4 : n), detail::block_threads, 0, ctx.stream>>>(n, alpha, x, y, vec);
-  detail::check_launch("axpy_kernel");
+  detail::check_launch("axpy_kernel", ctx.stream);
 }
 
 void copy(const cuda_context& ctx, std::size_t n, const float* src, float* dst) {
@@ -185,7 +185,7 @@ void sum_arrays(const cuda_context& ctx, std::span<const float* const> inputs, s
     for (std::size_t j = 0; j < count; ++j) in.p[j] = inputs[first + j];
     sum_kernel<<<detail::blocks_for(n), detail::block_threads, 0, ctx.stream>>>(
         n, in, static_cast<unsigned>(count), first > 0, out);
-    detail::check_launch("sum_kernel");
+    detail::check_launch("sum_kernel", ctx.stream);
   }
 }
 

@@ -68,7 +68,7 @@ void embedding_forward(const cuda_context& ctx, std::size_t vocab, std::size_t d
     embedding_gather<float><<<detail::blocks_for(count * dim), detail::block_threads, 0, ctx.stream>>>(
         vocab, dim, table, count, ids, out);
   }
-  detail::check_launch("embedding_gather");
+  detail::check_launch("embedding_gather", ctx.stream);
 }
 
 void embedding_backward(const cuda_context& ctx, std::size_t vocab, std::size_t dim,
@@ -78,7 +78,7 @@ void embedding_backward(const cuda_context& ctx, std::size_t vocab, std::size_t 
   if (count == 0) return;
   embedding_scatter_add<<<detail::blocks_for(count * dim), detail::block_threads, 0, ctx.stream>>>(
       vocab, dim, count, ids, d_out, d_table);
-  detail::check_launch("embedding_scatter_add");
+  detail::check_launch("embedding_scatter_add", ctx.stream);
 }
 
 }  // namespace strata::kernels::cuda

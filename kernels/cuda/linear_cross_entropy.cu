@@ -101,7 +101,7 @@ void run(const char* who, const cuda_context& ctx, const linear_cross_entropy_di
       xent_rows<true><<<static_cast<unsigned>(nb), row_threads, 0, s>>>(v, logits, in.b, in.targets + r0,
                                                                       grad_scale, row_loss + r0);
     }
-    detail::check_launch("xent_rows");
+    detail::check_launch("xent_rows", s);
     if (g == nullptr) continue;
     if (g->dh != nullptr) {
       detail::sgemm(h, ctx.math, s, transpose::no, transpose::no, nb, hs, v, 1.0f, logits, v, in.w,
@@ -115,7 +115,7 @@ void run(const char* who, const cuda_context& ctx, const linear_cross_entropy_di
   }
   if (loss != nullptr) {
     xent_total<<<1, 1024, 0, s>>>(d.rows, row_loss, mean, loss);
-    detail::check_launch("xent_total");
+    detail::check_launch("xent_total", s);
   }
 }
 

@@ -93,7 +93,7 @@ void lstm_forward(const cuda_context& ctx, const lstm_dims& d, const lstm_weight
   // The CPU kernel's reserve layout.
   const common::lstm_reserve_regions<float> r = common::split_lstm_reserve(d, a.reserve);
   lstm_bias_kernel<<<detail::blocks_for(g4), detail::block_threads, 0, s>>>(g4, w.b_ih, w.b_hh, r.bias);
-  detail::check_launch("lstm_bias_kernel");
+  detail::check_launch("lstm_bias_kernel", s);
   detail::copy_or_zero(s, a.h_in, r.h, bh);
   detail::copy_or_zero(s, a.c_in, r.c, bh);
 
@@ -110,7 +110,7 @@ void lstm_forward(const cuda_context& ctx, const lstm_dims& d, const lstm_weight
     lstm_forward_pointwise<<<blocks, detail::block_threads, 0, s>>>(
         bsz, hs, gates_t, r.bias, r.c + t * bh, r.c + (t + 1) * bh, r.tanh_c + t * bh,
         a.y + t * bh, r.h + (t + 1) * bh);
-    detail::check_launch("lstm_forward_pointwise");
+    detail::check_launch("lstm_forward_pointwise", s);
   }
   if (a.h_out != nullptr) detail::copy_or_zero(s, r.h + n * bh, a.h_out, bh);
   if (a.c_out != nullptr) detail::copy_or_zero(s, r.c + n * bh, a.c_out, bh);
@@ -149,7 +149,7 @@ void lstm_backward(const cuda_context& ctx, const lstm_dims& d, const lstm_weigh
       lstm_backward_pointwise<false><<<blocks, detail::block_threads, 0, s>>>(
           bsz, hs, act, r.c + o, r.tanh_c + o, nullptr, dh_rec, dc, dg_t);
     }
-    detail::check_launch("lstm_backward_pointwise");
+    detail::check_launch("lstm_backward_pointwise", s);
     // dh_{t-1} = dgates_t * W_hh (stream order: the pointwise kernel has read dh_rec).
     float* dh_target = t > 0 ? dh_rec : a.dh_in;
     if (dh_target != nullptr) {

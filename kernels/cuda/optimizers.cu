@@ -65,7 +65,7 @@ void sgd_step(const cuda_context& ctx, std::size_t n, float* param, const float*
   } else {
     sgd_kernel<sgd_kind::nesterov><<<blocks, detail::block_threads, 0, s>>>(n, param, grad, momentum_buffer, wd, mom, neg_lr);
   }
-  detail::check_launch("sgd_kernel");
+  detail::check_launch("sgd_kernel", s);
 }
 
 void adam_step(const cuda_context& ctx, std::size_t n, float* param, const float* grad,
@@ -74,7 +74,7 @@ void adam_step(const cuda_context& ctx, std::size_t n, float* param, const float
   if (n == 0) return;
   const common::adam_scalars k = common::adam_step_scalars(step, o);
   adam_kernel<<<detail::blocks_for(n), detail::block_threads, 0, ctx.stream>>>(n, param, grad, exp_avg, exp_avg_sq, k);
-  detail::check_launch("adam_kernel");
+  detail::check_launch("adam_kernel", ctx.stream);
 }
 
 }  // namespace strata::kernels::cuda

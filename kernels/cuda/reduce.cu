@@ -97,10 +97,10 @@ double* norm_into_workspace(const char* who, const cuda_context& ctx, Span tenso
   for_groups(tensors, [&](const tensor_group& g, std::size_t first, std::size_t count) {
     const dim3 grid(static_cast<unsigned>(norm_partials_per_tensor), static_cast<unsigned>(count));
     sum_squares_kernel<<<grid, norm_threads, 0, s>>>(g, first, partials);
-    detail::check_launch("sum_squares_kernel");
+    detail::check_launch("sum_squares_kernel", s);
   });
   norm_total_kernel<<<1, 1024, 0, s>>>(norm_partials_per_tensor * tensors.size(), partials, slot, norm);
-  detail::check_launch("norm_total_kernel");
+  detail::check_launch("norm_total_kernel", s);
   return slot;
 }
 
@@ -122,7 +122,7 @@ void clip_grad_norm(const cuda_context& ctx, std::span<const std::span<float>> g
   for_groups(grads, [&](const tensor_group& g, std::size_t, std::size_t count) {
     const dim3 grid(static_cast<unsigned>(norm_partials_per_tensor), static_cast<unsigned>(count));
     clip_kernel<<<grid, norm_threads, 0, ctx.stream>>>(g, total, max_norm);
-    detail::check_launch("clip_kernel");
+    detail::check_launch("clip_kernel", ctx.stream);
   });
 }
 

@@ -20,8 +20,14 @@ namespace strata::kernels::cuda::detail {
 void check(cudaError_t status, const char* call);
 /// Throws cuda_error naming `call` unless `status` is CUBLAS_STATUS_SUCCESS.
 void check(cublasStatus_t status, const char* call);
-/// Checks that the kernel launch just made was accepted (cudaGetLastError).
-inline void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+/// Checks that the kernel launch just made on `s` was accepted (cudaGetLastError). With
+/// STRATA_CUDA_SYNC=1 it also waits for the kernel (cudaStreamSynchronize), so that a fault is
+/// reported here, naming this kernel, rather than by a later call.
+void check_launch(const char* kernel, cudaStream_t s);
+
+/// The STRATA_CUDA_SYNC debug mode for a value of the variable: "1" on; "0", "" or unset off.
+/// \throws std::invalid_argument for any other value.
+bool parse_launch_sync(const char* value);
 
 /// The message of the cuda_error thrown for `status` from `call`.
 std::string error_message(const char* call, const char* status_name, const char* status_text);

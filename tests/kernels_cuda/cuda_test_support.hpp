@@ -4,7 +4,8 @@
 // stream + cuBLAS handle per test, seeded random data and the error measure.
 //
 // Every test that touches the GPU is declared with STRATA_GPU_TEST_CASE: without a device it
-// is reported as skipped (not failed), so the binary passes on machines without a GPU.
+// is reported as skipped (not failed) and the program exits with 77 (gpu_requirement.hpp); where
+// a GPU is expected, a skip is a failure.
 
 #include <cublas_v2.h>
 #include <cuda_runtime.h>
@@ -21,19 +22,17 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include "gpu_requirement.hpp"
 #include "strata/kernels/cuda.hpp"
 
 namespace strata::kernels::cuda::test {
 
 inline constexpr double k_fp32_tol = 1e-4;
 
-/// Precondition: a CUDA device is usable.
+/// Precondition: a CUDA device is usable (gpu_requirement.hpp: skipped without one, a failure
+/// where a GPU is expected).
 inline boost::test_tools::assertion_result gpu_available(boost::unit_test::test_unit_id) {
-  int n = 0;
-  const cudaError_t e = cudaGetDeviceCount(&n);
-  boost::test_tools::assertion_result r(e == cudaSuccess && n > 0);
-  if (!r) r.message() << "no CUDA device (cudaGetDeviceCount: " << cudaGetErrorName(e) << ")";
-  return r;
+  return ::strata::test::gpu_precondition(1);
 }
 
 #define STRATA_GPU_TEST_CASE(name)                                                   \

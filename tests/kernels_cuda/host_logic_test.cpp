@@ -294,4 +294,15 @@ BOOST_AUTO_TEST_CASE(failed_cuda_and_cublas_calls_become_cuda_errors_naming_the_
   BOOST_CHECK_NO_THROW(detail::check(CUBLAS_STATUS_SUCCESS, "cublasSetStream"));
 }
 
+BOOST_AUTO_TEST_CASE(strata_cuda_sync_turns_on_synchronised_launches_and_names_a_bad_value) {
+  namespace detail = strata::kernels::cuda::detail;
+  BOOST_TEST(detail::parse_launch_sync("1"));
+  BOOST_TEST(!detail::parse_launch_sync("0"));
+  BOOST_TEST(!detail::parse_launch_sync(""));
+  BOOST_TEST(!detail::parse_launch_sync(nullptr));
+  expect_invalid([] { detail::parse_launch_sync("on"); },
+                 "strata::kernels::cuda: STRATA_CUDA_SYNC is \"on\"; expected 1 (synchronise after every kernel "
+                 "launch) or 0");
+}
+
 BOOST_AUTO_TEST_SUITE_END()

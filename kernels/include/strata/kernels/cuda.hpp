@@ -80,7 +80,10 @@ struct cuda_context {
 /// A CUDA runtime or cuBLAS call failed; what() names the call and the status, e.g.
 /// "strata::kernels::cuda: cublasGemmEx failed: CUBLAS_STATUS_INVALID_VALUE (an invalid
 /// numeric value was used as an argument)". Asynchronous kernel faults surface at the next
-/// checked call on the stream (or at the runtime's event/sync), as with any CUDA code.
+/// checked call on the stream (or at the runtime's event/sync), as with any CUDA code, and so
+/// may name a later call; with the environment variable STRATA_CUDA_SYNC=1 every launch waits
+/// for its kernel (cudaStreamSynchronize) and a fault throws cuda_error naming that kernel
+/// (a debug mode: it serialises the host and the GPU; docs/devices.md).
 class cuda_error : public std::runtime_error {
  public:
   cuda_error(std::string call, int status, const std::string& message)
