@@ -100,15 +100,16 @@ BOOST_AUTO_TEST_CASE(a_gpu_fault_completes_pending_points_and_callbacks_with_an_
   fake_gpu gpu;
   auto watch = std::make_shared<cb::fault_watch>(5ms);
   auto ledger = std::make_shared<cb::completion_ledger>("cuda:0#1 stream 7", gpu.probe(), watch);
-  auto point = std::make_shared<event_point>();
-  std::exception_ptr earlier_error;  // the stream's sticky error when the record was issued: none
-  ledger->add([point, earlier_error](std::exception_ptr fault) { point->fire(fault ? fault : earlier_error); });
   callback_log callback;
   ledger->add(callback.completion());
   std::atomic<int> staging_copies{0};
   ledger->add([&](std::exception_ptr fault) {
     if (!fault) ++staging_copies;  // a host-side copy: skipped after a fault
   });
+  // Queued last: completions run in queue order, so when the point fires the others have run.
+  auto point = std::make_shared<event_point>();
+  std::exception_ptr earlier_error;  // the stream's sticky error when the record was issued: none
+  ledger->add([point, earlier_error](std::exception_ptr fault) { point->fire(fault ? fault : earlier_error); });
 
   // A healthy GPU that is merely slow: the watch probes, nothing completes early.
   std::this_thread::sleep_for(60ms);
