@@ -2,7 +2,9 @@
 # Packs what tools/gpu-check.sh runs on a lent GPU machine, whose image has CUDA, cuDNN and
 # PyTorch but none of the Debian packages strata builds against (and nothing can be fetched
 # there): the cuda test programs, strata-bench-lm-gpu and lstm_lm, built here with CUDA, with the
-# shared libraries they need beyond glibc, cuBLAS and cuDNN, and a training corpus. The result,
+# shared libraries they need beyond glibc, cuBLAS and cuDNN, and a training corpus. The programs
+# link the CUDA 13 sonames (libcudart.so.13, libcublas.so.13, libcublasLt.so.13): MANIFEST lists
+# those the image must provide, and gpu-check.sh checks them, with the driver, before any step. The result,
 # .gpu-bundle/strata-gpu.tar.xz, is ignored by git; a device call carries it:
 #   run(command="tools/gpu-check.sh", carry=[".gpu-bundle"], timeout_s=...)
 #
@@ -65,6 +67,8 @@ done >"$stage/corpus.txt"
   echo "strata $(git rev-parse --short HEAD)$(git diff --quiet HEAD -- . ':!.gpu-bundle' || echo '+changes'), built $(date -u +%Y-%m-%dT%H:%MZ) on $(. /etc/os-release; echo "$PRETTY_NAME")"
   echo "nvcc: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -1 || nvcc --version | tail -1)"
   echo "CUDA code: $arch"
+  # What gpu-check.sh must find on the image (it prints what they resolve to and stops if they do not).
+  echo "image libraries: $(for f in "$stage"/bin/*; do ldd "$f"; done | awk '$1 ~ /^lib(cublas|cublasLt|cudnn)/ {print $1}' | sort -u | paste -sd' ' -)"
   (cd "$stage" && find . -type f | sort | xargs ls -l | awk '{print $5, $9}')
 } >"$stage/MANIFEST"
 

@@ -1,9 +1,19 @@
 #!/usr/bin/env bash
-# One-shot check for a GPU machine lent for a few minutes: run the cuda tests, the GPU benchmark
-# and README's main job for a few steps, print a short table last. Reads the card, changes
-# nothing (no nvidia-smi settings, no clocks, no MIG, no resets).
+# One-shot check for a GPU machine lent for a few minutes: say which driver, CUDA runtime and
+# cuBLAS the programs get (and stop if they do not fit), then run, most valuable first, the cuda
+# tests, the 8-stage LM benchmark, the kernels' tests under compute-sanitizer memcheck and
+# README's main job for a few steps. Reads the card, changes nothing (no nvidia-smi settings, no
+# clocks, no MIG, no resets).
 #
 #   usage: tools/gpu-check.sh [build-dir]      (JOBS=16 by default)
+#
+# Time: one deadline for the whole run, GPU_CHECK_DEADLINE seconds (default 500) from the start;
+# each step runs under `timeout` with the smaller of its own cap and the time left, and a step
+# that no longer fits is reported as skipped. Each row of the summary is appended to
+# $logs/summary.txt as soon as its step ends, and the summary is printed when the script exits,
+# also on TERM or INT (the device tool's limit): what ran is never lost.
+#
+# The cuda test programs run with STRATA_REQUIRE_GPU=1: a GPU case that is skipped fails them.
 #
 # Two ways to get the programs (docs/build.md, "GPU machines"):
 # - bundle (used when .gpu-bundle/strata-gpu.tar.xz is there): the lent machines' image has CUDA,
@@ -13,37 +23,103 @@
 # - build (no bundle, or STRATA_GPU_BUILD=1): configure and build here with CUDA in build-dir
 #   (default build-gpu), for a machine that has the build dependencies.
 # Logs go to $OUT when it is set (the device tool brings that folder back), else to the build dir.
+#
+# STRATA_GPU_CHECK_DRY=1 checks this script without a GPU (ctest gpu_check_dry): no bundle, no
+# build, fake steps (kernels_cuda passes, device_cuda is skipped, kvstore_cuda fails, the
+# benchmark sleeps STRATA_GPU_CHECK_DRY_SLEEP seconds) and the versions of
+# STRATA_GPU_CHECK_DRY_VERSIONS ("<driver CUDA> <runtime CUDA> <cuBLAS major>", as the CUDA
+# version integers, default "13000 13000 13").
 set -u
 cd "$(dirname "$0")/.." || exit 1
 src=$PWD
 jobs=${JOBS:-16}
+start=$(date +%s)
+deadline_s=${GPU_CHECK_DEADLINE:-500}
+case $deadline_s in
+  '' | *[!0-9]*) echo "gpu-check: GPU_CHECK_DEADLINE is '$deadline_s'; expected a whole number of seconds" >&2; exit 2 ;;
+esac
+deadline=$((start + deadline_s))
+dry=${STRATA_GPU_CHECK_DRY:-0}
 declare -a rows=()
-row() { rows+=("$(printf '%-30s %-8s %s' "$1" "$2" "$3")"); }
+rows_file=""
+summary_done=0
+current_pid=""
+current_step=""
+
 elapsed() { echo "$(( $(date +%s) - $1 ))s"; }
-summary() {
-  printf '\n== summary\n%-30s %-8s %s\n' step result detail
-  printf '%s\n' "${rows[@]}"
+row() {
+  local line
+  line=$(printf '%-30s %-8s %s' "$1" "$2" "$3")
+  rows+=("$line")
+  [ -n "$rows_file" ] && printf '%s\n' "$line" >>"$rows_file"
 }
+summary() {
+  [ "$summary_done" = 1 ] && return
+  summary_done=1
+  printf '\n== summary (%s of %ss)\n%-30s %-8s %s\n' "$(elapsed "$start")" "$deadline_s" step result detail
+  [ ${#rows[@]} -gt 0 ] && printf '%s\n' "${rows[@]}"
+  [ -n "$rows_file" ] && echo "(rows also in $rows_file)"
+}
+on_signal() {
+  if [ -n "$current_pid" ]; then
+    kill -TERM "$current_pid" 2>/dev/null
+    row "$current_step" stopped "gpu-check received $1 after $(elapsed "$start")"
+  fi
+  summary
+  exit 143
+}
+trap 'on_signal TERM' TERM
+trap 'on_signal INT' INT
+trap summary EXIT
 
-echo "== GPU"
-if command -v nvidia-smi >/dev/null 2>&1; then
-  nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader || true
-else
-  echo "nvidia-smi not found"
-fi
+# run_step NAME CAP LOG CMD...: runs CMD with a timeout of min(CAP, time left - 5 s), output to
+# LOG; sets step_rc (124: timed out; 200: not run, no time left) and step_t (start time).
+run_step() {
+  local name=$1 cap=$2 log=$3
+  shift 3
+  local left=$((deadline - $(date +%s) - 5))
+  step_t=$(date +%s)
+  if [ "$left" -lt 10 ]; then
+    step_rc=200
+    return
+  fi
+  [ "$cap" -gt "$left" ] && cap=$left
+  step_cap=$cap
+  current_step=$name
+  # In the background so that TERM is handled at once (bash defers traps while a foreground
+  # child runs).
+  timeout "$cap" "$@" >"$log" 2>&1 &
+  current_pid=$!
+  wait "$current_pid"
+  step_rc=$?
+  current_pid=""
+}
+no_time() { row "$1" skipped "the ${deadline_s}s deadline leaves no time for it"; }
 
-bundle=.gpu-bundle/strata-gpu.tar.xz
-if [ -f "$bundle" ] && [ "${STRATA_GPU_BUILD:-0}" != 1 ]; then
+# ---- programs -----------------------------------------------------------------------------------
+if [ "$dry" = 1 ]; then
+  mode=dry
+  logs=${OUT:-${TMPDIR:-/tmp}/strata-gpu-check-dry}
+  mkdir -p "$logs"
+  fake() { printf '#!/bin/sh\necho "%s: fake step"\n%s\n' "$1" "$2" >"$logs/$1"; chmod +x "$logs/$1"; echo "$logs/$1"; }
+  tests=("kernels_cuda:$(fake kernels_cuda 'exit 0')" "device_cuda:$(fake device_cuda 'exit 77')"
+         "kvstore_cuda:$(fake kvstore_cuda 'echo "1 test case out of 4 failed"; exit 1')" "lm_cuda:$(fake lm_cuda 'exit 0')")
+  bench=$(fake strata-bench-lm-gpu "sleep ${STRATA_GPU_CHECK_DRY_SLEEP:-0}; echo 'summary: fake'")
+  lm=$(fake lstm_lm 'echo "step 20 loss 1.0"')
+  sanitizer=$(fake compute-sanitizer 'echo "========= ERROR SUMMARY: 0 errors"')
+  corpus=()
+elif [ -f .gpu-bundle/strata-gpu.tar.xz ] && [ "${STRATA_GPU_BUILD:-0}" != 1 ]; then
   mode=bundle
+  bundle=.gpu-bundle/strata-gpu.tar.xz
   root=${STRATA_GPU_ROOT:-/tmp/strata-gpu}
   logs=${OUT:-$root/logs}
   mkdir -p "$logs"
-  t=$(date +%s)
   rm -rf "$root.unpack" && mkdir -p "$root.unpack"
-  if ! tar -xJf "$bundle" -C "$root.unpack" 2>"$logs/unpack.log"; then
+  t=$(date +%s)
+  if ! tar -xJf "$bundle" -C "$root.unpack" 2>"$root.unpack.log"; then
     # No xz on the image: Python's tarfile reads it.
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$bundle" "$root.unpack" \
-      >>"$logs/unpack.log" 2>&1 || { row unpack FAILED "see $logs/unpack.log"; cat "$logs/unpack.log"; summary; exit 1; }
+      >>"$root.unpack.log" 2>&1 || { cp "$root.unpack.log" "$logs/unpack.log"; row unpack FAILED "see $logs/unpack.log"; cat "$logs/unpack.log"; exit 1; }
   fi
   rm -rf "$root" && mv "$root.unpack" "$root"
   row "unpack bundle" ok "$(head -1 "$root/MANIFEST") ($(elapsed "$t"))"
@@ -76,16 +152,7 @@ PY
   if ldd "$bin/lstm_lm" 2>&1 | grep -q "GLIBCXX\|CXXABI\|GCC_"; then
     export LD_LIBRARY_PATH="$root/lib-compat:$LD_LIBRARY_PATH"
   fi
-  missing=$(for f in "$bin"/*; do ldd "$f" 2>&1 | grep 'not found' | sed "s|^|$(basename "$f"): |"; done | sort -u)
-  if [ -n "$missing" ]; then
-    row "shared libraries" FAILED "$(echo "$missing" | head -3 | tr '\n' ';' | tr -s ' \t' ' ')"
-    echo "$missing"
-  else
-    row "shared libraries" ok "cuBLAS $(ldd "$bin/test_kernels_cuda" | awk '/libcublas.so/ {print $3}')"
-  fi
-  cudnn_line=$(ldd "$bin/strata-bench-lm-gpu" 2>/dev/null | awk '/libcudnn.so/ {print $3}')
   echo "LD_LIBRARY_PATH=$LD_LIBRARY_PATH"
-  echo "cuDNN: ${cudnn_line:-not found}"
   tests=("kernels_cuda:$bin/test_kernels_cuda" "device_cuda:$bin/test_device_cuda"
          "kvstore_cuda:$bin/test_kvstore_cuda" "lm_cuda:$bin/test_lm_cuda")
   bench=$bin/strata-bench-lm-gpu
@@ -96,19 +163,17 @@ else
   build=${1:-build-gpu}
   logs=${OUT:-$build}
   mkdir -p "$logs"
-  t=$(date +%s)
-  if cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON >"$logs/configure.log" 2>&1; then
-    row configure ok "$(elapsed "$t")"
-  else
-    row configure FAILED "see $logs/configure.log (no bundle: run tools/gpu-bundle.sh on a build machine)"
-    tail -30 "$logs/configure.log"; summary; exit 1
+  run_step configure 300 "$logs/configure.log" cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON
+  if [ "$step_rc" != 0 ]; then
+    row configure FAILED "exit $step_rc, see $logs/configure.log (no bundle: run tools/gpu-bundle.sh on a build machine)"
+    tail -30 "$logs/configure.log"; exit 1
   fi
-  t=$(date +%s)
-  if cmake --build "$build" -j"$jobs" >"$logs/build.log" 2>&1; then
-    row build ok "$(elapsed "$t")"
-  else
-    row build FAILED "see $logs/build.log"; grep -E 'error' "$logs/build.log" | head -30; summary; exit 1
+  row configure ok "$(elapsed "$step_t")"
+  run_step build 400 "$logs/build.log" cmake --build "$build" -j"$jobs"
+  if [ "$step_rc" != 0 ]; then
+    row build FAILED "exit $step_rc, see $logs/build.log"; grep -E 'error' "$logs/build.log" | head -30; exit 1
   fi
+  row build ok "$(elapsed "$step_t")"
   tests=(kernels_cuda:tests/kernels_cuda/test_kernels_cuda device_cuda:tests/device/test_device_cuda
          kvstore_cuda:tests/actors/test_kvstore_cuda lm_cuda:tests/lm/test_lm_cuda)
   for i in "${!tests[@]}"; do tests[$i]="${tests[$i]%%:*}:$build/${tests[$i]#*:}"; done
@@ -116,77 +181,152 @@ else
   lm=$build/samples/lstm_lm/lstm_lm
   corpus=()
 fi
-echo "== mode: $mode, logs in $logs"
+rows_file=$logs/summary.txt
+: >"$rows_file"
+for r in "${rows[@]}"; do printf '%s\n' "$r" >>"$rows_file"; done
+echo "== mode: $mode, logs in $logs, deadline ${deadline_s}s"
 
-# The cuda tests, one program each (what `ctest -R cuda` runs).
+# ---- preflight: driver, CUDA runtime and cuBLAS ---------------------------------------------------
+# fits DRIVER RUNTIME CUBLAS_MAJOR: the driver must support the runtime's major version (CUDA's
+# minor-version compatibility) and cuBLAS must be the runtime's major version. Prints one sentence
+# and fails when they do not fit.
+cuda_text() { [ "$1" -gt 0 ] 2>/dev/null && echo "$(($1 / 1000)).$(($1 % 1000 / 10))" || echo none; }
+fits() {
+  local driver=$1 runtime=$2 cublas=$3
+  if [ "$driver" -le 0 ] 2>/dev/null; then
+    echo "gpu-check: stop: no NVIDIA driver answers here (cudaDriverGetVersion gives $driver); the programs need one that supports CUDA $(cuda_text "$runtime")."
+    return 1
+  fi
+  if [ $((driver / 1000)) -lt $((runtime / 1000)) ]; then
+    echo "gpu-check: stop: the driver supports CUDA $(cuda_text "$driver") but the programs use the CUDA $(cuda_text "$runtime") runtime, which needs a driver for CUDA $((runtime / 1000)).0 or newer (every CUDA call would fail with cudaErrorInsufficientDriver)."
+    return 1
+  fi
+  if [ "$cublas" != $((runtime / 1000)) ]; then
+    echo "gpu-check: stop: the resolved cuBLAS is major version ${cublas:-none} but the programs were linked against cuBLAS $((runtime / 1000)) (libcublas.so.$((runtime / 1000)))."
+    return 1
+  fi
+}
+
+echo "== GPU, driver, CUDA runtime, cuBLAS"
+if [ "$mode" = dry ]; then
+  read -r driver runtime cublas_major <<<"${STRATA_GPU_CHECK_DRY_VERSIONS:-13000 13000 13}"
+  libs="(dry run: versions from STRATA_GPU_CHECK_DRY_VERSIONS)"
+else
+  if command -v nvidia-smi >/dev/null 2>&1; then
+    nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader || true
+  else
+    echo "nvidia-smi not found"
+  fi
+  kprog=${tests[0]#*:}
+  # Which files the programs resolve; a library that does not resolve stops the run.
+  missing=$(for e in "${tests[@]}" "x:$bench" "x:$lm"; do
+    f=${e#*:}; [ -x "$f" ] && ldd "$f" 2>&1 | grep 'not found' | sed "s|^|$(basename "$f"): |"; done | sort -u)
+  libs=$(ldd "$kprog" 2>/dev/null | awk '/libcudart|libcublas/ {print $1 " -> " $3}' | paste -sd';' -)
+  [ "$mode" = bundle ] && sed -n 's/^image libraries: /the bundle needs from the image: /p' "$root/MANIFEST"
+  echo "libraries: $libs"
+  if [ -n "$missing" ]; then
+    echo "$missing"
+    row "driver/runtime/cuBLAS" FAILED "$(echo "$missing" | head -2 | tr '\n' ';' | tr -s ' \t' ' ')"
+    echo "gpu-check: stop: $(echo "$missing" | head -1 | tr -s ' \t' ' ') (the bundle brings neither cuBLAS nor cuDNN: the image's must be CUDA 13's)."
+    exit 1
+  fi
+  # A tiny probe of the same libraries the programs resolve (ctypes on this LD_LIBRARY_PATH).
+  cudart=$(ldd "$kprog" | awk '/libcudart/ {print $3; exit}')
+  cublas=$(ldd "$kprog" | awk '/libcublas\.so/ {print $3; exit}')
+  read -r driver runtime cublas_major cublas_version <<<"$(python3 - "$cudart" "$cublas" <<'PY' 2>/dev/null || echo "0 0 none none"
+import ctypes, sys
+rt = ctypes.CDLL(sys.argv[1]); blas = ctypes.CDLL(sys.argv[2])
+d, r = ctypes.c_int(0), ctypes.c_int(0)
+rt.cudaDriverGetVersion(ctypes.byref(d)); rt.cudaRuntimeGetVersion(ctypes.byref(r))
+v = []
+for p in range(3):  # MAJOR_VERSION, MINOR_VERSION, PATCH_LEVEL
+    x = ctypes.c_int(-1); blas.cublasGetProperty(p, ctypes.byref(x)); v.append(x.value)
+print(d.value, r.value, v[0], ".".join(map(str, v)))
+PY
+)"
+fi
+echo "driver: CUDA $(cuda_text "$driver") ($driver); runtime: CUDA $(cuda_text "$runtime") ($runtime); cuBLAS: ${cublas_version:-$cublas_major} $libs"
+if ! fits "$driver" "$runtime" "$cublas_major"; then
+  row "driver/runtime/cuBLAS" FAILED "driver $(cuda_text "$driver"), runtime $(cuda_text "$runtime"), cuBLAS ${cublas_major}"
+  exit 1
+fi
+row "driver/runtime/cuBLAS" ok "driver CUDA $(cuda_text "$driver"), runtime $(cuda_text "$runtime"), cuBLAS ${cublas_version:-$cublas_major}"
+
+# ---- 1. the cuda tests, one program each (what `ctest -R cuda` runs) ------------------------------
+export STRATA_REQUIRE_GPU=1
 for entry in "${tests[@]}"; do
   name=${entry%%:*}
   prog=${entry#*:}
   echo "== $name"
-  t=$(date +%s)
   if [ ! -x "$prog" ]; then
     row "$name" FAILED "$prog is missing"
     continue
   fi
-  timeout 300 "$prog" --report_level=short >"$logs/$name.log" 2>&1
-  rc=$?
+  run_step "$name" 150 "$logs/$name.log" "$prog" --report_level=short
+  [ "$step_rc" = 200 ] && { no_time "$name"; continue; }
   tail -15 "$logs/$name.log"
   line=$(grep -E 'test cases? out of' "$logs/$name.log" | sed -E 's/^ *([0-9]+) test cases? out of ([0-9]+) ([a-z]+).*/\1\/\2 \3/' | paste -sd, -)
-  case $rc in 0) result=ok ;; 77) result=skipped ;; *) result=FAILED ;; esac  # 77: no GPU seen
-  row "$name" "$result" "${line:-exit $rc} ($(elapsed "$t"))"
+  case $step_rc in 0) result=ok ;; 77) result=skipped ;; 124) result=timeout ;; *) result=FAILED ;; esac
+  row "$name" "$result" "${line:-exit $step_rc} ($(elapsed "$step_t"))"
 done
 
-# The LM step on this GPU: cuDNN's LSTM step (fp32, TF32), PyTorch's own step where python3 has
-# CUDA, lm_pipeline on the whole GPU and 8 stage actors sharing it (docs/perf.md). Seed
-# configuration, char vocabulary; ~1-2 minutes.
+# ---- 2. the LM step on this GPU ---------------------------------------------------------------
+# cuDNN's LSTM step (fp32, TF32), PyTorch's own step where python3 has CUDA, lm_pipeline on the
+# whole GPU and 8 stage actors sharing it (docs/perf.md). Seed configuration, char vocabulary.
 echo "== strata-bench-lm-gpu"
 if [ -x "$bench" ]; then
-  t=$(date +%s)
-  if STRATA_PYTHON=${STRATA_PYTHON:-python3} STRATA_SOURCE_DIR=$src timeout 300 "$bench" --vocab 96 --stages 8 \
-      --micro-batches 4 --warmup 3 --steps 10 >"$logs/strata-bench-lm-gpu.log" 2>&1; then
-    row strata-bench-lm-gpu ok "$(elapsed "$t")"
-  else
-    rc=$?
-    row strata-bench-lm-gpu FAILED "exit $rc after $(elapsed "$t"), see $logs/strata-bench-lm-gpu.log"
+  STRATA_PYTHON=${STRATA_PYTHON:-python3} STRATA_SOURCE_DIR=$src \
+    run_step strata-bench-lm-gpu 240 "$logs/strata-bench-lm-gpu.log" "$bench" --vocab 96 --stages 8 \
+    --micro-batches 4 --warmup 3 --steps 10
+  case $step_rc in
+    200) no_time strata-bench-lm-gpu ;;
+    0) row strata-bench-lm-gpu ok "$(elapsed "$step_t")" ;;
+    124) row strata-bench-lm-gpu timeout "cut at ${step_cap}s, see $logs/strata-bench-lm-gpu.log" ;;
+    *) row strata-bench-lm-gpu FAILED "exit $step_rc after $(elapsed "$step_t"), see $logs/strata-bench-lm-gpu.log" ;;
+  esac
+  if [ "$step_rc" != 200 ]; then
+    cat "$logs/strata-bench-lm-gpu.log"
+    line=$(grep '^summary:' "$logs/strata-bench-lm-gpu.log" | tail -1)
+    [ -n "$line" ] && row "  LM step ms (vs cuDNN fp32)" "" "${line#summary: }"
   fi
-  cat "$logs/strata-bench-lm-gpu.log"
-  line=$(grep '^summary:' "$logs/strata-bench-lm-gpu.log" | tail -1)
-  [ -n "$line" ] && row "  LM step ms (vs cuDNN fp32)" "" "${line#summary: }"
 else
   row strata-bench-lm-gpu skipped "not built (needs STRATA_CUDA and cuDNN)"
 fi
 
-# README's first command on this machine's default devices (cuda:0x2 on one GPU), briefly.
-echo "== lstm_lm train (default devices, 20 steps)"
-if [ -x "$lm" ]; then
-  t=$(date +%s)
-  if timeout 150 "$lm" train "${corpus[@]}" --steps 20 --val-tokens 2000 >"$logs/lstm_lm.log" 2>&1; then
-    row "lstm_lm train 20 steps" ok "$(tail -1 "$logs/lstm_lm.log" | cut -c1-90) ($(elapsed "$t"))"
-  else
-    row "lstm_lm train 20 steps" FAILED "exit $? after $(elapsed "$t"), see $logs/lstm_lm.log"
-  fi
-  tail -4 "$logs/lstm_lm.log"
-fi
-
-# Last, as it is the slowest: the kernels' tests under compute-sanitizer's memcheck (out-of-bounds
-# and misaligned accesses that results alone may not show). MEMCHECK=0 skips it.
+# ---- 3. the kernels' tests under compute-sanitizer's memcheck ------------------------------------
+# Out-of-bounds and misaligned accesses that results alone may not show. MEMCHECK=0 skips it.
 if [ "${MEMCHECK:-1}" != 0 ]; then
   echo "== compute-sanitizer memcheck: kernels_cuda"
-  sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
+  [ "$mode" = dry ] || sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
   kprog=${tests[0]#*:}
   if [ -n "$sanitizer" ] && [ -x "$kprog" ]; then
-    t=$(date +%s)
-    timeout 240 "$sanitizer" --tool memcheck --error-exitcode 9 "$kprog" --report_level=short >"$logs/memcheck.log" 2>&1
-    rc=$?
-    tail -8 "$logs/memcheck.log"
-    case $rc in
-      0) row "memcheck kernels_cuda" ok "$(grep -m1 'ERROR SUMMARY' "$logs/memcheck.log") ($(elapsed "$t"))" ;;
-      124) row "memcheck kernels_cuda" timeout "240 s, see $logs/memcheck.log" ;;
-      *) row "memcheck kernels_cuda" FAILED "exit $rc: $(grep -m1 'ERROR SUMMARY' "$logs/memcheck.log") ($(elapsed "$t"))" ;;
+    run_step "memcheck kernels_cuda" 240 "$logs/memcheck.log" "$sanitizer" --tool memcheck --error-exitcode 9 "$kprog" --report_level=short
+    [ "$step_rc" = 200 ] || tail -8 "$logs/memcheck.log"
+    case $step_rc in
+      200) no_time "memcheck kernels_cuda" ;;
+      0) row "memcheck kernels_cuda" ok "$(grep -m1 'ERROR SUMMARY' "$logs/memcheck.log") ($(elapsed "$step_t"))" ;;
+      124) row "memcheck kernels_cuda" timeout "cut at ${step_cap}s, see $logs/memcheck.log" ;;
+      *) row "memcheck kernels_cuda" FAILED "exit $step_rc: $(grep -m1 'ERROR SUMMARY' "$logs/memcheck.log") ($(elapsed "$step_t"))" ;;
     esac
   else
     row "memcheck kernels_cuda" skipped "${sanitizer:-compute-sanitizer not found}"
   fi
 fi
 
-summary
+# ---- 4. README's first command on this machine's default devices (cuda:0x2 on one GPU) ----------
+echo "== lstm_lm train (default devices, 20 steps)"
+if [ -x "$lm" ]; then
+  run_step "lstm_lm train 20 steps" 120 "$logs/lstm_lm.log" "$lm" train "${corpus[@]}" --steps 20 --val-tokens 2000
+  case $step_rc in
+    200) no_time "lstm_lm train 20 steps" ;;
+    0) row "lstm_lm train 20 steps" ok "$(tail -1 "$logs/lstm_lm.log" | cut -c1-90) ($(elapsed "$step_t"))" ;;
+    *) row "lstm_lm train 20 steps" FAILED "exit $step_rc after $(elapsed "$step_t"), see $logs/lstm_lm.log" ;;
+  esac
+  [ "$step_rc" = 200 ] || tail -4 "$logs/lstm_lm.log"
+fi
+
+# The exit status says whether everything ran and passed.
+for r in "${rows[@]}"; do
+  case "$r" in *" FAILED "* | *" timeout "* | *" skipped "* | *" stopped "*) exit 1 ;; esac
+done
+exit 0

@@ -42,9 +42,7 @@ T await(std::future<T>&& f) {
 }
 
 boost::test_tools::assertion_result two_gpus(boost::unit_test::test_unit_id) {
-  boost::test_tools::assertion_result r(strata::cuda_gpu_count() >= 2);
-  r.message() << "needs two CUDA GPUs; this machine has " << strata::cuda_gpu_count();
-  return r;
+  return strata::test::gpu_precondition(2);
 }
 
 /// Devices of one kind with a stream each, and the tensors a script makes on them.
@@ -367,10 +365,5 @@ BOOST_FIXTURE_TEST_CASE(values_and_outputs_on_another_gpu_are_copied_peer_to_pee
 BOOST_AUTO_TEST_SUITE_END()
 
 int main(int argc, char* argv[]) {
-  int rc = boost::unit_test::unit_test_main(&init_unit_test, argc, argv);
-  if (rc == 0 && strata::cuda_gpu_count() == 0) {
-    std::cout << "test_kvstore_cuda: no CUDA GPU is available; all tests were skipped (exit code 77)\n";
-    return 77;
-  }
-  return rc;
+  return strata::test::run_gpu_tests("test_kvstore_cuda", &init_unit_test, argc, argv);
 }

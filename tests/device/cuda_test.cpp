@@ -1,5 +1,6 @@
 // Contract tests for the cuda backend. They need a GPU: without one every test is skipped (Boost.Test
-// precondition) and the executable exits with 77, which ctest reports as "Skipped".
+// precondition) and the executable exits with 77, which ctest reports as "Skipped"; where a GPU is
+// expected (STRATA_REQUIRE_GPU=1, nvidia-smi), a skip fails the run (tests/kernels_cuda/gpu_requirement.hpp).
 #define BOOST_TEST_MODULE strata_device_cuda
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
@@ -21,6 +22,7 @@
 #include <thread>
 #include <vector>
 
+#include "../kernels_cuda/gpu_requirement.hpp"  // the GPU programs' skip rule
 #include "helpers.hpp"
 
 using namespace strata;
@@ -28,9 +30,7 @@ using namespace strata;
 namespace {
 
 boost::test_tools::assertion_result has_gpu(boost::unit_test::test_unit_id) {
-  boost::test_tools::assertion_result r(cuda_gpu_count() > 0);
-  r.message() << "no CUDA GPU is available (cudaGetDeviceCount found none)";
-  return r;
+  return strata::test::gpu_precondition(1);
 }
 
 std::vector<float> random_floats(std::size_t n, unsigned seed) {
@@ -366,10 +366,5 @@ BOOST_AUTO_TEST_CASE(a_gpu_that_does_not_exist_is_a_clear_error) {
 BOOST_AUTO_TEST_SUITE_END()
 
 int main(int argc, char* argv[]) {
-  int rc = boost::unit_test::unit_test_main(&init_unit_test, argc, argv);
-  if (rc == 0 && cuda_gpu_count() == 0) {
-    std::cout << "test_device_cuda: no CUDA GPU is available; all tests were skipped (exit code 77)\n";
-    return 77;
-  }
-  return rc;
+  return strata::test::run_gpu_tests("test_device_cuda", &init_unit_test, argc, argv);
 }

@@ -1,6 +1,9 @@
 // LSTM pipeline stages on CUDA devices against the same training on one cpu device. Every case
-// needs a GPU; without one Boost.Test reports it skipped (a precondition), so the binary passes.
-
+// needs a GPU: without one Boost.Test reports it skipped (a precondition) and the program exits
+// with 77, which ctest reports as "Skipped"; where a GPU is expected (STRATA_REQUIRE_GPU=1,
+// nvidia-smi), a skip fails the run (tests/kernels_cuda/gpu_requirement.hpp).
+#define BOOST_TEST_MODULE strata_lm_cuda
+#define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
@@ -9,6 +12,8 @@
 #include <string>
 #include <vector>
 
+#include "kernels_cuda/gpu_requirement.hpp"
+#include "strata/kernels/blas.hpp"
 #include "support/lm_test_support.hpp"
 #include "strata/lm/pipeline.hpp"
 #include "strata/device/device_manager.hpp"
@@ -22,14 +27,12 @@ using strata::lm::lm_pipeline_options;
 using strata::lm::named_parameter;
 using strata::pipeline::schedule_kind;
 
-boost::test_tools::assertion_result gpus(int n) {
-  const int have = strata::cuda_gpu_count();
-  boost::test_tools::assertion_result r(have >= n);
-  if (!r) r.message() << "needs " << n << " CUDA GPU(s); this machine has " << have;
-  return r;
+boost::test_tools::assertion_result one_gpu(boost::unit_test::test_unit_id) {
+  return strata::test::gpu_precondition(1);
 }
-boost::test_tools::assertion_result one_gpu(boost::unit_test::test_unit_id) { return gpus(1); }
-boost::test_tools::assertion_result two_gpus(boost::unit_test::test_unit_id) { return gpus(2); }
+boost::test_tools::assertion_result two_gpus(boost::unit_test::test_unit_id) {
+  return strata::test::gpu_precondition(2);
+}
 
 struct run {
   std::vector<double> losses;
@@ -80,7 +83,14 @@ void expect_same(const run& got, const run& ref) {
   }
 }
 
+// As lstm_lm does: single-threaded OpenBLAS for the cpu reference (docs/kernels.md).
+struct single_threaded_blas {
+  single_threaded_blas() { strata::kernels::cpu::set_blas_threads(1); }
+};
+
 }  // namespace
+
+BOOST_TEST_GLOBAL_FIXTURE(single_threaded_blas);
 
 BOOST_AUTO_TEST_SUITE(lm_pipeline_cuda)
 
@@ -135,3 +145,7 @@ BOOST_AUTO_TEST_CASE(a_device_fault_on_a_gpu_stage_ends_the_step_with_an_error, 
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+int main(int argc, char* argv[]) {
+  return strata::test::run_gpu_tests("test_lm_cuda", &init_unit_test, argc, argv);
+}

@@ -1,0 +1,84 @@
+#!/usr/bin/env bash
+# ctest gpu_check_dry: tools/gpu-check.sh's own logic without a GPU (STRATA_GPU_CHECK_DRY=1, fake
+# steps): the global deadline cuts a slow step and skips what no longer fits, every row is in
+# summary.txt as soon as its step ends, TERM prints the summary at once, the test verdicts map to
+# rows, and versions that do not fit stop the run with one sentence before any step.
+#   usage: gpu_check_dry_test.sh <tools/gpu-check.sh> <work-dir>
+set -u
+script=$1
+work=$2
+rm -rf "$work" && mkdir -p "$work"
+failures=0
+expect() {  # expect DESCRIPTION FILE PATTERN
+  if grep -qE -- "$3" "$2"; then echo "ok: $1"; else echo "FAILED: $1 (no /$3/ in $2)"; failures=$((failures + 1)); fi
+}
+expect_not() {
+  if grep -qE -- "$3" "$2"; then echo "FAILED: $1 (/$3/ in $2)"; failures=$((failures + 1)); else echo "ok: $1"; fi
+}
+
+# 1. The deadline: the benchmark would sleep 60 s; with a 20 s deadline it is cut, and the steps
+#    after it are reported as skipped for lack of time.
+export STRATA_GPU_CHECK_DRY=1
+t=$(date +%s)
+OUT=$work/deadline GPU_CHECK_DEADLINE=20 STRATA_GPU_CHECK_DRY_SLEEP=60 bash "$script" >"$work/deadline.out" 2>&1
+rc=$?
+took=$(( $(date +%s) - t ))
+log=$work/deadline.out
+[ "$rc" != 0 ] && echo "ok: a run with failures exits non-zero ($rc)" || { echo "FAILED: exit 0 with failed rows"; failures=$((failures + 1)); }
+[ "$took" -le 25 ] && echo "ok: the run kept its 20 s deadline (${took}s)" || { echo "FAILED: ${took}s for a 20 s deadline"; failures=$((failures + 1)); }
+expect "versions are printed first" "$log" "^driver: CUDA 13.0 \(13000\); runtime: CUDA 13.0"
+expect "a passing test program is ok" "$log" "^kernels_cuda +ok "
+expect "exit 77 is a skipped row" "$log" "^device_cuda +skipped "
+expect "a failing program is FAILED with its count" "$log" "^kvstore_cuda +FAILED +1/4 failed"
+expect "the slow benchmark is cut at the time left" "$log" "^strata-bench-lm-gpu +timeout +cut at [0-9]+s"
+expect "a step that no longer fits is skipped" "$log" "^memcheck kernels_cuda +skipped +the 20s deadline"
+expect "the summary is printed" "$log" "^== summary"
+rows=$work/deadline/summary.txt
+expect "rows are written to \$OUT/summary.txt" "$rows" "^lm_cuda +ok "
+expect "the cut step's row is in the file" "$rows" "^strata-bench-lm-gpu +timeout"
+
+# 2. TERM while the benchmark runs: the summary comes at once, with the rows so far and the
+#    stopped step; the row file already had the finished rows.
+OUT=$work/term GPU_CHECK_DEADLINE=300 STRATA_GPU_CHECK_DRY_SLEEP=120 bash "$script" >"$work/term.out" 2>&1 &
+pid=$!
+for _ in $(seq 100); do
+  grep -q '^lm_cuda' "$work/term/summary.txt" 2>/dev/null && break
+  sleep 0.1
+done
+sleep 0.5
+expect "rows are in the file while the run goes on" "$work/term/summary.txt" "^kernels_cuda +ok "
+t=$(date +%s)
+kill -TERM "$pid"
+wait "$pid"
+rc=$?
+took=$(( $(date +%s) - t ))
+log=$work/term.out
+[ "$rc" = 143 ] && echo "ok: TERM exits 143" || { echo "FAILED: TERM gave exit $rc"; failures=$((failures + 1)); }
+[ "$took" -le 3 ] && echo "ok: TERM is handled at once (${took}s)" || { echo "FAILED: TERM took ${took}s"; failures=$((failures + 1)); }
+expect "TERM prints the summary" "$log" "^== summary"
+expect "TERM names the stopped step" "$log" "^strata-bench-lm-gpu +stopped +gpu-check received TERM"
+expect "the summary after TERM keeps the finished rows" "$log" "^kvstore_cuda +FAILED"
+expect_not "nothing after the stopped step ran" "$log" "^memcheck kernels_cuda"
+
+# 3. Versions that do not fit stop the run before any step, with one sentence.
+OUT=$work/old GPU_CHECK_DEADLINE=60 STRATA_GPU_CHECK_DRY_VERSIONS="12040 13000 13" bash "$script" >"$work/old.out" 2>&1
+rc=$?
+log=$work/old.out
+[ "$rc" = 1 ] && echo "ok: an old driver exits 1" || { echo "FAILED: an old driver gave exit $rc"; failures=$((failures + 1)); }
+expect "an old driver is named in one sentence" "$log" \
+  "^gpu-check: stop: the driver supports CUDA 12.4 but the programs use the CUDA 13.0 runtime, which needs a driver for CUDA 13.0 or newer"
+expect_not "no step runs after a version stop" "$log" "^kernels_cuda"
+OUT=$work/blas GPU_CHECK_DEADLINE=60 STRATA_GPU_CHECK_DRY_VERSIONS="13000 13000 12" bash "$script" >"$work/blas.out" 2>&1
+expect "a cuBLAS of another major version is named" "$work/blas.out" \
+  "^gpu-check: stop: the resolved cuBLAS is major version 12 but the programs were linked against cuBLAS 13"
+OUT=$work/nodriver GPU_CHECK_DEADLINE=60 STRATA_GPU_CHECK_DRY_VERSIONS="0 13000 13" bash "$script" >"$work/nodriver.out" 2>&1
+expect "no driver is named" "$work/nodriver.out" "^gpu-check: stop: no NVIDIA driver answers here"
+
+# 4. A bad deadline is one sentence and a non-zero exit.
+GPU_CHECK_DEADLINE=5m bash "$script" >"$work/bad.out" 2>&1
+rc=$?
+[ "$rc" = 2 ] && echo "ok: a bad deadline exits 2" || { echo "FAILED: a bad deadline gave exit $rc"; failures=$((failures + 1)); }
+expect "a bad deadline is named" "$work/bad.out" "GPU_CHECK_DEADLINE is '5m'; expected a whole number of seconds"
+
+echo "$failures failure(s)"
+[ "$failures" = 0 ]
