@@ -210,7 +210,7 @@ fits() {
 echo "== GPU, driver, CUDA runtime, cuBLAS"
 if [ "$mode" = dry ]; then
   read -r driver runtime cublas_major <<<"${STRATA_GPU_CHECK_DRY_VERSIONS:-13000 13000 13}"
-  libs="(dry run: versions from STRATA_GPU_CHECK_DRY_VERSIONS)"
+  echo "dry run: versions from STRATA_GPU_CHECK_DRY_VERSIONS"
 else
   if command -v nvidia-smi >/dev/null 2>&1; then
     nvidia-smi --query-gpu=index,name,memory.total,driver_version --format=csv,noheader || true
@@ -245,7 +245,7 @@ print(d.value, r.value, v[0], ".".join(map(str, v)))
 PY
 )"
 fi
-echo "driver: CUDA $(cuda_text "$driver") ($driver); runtime: CUDA $(cuda_text "$runtime") ($runtime); cuBLAS: ${cublas_version:-$cublas_major} $libs"
+echo "driver: CUDA $(cuda_text "$driver") ($driver); runtime: CUDA $(cuda_text "$runtime") ($runtime); cuBLAS: ${cublas_version:-$cublas_major}"
 if ! fits "$driver" "$runtime" "$cublas_major"; then
   row "driver/runtime/cuBLAS" FAILED "driver $(cuda_text "$driver"), runtime $(cuda_text "$runtime"), cuBLAS ${cublas_major}"
   exit 1
