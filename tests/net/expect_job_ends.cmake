@@ -1,5 +1,6 @@
 # Runs an MPI job in which one rank dies; passes if the job ends non-zero within LIMIT seconds
-# and leaves no process behind. Arguments: -DCOMMAND=<;-list> -DMARKER=<text> -DLIMIT=<s>.
+# and leaves no process behind. Arguments: -DCOMMAND=<;-list> -DLIMIT=<s> -DMARKER=<word>: the
+# ranks' command lines contain "crash <word>" (assembled here so that this script's own does not).
 string(TIMESTAMP t0 "%s")
 execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
 string(TIMESTAMP t1 "%s")
@@ -12,7 +13,7 @@ if(took GREATER LIMIT)
   message(FATAL_ERROR "the job took ${took} s to end (limit ${LIMIT} s)")
 endif()
 execute_process(COMMAND sleep 1)
-execute_process(COMMAND pgrep -f -- "${MARKER}" RESULT_VARIABLE found OUTPUT_VARIABLE pids)
+execute_process(COMMAND pgrep -f -- "crash ${MARKER}" RESULT_VARIABLE found OUTPUT_VARIABLE pids)
 if(found EQUAL 0)
   message(FATAL_ERROR "processes left behind: ${pids}")
 endif()

@@ -68,14 +68,19 @@ bool endpoint_state::finished() {
 }
 
 void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
+  // A program that started MPI itself keeps it (and ends it); it must not call MPI while the
+  // endpoint lives, and must have asked for MPI_THREAD_SERIALIZED or more.
   int provided = 0;
-  int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided);
-  if (rc != MPI_SUCCESS) {
+  int already = 0;
+  MPI_Initialized(&already);
+  if (already) {
+    MPI_Query_thread(&provided);
+  } else if (int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided); rc != MPI_SUCCESS) {
     started(error(errc::runtime_failure, "MPI_Init_thread failed: " + mpi_error_text(rc)));
     return;
   }
   if (provided < MPI_THREAD_SERIALIZED) {
-    MPI_Finalize();
+    if (!already) MPI_Finalize();
     started(error(errc::runtime_failure, "MPI grants only thread level " + std::to_string(provided) +
                                              "; strata::net needs MPI_THREAD_SERIALIZED"));
     return;
@@ -171,7 +176,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
     s.sleeping = false;
   }
   MPI_Comm_free(&comm);
-  MPI_Finalize();
+  if (!already) MPI_Finalize();
 }
 
 }  // namespace strata::net::detail
