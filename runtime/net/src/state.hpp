@@ -151,6 +151,11 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   bool finished();
 };
 
+/// Answers request `request_id` of `requester` (if any) with `err`.
+void send_error_reply(const actor_ref& requester, std::uint64_t request_id, error err);
+/// Delivers down_msg (or, with `link`, exit_msg) from `source` to `to`.
+void deliver_down(const actor_ref& to, const actor_ref& source, const error& reason, bool link);
+
 /// FNV-1a of a published name.
 std::uint64_t name_key(std::string_view name) noexcept;
 

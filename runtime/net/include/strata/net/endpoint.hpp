@@ -40,6 +40,10 @@ struct endpoint_stats {
 /// the program is a world of one: MPI is not started, `rank()` is 0, `size()` 1, and `remote(0,
 /// name)` returns the local actor published under `name`.
 ///
+/// A program that called `MPI_Init_thread` itself (with MPI_THREAD_SERIALIZED or more) keeps its
+/// MPI: the endpoint then neither starts nor ends it, and the program must not call MPI while
+/// the endpoint lives.
+///
 /// Lifetime: construct after the `actor_system`, destroy (or `shutdown`) before it. `shutdown`
 /// tells every other rank that this one leaves (their monitors of actors here get `down_msg`
 /// with `errc::rank_down`), then waits until every other rank has left too and ends MPI: a rank
