@@ -64,7 +64,10 @@ void bounce(envelope* e, error err) noexcept {
 
 // ---- delivery -----------------------------------------------------------------------------------
 
+void detail::reject(envelope* e, error err) noexcept { bounce(e, std::move(err)); }
+
 expected<void> detail::deliver(cell_base* target, envelope* e) noexcept {
+  if (target != nullptr && target->remote) return static_cast<remote_cell*>(target)->forward(e);
   const std::uint64_t sender_id = e->sender.id();
   const std::uint64_t msg_id = e->msg_id;
   const std::uint32_t type_id = e->type ? e->type->id : 0;
@@ -118,7 +121,10 @@ detail::system_impl* detail::system_of(cell_base* cell) noexcept { return as_cel
 actor_system& detail::public_system(system_impl* sys) noexcept { return *sys->pub; }
 detail::actor_cell* detail::current_cell() noexcept { return tls_current; }
 
-void detail::destroy_cell(cell_base* cell) noexcept { delete as_cell(cell); }
+void detail::destroy_cell(cell_base* cell) noexcept {
+  if (cell->remote) delete static_cast<remote_cell*>(cell);
+  else delete as_cell(cell);
+}
 
 // ---- failure, termination, restart --------------------------------------------------------------
 
@@ -447,24 +453,20 @@ void actor::trap_exit(bool enabled) noexcept { cell_->trap_exit = enabled; }
 
 void actor::monitor(const actor_ref& target) {
   if (!target) return;
-  actor_cell* t = as_cell(target.cell());
-  error reason;
-  {
-    std::lock_guard lock(t->mu);
-    if (!t->terminated) {
-      t->watchers.push_back(self());
-      return;
-    }
-    reason = t->stop_reason;
-  }
-  auto* e = new detail::typed_envelope<down_msg>(down_msg{target, std::move(reason)});
-  e->sender = target;
-  e->msg_id = detail::next_message_id();
-  (void)detail::deliver(cell_, e);
+  if (target.cell()->remote) static_cast<detail::remote_cell*>(target.cell())->watch(self(), false);
+  else detail::add_watcher(target.cell(), self(), false);
 }
 
 void actor::link_to(const actor_ref& target) {
   if (!target || target.cell() == cell_) return;
+  if (target.cell()->remote) {
+    {
+      std::lock_guard lock(cell_->mu);
+      cell_->links.push_back(target);
+    }
+    static_cast<detail::remote_cell*>(target.cell())->watch(self(), true);
+    return;
+  }
   actor_cell* t = as_cell(target.cell());
   actor_cell* first = t->id < cell_->id ? t : cell_;
   actor_cell* second = first == t ? cell_ : t;
@@ -487,6 +489,14 @@ void actor::link_to(const actor_ref& target) {
 
 void actor::unlink_from(const actor_ref& target) {
   if (!target) return;
+  if (target.cell()->remote) {
+    {
+      std::lock_guard lock(cell_->mu);
+      std::erase(cell_->links, target);
+    }
+    static_cast<detail::remote_cell*>(target.cell())->unwatch(self(), true);
+    return;
+  }
   actor_cell* t = as_cell(target.cell());
   actor_ref me = self();
   std::scoped_lock lock(t->mu, cell_->mu);

@@ -152,6 +152,10 @@ actor_ref actor_system::spawn_instance(std::unique_ptr<actor> instance, spawn_op
 
 void actor_system::stop(const actor_ref& target, error reason) {
   if (!target) return;
+  if (target.cell()->remote) {
+    static_cast<detail::remote_cell*>(target.cell())->stop(std::move(reason));
+    return;
+  }
   actor_cell* c = detail::as_cell(target.cell());
   {
     std::lock_guard lock(c->mu);

@@ -19,6 +19,7 @@ const char* to_string(errc code) noexcept {
     case errc::restart_limit: return "restart_limit";
     case errc::invalid_argument: return "invalid_argument";
     case errc::runtime_failure: return "runtime_failure";
+    case errc::rank_down: return "rank_down";
   }
   return "unknown";
 }

@@ -17,6 +17,8 @@ namespace detail {
 struct cell_base {
   std::atomic<std::uint32_t> refs{1};
   std::uint64_t id = 0;
+  /// True for a handle to an actor of another process (a `remote_cell`, see message.hpp).
+  bool remote = false;
 };
 /// Frees a control block whose last reference went away (runtime-internal).
 void destroy_cell(cell_base* cell) noexcept;

@@ -28,6 +28,7 @@ enum class errc : std::uint8_t {
   restart_limit,        ///< A supervisor gave up restarting a child.
   invalid_argument,     ///< A caller passed a bad value.
   runtime_failure,      ///< Anything else, described by the text.
+  rank_down,            ///< The receiver's process (MPI rank) has left the job (strata::net).
 };
 
 /// Short name of an error category ("request_timeout", ...).

@@ -1,0 +1,115 @@
+#pragma once
+/// \file
+/// `strata::net::endpoint`: this process's place in an MPI job; handles to actors on other ranks.
+
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <string_view>
+
+#include "strata/actor_ref.hpp"
+#include "strata/actor_system.hpp"
+#include "strata/device/device.hpp"
+#include "strata/error.hpp"
+#include "strata/net/serialize.hpp"
+
+namespace strata::net {
+
+/// Settings of an endpoint. Every field has a working default.
+struct endpoint_config {
+  /// The cpu device that holds tensors received from other ranks. Empty: a one-thread cpu
+  /// device made at the first tensor that arrives.
+  device receive_device;
+};
+
+/// Counts since the endpoint started (this rank).
+struct endpoint_stats {
+  std::uint64_t frames_sent = 0;       ///< Control frames (messages, monitors, links, ...) sent.
+  std::uint64_t frames_received = 0;
+  std::uint64_t tensor_bytes_sent = 0;
+  std::uint64_t tensor_bytes_received = 0;
+  std::uint64_t refused = 0;           ///< Sends refused (no serialization, rank down, bad tensor).
+};
+
+/// One per process: starts MPI (`MPI_Init_thread`) and the communication thread, which is the
+/// only MPI caller, and hands out handles to actors on other ranks. A handle from `remote` works
+/// like a local one: `send`, `request` with timeout and `.then`, `monitor`, `link_to`, `stop`;
+/// messages from one sender to one receiver arrive in order, across ranks too.
+///
+/// Without `mpirun` (no `OMPI_COMM_WORLD_SIZE`, `PMIX_RANK` or `PMI_SIZE` in the environment)
+/// the program is a world of one: MPI is not started, `rank()` is 0, `size()` 1, and `remote(0,
+/// name)` returns the local actor published under `name`.
+///
+/// A program that called `MPI_Init_thread` itself (with MPI_THREAD_SERIALIZED or more) keeps its
+/// MPI: the endpoint then neither starts nor ends it, and the program must not call MPI while
+/// the endpoint lives.
+///
+/// Lifetime: construct after the `actor_system`, destroy (or `shutdown`) before it. `shutdown`
+/// tells every other rank that this one leaves (their monitors of actors here get `down_msg`
+/// with `errc::rank_down`), then waits until every other rank has left too and ends MPI: a rank
+/// that leaves early waits in `shutdown` for the rest of the job.
+///
+/// Thread-safety: every member may be called from any thread.
+///
+/// \code
+///   strata::actor_system sys({.worker_threads = 1});
+///   strata::net::endpoint net(sys);
+///   if (net.rank() == 1) net.publish(sys.spawn<pong_actor>(), "pong");
+///   if (net.rank() == 0) {
+///     auto pong = net.remote<pong_actor::protocol>(1, "pong").value();  // no round trip
+///     sys.send(pong, ping{1});
+///   }
+/// \endcode
+class endpoint {
+public:
+  /// \throws error_exception (runtime_failure) if MPI cannot start, gives less than
+  ///   MPI_THREAD_SERIALIZED, or another endpoint exists in this process.
+  explicit endpoint(actor_system& sys, endpoint_config config = {});
+  ~endpoint();
+  endpoint(const endpoint&) = delete;
+  endpoint& operator=(const endpoint&) = delete;
+
+  /// This process's rank in MPI_COMM_WORLD (0 in a world of one).
+  int rank() const noexcept;
+  /// Number of ranks (1 in a world of one).
+  int size() const noexcept;
+
+  /// Makes `target` (a local actor) reachable as `name` from every rank. Messages that arrived
+  /// for `name` before it was published are delivered now, in order.
+  /// \returns invalid_argument for an empty handle, a remote handle or a name already published.
+  expected<void> publish(const actor_ref& target, const std::string& name);
+  template <class P>
+  expected<void> publish(const typed_actor<P>& target, const std::string& name) {
+    static_assert(detail::protocol_types<P>::all_wire,
+                  "every message type of a published protocol must declare its serialization");
+    (void)detail::protocol_types<P>::declare();
+    return publish(target.ref(), name);
+  }
+
+  /// A handle to the actor published as `name` on `rank`. For another rank this needs no round
+  /// trip: messages sent before the name is published there wait for it. For this rank, the
+  /// actor must be published already.
+  /// \returns invalid_argument for a rank outside [0, size()) or an unknown local name.
+  expected<actor_ref> remote(int rank, std::string_view name);
+  /// Typed: sending a type outside `P` does not compile, and neither does asking for a remote
+  /// handle whose protocol has a type without serialization.
+  template <class P>
+  expected<typed_actor<P>> remote(int rank, std::string_view name) {
+    static_assert(detail::protocol_types<P>::all_wire,
+                  "every message type of a remote actor's protocol must declare its serialization");
+    (void)detail::protocol_types<P>::declare();
+    auto ref = remote(rank, name);
+    if (!ref) return ref.error();
+    return typed_actor<P>(std::move(*ref));
+  }
+
+  /// Leaves the job (see the class comment). Idempotent; the destructor calls it.
+  void shutdown();
+
+  endpoint_stats stats() const;
+
+private:
+  std::shared_ptr<detail::endpoint_state> state_;
+};
+
+}  // namespace strata::net

@@ -1,0 +1,182 @@
+// The communication thread: the only caller of MPI in the process.
+
+#include <mpi.h>
+
+#include <chrono>
+#include <string>
+#include <thread>
+
+#include "device/impl.hpp"
+#include "state.hpp"
+
+namespace strata::net::detail {
+
+namespace {
+
+using clock = std::chrono::steady_clock;
+
+/// Requests in flight and what to do when each completes (parallel arrays for MPI_Testsome).
+struct in_flight_requests {
+  std::vector<MPI_Request> requests;
+  std::vector<std::function<void()>> on_done;
+  std::vector<int> indices;
+
+  void add(MPI_Request r, std::function<void()> done) {
+    requests.push_back(r);
+    on_done.push_back(std::move(done));
+  }
+  bool empty() const noexcept { return requests.empty(); }
+  /// Runs the completion of every finished request; returns how many finished.
+  int poll() {
+    if (requests.empty()) return 0;
+    indices.resize(requests.size());
+    int count = 0;
+    MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, indices.data(), MPI_STATUSES_IGNORE);
+    if (count == MPI_UNDEFINED || count == 0) return 0;
+    for (int i = 0; i < count; ++i) {
+      auto& fn = on_done[static_cast<std::size_t>(indices[static_cast<std::size_t>(i)])];
+      fn();
+      fn = nullptr;
+    }
+    std::size_t w = 0;
+    for (std::size_t r = 0; r < requests.size(); ++r) {
+      if (requests[r] == MPI_REQUEST_NULL) continue;
+      requests[w] = requests[r];
+      on_done[w] = std::move(on_done[r]);
+      ++w;
+    }
+    requests.resize(w);
+    on_done.resize(w);
+    return count;
+  }
+};
+
+std::string mpi_error_text(int code) {
+  char text[MPI_MAX_ERROR_STRING];
+  int len = 0;
+  MPI_Error_string(code, text, &len);
+  return std::string(text, static_cast<std::size_t>(len));
+}
+
+}  // namespace
+
+bool endpoint_state::finished() {
+  std::lock_guard lock(mu);
+  for (int peer = 0; peer < size; ++peer)
+    if (peer != rank && !peer_gone[static_cast<std::size_t>(peer)]) return false;
+  return true;
+}
+
+void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
+  // A program that started MPI itself keeps it (and ends it); it must not call MPI while the
+  // endpoint lives, and must have asked for MPI_THREAD_SERIALIZED or more.
+  int provided = 0;
+  int already = 0;
+  MPI_Initialized(&already);
+  if (already) {
+    MPI_Query_thread(&provided);
+  } else if (int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided); rc != MPI_SUCCESS) {
+    started(error(errc::runtime_failure, "MPI_Init_thread failed: " + mpi_error_text(rc)));
+    return;
+  }
+  if (provided < MPI_THREAD_SERIALIZED) {
+    if (!already) MPI_Finalize();
+    started(error(errc::runtime_failure, "MPI grants only thread level " + std::to_string(provided) +
+                                             "; strata::net needs MPI_THREAD_SERIALIZED"));
+    return;
+  }
+  MPI_Comm comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  MPI_Comm_rank(comm, &s.rank);
+  MPI_Comm_size(comm, &s.size);
+  int* ub = nullptr;
+  int has_ub = 0;
+  MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &has_ub);
+  if (has_ub && ub != nullptr) s.tag_ub = *ub;
+  s.size_tables();  // before any frame can arrive
+  started({});
+
+  in_flight_requests active;
+  std::deque<outgoing> batch;
+  std::vector<std::byte> frame_buffer;
+  auto idle_since = clock::now();
+  for (;;) {
+    bool work = false;
+    bool leaving = false;
+    {
+      std::lock_guard lock(s.out_mu);
+      batch.swap(s.outbox);
+      leaving = s.leaving;
+    }
+    for (auto& o : batch) {
+      work = true;
+      MPI_Request r = MPI_REQUEST_NULL;
+      if (o.data != nullptr) {
+        MPI_Isend(o.data, static_cast<int>(o.size), MPI_BYTE, o.dst, o.tag, comm, &r);
+        active.add(r, [hold = std::move(o.hold)] {});
+      } else {
+        auto bytes = std::make_shared<std::vector<std::byte>>(std::move(o.frame_bytes));
+        MPI_Isend(bytes->data(), static_cast<int>(bytes->size()), MPI_BYTE, o.dst, 0, comm, &r);
+        active.add(r, [bytes] {});
+      }
+    }
+    batch.clear();
+
+    for (int k = 0; k < 64; ++k) {
+      int flag = 0;
+      MPI_Message message = MPI_MESSAGE_NULL;
+      MPI_Status status;
+      MPI_Improbe(MPI_ANY_SOURCE, 0, comm, &flag, &message, &status);
+      if (!flag) break;
+      work = true;
+      int count = 0;
+      MPI_Get_count(&status, MPI_BYTE, &count);
+      frame_buffer.resize(static_cast<std::size_t>(count));
+      MPI_Mrecv(frame_buffer.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+      try {
+        s.handle_frame(status.MPI_SOURCE, frame_buffer.data(), frame_buffer.size());
+      } catch (const std::exception& ex) {
+        std::fprintf(stderr, "strata::net rank %d: dropped a frame from rank %d: %s\n", s.rank, status.MPI_SOURCE,
+                     ex.what());
+      }
+      for (auto& c : s.receives) {
+        MPI_Request r = MPI_REQUEST_NULL;
+        MPI_Irecv(c.data, static_cast<int>(c.size), MPI_BYTE, c.src, c.tag, comm, &r);
+        active.add(r, [c = std::move(c)] {
+          if (--*c.chunks_left == 0) c.ready->fire(nullptr);
+        });
+      }
+      s.receives.clear();
+    }
+
+    if (active.poll() != 0) work = true;
+
+    if (leaving && active.empty() && s.chunks_owed.load() == 0 && s.finished()) {
+      std::lock_guard lock(s.out_mu);
+      if (s.outbox.empty()) break;
+    }
+    if (work) {
+      idle_since = clock::now();
+      continue;
+    }
+    // Back off: poll with yields for spin_us after the last work, then sleep in growing steps
+    // (woken at once by the outbox; MPI traffic waits for the next poll). Transfers in flight
+    // keep the steps short, since their data moves only while this thread calls MPI.
+    const auto idle = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - idle_since).count();
+    if (idle < s.spin_us) {
+      std::this_thread::yield();
+      continue;
+    }
+    const int cap = active.empty() ? s.max_sleep_us : std::min(s.max_sleep_us, 50);
+    const auto step = std::chrono::microseconds(std::clamp<long>(idle / 4, 10, cap));
+    std::unique_lock lock(s.out_mu);
+    if (!s.outbox.empty()) continue;
+    s.sleeping = true;
+    s.out_cv.wait_for(lock, step);
+    s.sleeping = false;
+  }
+  MPI_Comm_free(&comm);
+  if (!already) MPI_Finalize();
+}
+
+}  // namespace strata::net::detail

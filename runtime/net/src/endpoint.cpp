@@ -1,0 +1,437 @@
+#include "strata/net/endpoint.hpp"
+
+#include <cstdlib>
+#include <future>
+#include <string>
+
+#include "state.hpp"
+#include "strata/device/device_manager.hpp"
+
+namespace strata::net {
+
+using strata::detail::envelope;
+using strata::detail::message_kind;
+using strata::detail::typed_envelope;
+
+namespace detail {
+
+namespace {
+/// Proxy ids live apart from local ids (top bit set) so that handles hash and order sensibly.
+std::uint64_t proxy_id(int peer, bool by_name, std::uint64_t key) noexcept {
+  return (std::uint64_t{1} << 63) | (std::uint64_t{by_name} << 62) |
+         (static_cast<std::uint64_t>(peer & 0xffff) << 46) | (key & ((std::uint64_t{1} << 46) - 1));
+}
+}  // namespace
+
+void send_error_reply(const actor_ref& requester, std::uint64_t request_id, error err) {
+  if (!requester || request_id == 0) return;
+  auto* reply = new typed_envelope<error>(std::move(err));
+  reply->kind = message_kind::error_response;
+  reply->request_id = request_id;
+  reply->urgent = true;
+  reply->msg_id = strata::detail::next_message_id();
+  (void)strata::detail::deliver(requester.cell(), reply);
+}
+
+void deliver_down(const actor_ref& to, const actor_ref& source, const error& reason, bool link) {
+  envelope* e = link ? static_cast<envelope*>(new typed_envelope<exit_msg>(exit_msg{source, reason}))
+                     : new typed_envelope<down_msg>(down_msg{source, reason});
+  e->sender = source;
+  e->urgent = link;
+  e->msg_id = strata::detail::next_message_id();
+  (void)strata::detail::deliver(to.cell(), e);
+}
+
+// ---- proxies ------------------------------------------------------------------------------------
+
+proxy_cell::proxy_cell(std::shared_ptr<endpoint_state> owner, int peer, bool named, std::uint64_t target_key)
+    : ep(std::move(owner)), rank(peer), by_name(named), key(target_key) {
+  id = proxy_id(peer, named, target_key);
+}
+
+expected<void> proxy_cell::forward(envelope* e) noexcept { return ep->forward(*this, e); }
+
+void proxy_cell::watch(const actor_ref& watcher, bool link) {
+  bool was_down = false;
+  {
+    std::lock_guard lock(mu);
+    was_down = down;
+    if (!down) (link ? links : watchers).push_back(watcher);
+  }
+  if (!was_down) {
+    std::vector<std::byte> bytes;
+    std::vector<tensor> none;
+    writer w(bytes, none, ep.get());
+    w(frame::watch, by_name, key, watcher.id(), link);
+    (void)ep->address_of(watcher);  // export it: the down message comes back addressed to it
+    if (ep->push_frame(rank, std::move(bytes))) return;
+  }
+  error reason;
+  {
+    std::lock_guard lock(mu);
+    reason = down ? down_reason : ep->rank_down_error(rank);
+  }
+  forget_watcher(watcher, link);
+  deliver_down(watcher, actor_ref::from_cell(this), reason, link);
+}
+
+void proxy_cell::unwatch(const actor_ref& watcher, bool link) {
+  forget_watcher(watcher, link);
+  std::vector<std::byte> bytes;
+  std::vector<tensor> none;
+  writer w(bytes, none, ep.get());
+  w(frame::unwatch, by_name, key, watcher.id(), link);
+  (void)ep->push_frame(rank, std::move(bytes));
+}
+
+void proxy_cell::stop(error reason) {
+  std::vector<std::byte> bytes;
+  std::vector<tensor> none;
+  writer w(bytes, none, ep.get());
+  w(frame::stop, by_name, key, reason);
+  (void)ep->push_frame(rank, std::move(bytes));
+}
+
+void proxy_cell::forget_watcher(const actor_ref& watcher, bool link) {
+  std::lock_guard lock(mu);
+  auto& list = link ? links : watchers;
+  if (auto it = std::find(list.begin(), list.end(), watcher); it != list.end()) list.erase(it);
+}
+
+void proxy_cell::go_down(const error& reason) {
+  std::vector<actor_ref> w, l;
+  {
+    std::lock_guard lock(mu);
+    if (down) return;
+    down = true;
+    down_reason = reason;
+    w.swap(watchers);
+    l.swap(links);
+  }
+  actor_ref me = actor_ref::from_cell(this);
+  for (auto& x : w) deliver_down(x, me, reason, false);
+  for (auto& x : l) deliver_down(x, me, reason, true);
+}
+
+// ---- sending ------------------------------------------------------------------------------------
+
+void endpoint_state::size_tables() {
+  goodbye_sent.assign(static_cast<std::size_t>(size), 0);
+  peer_gone.assign(static_cast<std::size_t>(size), 0);
+  next_tag.reset(new std::atomic<std::uint64_t>[static_cast<std::size_t>(size)]);
+  for (int i = 0; i < size; ++i) next_tag[static_cast<std::size_t>(i)].store(0);
+}
+
+error endpoint_state::rank_down_error(int peer) const {
+  return error(errc::rank_down, "rank " + std::to_string(peer) + " has left the job (or this rank is leaving it)");
+}
+
+int endpoint_state::allocate_tags(int dst, std::size_t n) {
+  if (n == 0) return 0;
+  // Tags 1..tag_ub; each frame's chunks take consecutive tags (wrapping is harmless long before
+  // 2^31 chunks are in flight between one pair of ranks).
+  std::uint64_t base = next_tag[static_cast<std::size_t>(dst)].fetch_add(n, std::memory_order_relaxed);
+  return static_cast<int>(1 + base % static_cast<std::uint64_t>(tag_ub - 1));
+}
+
+bool endpoint_state::push_frame(int dst, std::vector<std::byte> bytes) {
+  std::lock_guard lock(out_mu);
+  if (goodbye_sent[static_cast<std::size_t>(dst)]) return false;
+  outgoing o;
+  o.dst = dst;
+  o.frame_bytes = std::move(bytes);
+  outbox.push_back(std::move(o));
+  wake_locked();
+  return true;
+}
+
+void endpoint_state::push_chunks(int dst, const tensor& t, int first_tag) {
+  const std::size_t total = t.bytes();
+  const auto* base = static_cast<const std::byte*>(t.raw_data());
+  std::size_t n = chunk_count(total);
+  std::lock_guard lock(out_mu);
+  for (std::size_t i = 0; i < n; ++i) {
+    outgoing o;
+    o.dst = dst;
+    o.hold = t;
+    o.data = base + i * chunk_bytes;
+    o.size = std::min(chunk_bytes, total - i * chunk_bytes);
+    o.tag = static_cast<int>(1 + (static_cast<std::uint64_t>(first_tag - 1) + i) % static_cast<std::uint64_t>(tag_ub - 1));
+    outbox.push_back(std::move(o));
+  }
+  chunks_owed.fetch_sub(static_cast<std::int64_t>(n), std::memory_order_relaxed);
+  wake_locked();
+}
+
+expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
+  auto refuse = [&](error err) -> expected<void> {
+    refused.fetch_add(1, std::memory_order_relaxed);
+    strata::detail::reject(e, err);
+    return err;
+  };
+  {
+    std::lock_guard lock(mu);
+    if (peer_gone[static_cast<std::size_t>(to.rank)]) return refuse(rank_down_error(to.rank));
+  }
+  const codec* c = find_codec(e->type);
+  if (c == nullptr)
+    return refuse(error(errc::invalid_argument,
+                        "message type '" + (e->type ? e->type->name : std::string("?")) +
+                            "' cannot be sent to an actor on rank " + std::to_string(to.rank) +
+                            ": it declares no serialization (give it serialize(Archive&, T&) and declare it "
+                            "with STRATA_NET_DECLARE or a protocol passed to endpoint::remote/publish)"));
+  try {
+    std::vector<std::byte> bytes;
+    bytes.reserve(96);
+    std::vector<tensor> tensors;
+    writer w(bytes, tensors, this);
+    w(frame::message, e->kind, e->urgent, to.by_name, to.key);
+    w.write(e->sender);
+    w(e->request_id, c->wire_id);
+    const std::size_t tag_at = bytes.size();
+    std::int32_t first_tag = 0;
+    std::uint32_t chunks = 0;
+    w(first_tag, chunks);
+    c->encode(w, e->payload());
+    std::size_t n = 0;
+    for (auto& t : tensors) n += chunk_count(t.bytes());
+    first_tag = allocate_tags(to.rank, n);
+    chunks = static_cast<std::uint32_t>(n);
+    std::memcpy(bytes.data() + tag_at, &first_tag, sizeof first_tag);
+    std::memcpy(bytes.data() + tag_at + sizeof first_tag, &chunks, sizeof chunks);
+    const bool request = e->kind == message_kind::user && e->request_id != 0 && e->sender;
+    if (request) {
+      std::lock_guard lock(mu);
+      in_flight.emplace(std::make_tuple(to.rank, e->sender.id(), e->request_id), e->sender);
+    }
+    chunks_owed.fetch_add(static_cast<std::int64_t>(n), std::memory_order_relaxed);
+    if (!push_frame(to.rank, std::move(bytes))) {
+      chunks_owed.fetch_sub(static_cast<std::int64_t>(n), std::memory_order_relaxed);
+      if (request) {
+        std::lock_guard lock(mu);
+        in_flight.erase(std::make_tuple(to.rank, e->sender.id(), e->request_id));
+      }
+      return refuse(rank_down_error(to.rank));
+    }
+    frames_sent.fetch_add(1, std::memory_order_relaxed);
+    int tag = first_tag;
+    auto self = shared_from_this();
+    for (auto& t : tensors) {
+      const std::size_t k = chunk_count(t.bytes());
+      if (k == 0) continue;
+      tensor_bytes_sent.fetch_add(t.bytes(), std::memory_order_relaxed);
+      // The data leaves from the tensor's own buffer once the producer's work is done.
+      t.ready_event().then([self, dst = to.rank, t, tag](std::exception_ptr) { self->push_chunks(dst, t, tag); });
+      tag = static_cast<int>(1 + (static_cast<std::uint64_t>(tag - 1) + k) % static_cast<std::uint64_t>(tag_ub - 1));
+    }
+  } catch (const error_exception& ex) {
+    return refuse(ex.error());
+  } catch (const std::exception& ex) {
+    return refuse(error(errc::invalid_argument, std::string("a message for rank ") + std::to_string(to.rank) +
+                                                    " could not be serialized: " + ex.what()));
+  }
+  delete e;
+  return {};
+}
+
+// ---- addresses ----------------------------------------------------------------------------------
+
+std::tuple<int, bool, std::uint64_t> endpoint_state::address_of(const actor_ref& ref) {
+  if (!ref) return {-1, false, 0};
+  if (ref.cell()->remote) {
+    auto* p = static_cast<proxy_cell*>(ref.cell());
+    return {p->rank, p->by_name, p->key};
+  }
+  std::lock_guard lock(mu);
+  exported.try_emplace(ref.id(), ref);
+  return {rank, false, ref.id()};
+}
+
+actor_ref endpoint_state::proxy_locked(int peer, bool by_name, std::uint64_t key) {
+  auto k = std::make_tuple(peer, by_name, key);
+  if (auto it = proxies.find(k); it != proxies.end()) return it->second;
+  auto* cell = new proxy_cell(shared_from_this(), peer, by_name, key);
+  actor_ref ref = actor_ref::adopt(cell);
+  if (peer_gone[static_cast<std::size_t>(peer)]) cell->go_down(rank_down_error(peer));
+  proxies.emplace(k, ref);
+  return ref;
+}
+
+actor_ref endpoint_state::import(int from_rank, bool by_name, std::uint64_t key) {
+  std::lock_guard lock(mu);
+  if (from_rank == rank) {
+    auto& table = by_name ? names : exported;
+    auto it = table.find(key);
+    return it == table.end() ? actor_ref{} : it->second;
+  }
+  if (from_rank >= size) return {};
+  return proxy_locked(from_rank, by_name, key);
+}
+
+expected<void> endpoint_state::publish(const actor_ref& target, const std::string& name) {
+  if (!target || target.cell()->remote)
+    return error(errc::invalid_argument, "endpoint::publish needs a handle to a local actor (name '" + name + "')");
+  const std::uint64_t key = name_key(name);
+  std::vector<parked_frame> waiting;
+  {
+    std::lock_guard lock(mu);
+    if (!names.emplace(key, target).second)
+      return error(errc::invalid_argument, "the name '" + name + "' is published already on rank " + std::to_string(rank));
+    exported.try_emplace(target.id(), target);
+    if (auto it = parked.find(key); it != parked.end()) {
+      waiting = std::move(it->second);
+      parked.erase(it);
+    }
+  }
+  for (auto& p : waiting) {
+    bool first = false;
+    {
+      std::lock_guard lock(mu);
+      first = resolved_sent.emplace(p.src, key).second;
+    }
+    if (first) {
+      std::vector<std::byte> bytes;
+      std::vector<tensor> none;
+      writer w(bytes, none, this);
+      w(frame::resolved, key, target.id());
+      (void)push_frame(p.src, std::move(bytes));
+    }
+    p.run(target);
+  }
+  return {};
+}
+
+}  // namespace detail
+
+// ---- endpoint -----------------------------------------------------------------------------------
+
+namespace {
+std::atomic<bool> endpoint_alive{false};
+std::atomic<bool> mpi_used{false};
+
+bool launched_by_mpi() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return true;
+  return false;
+}
+
+int env_int(const char* name, int fallback) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return fallback;
+  char* end = nullptr;
+  long x = std::strtol(v, &end, 10);
+  if (*end != '\0' || x < 0 || x > 1'000'000)
+    throw error_exception(error(errc::invalid_argument, std::string(name) + "='" + v +
+                                                            "' is not a number of microseconds in [0, 1000000]"));
+  return static_cast<int>(x);
+}
+}  // namespace
+
+endpoint::endpoint(actor_system& sys, endpoint_config config) : state_(std::make_shared<detail::endpoint_state>()) {
+  if (endpoint_alive.exchange(true))
+    throw error_exception(error(errc::runtime_failure, "a strata::net::endpoint exists already in this process"));
+  auto& s = *state_;
+  s.sys = &sys;
+  s.config = std::move(config);
+  try {
+    s.spin_us = env_int("STRATA_NET_SPIN_US", 200);
+    s.max_sleep_us = env_int("STRATA_NET_MAX_SLEEP_US", 1000);
+    (void)declare<unit_t, error, down_msg, exit_msg, bool, std::int32_t, std::int64_t, std::uint32_t, std::uint64_t,
+                  float, double, std::string, tensor, std::vector<float>, std::vector<std::int64_t>>();
+    if (launched_by_mpi()) {
+      if (mpi_used.exchange(true))
+        throw error_exception(error(errc::runtime_failure, "MPI cannot start twice in one process: make one "
+                                                           "strata::net::endpoint for the whole program"));
+      s.mpi = true;
+      auto started = std::make_shared<std::promise<expected<void>>>();
+      auto ready = started->get_future();
+      s.comm = std::thread([&s, started] {
+        detail::run_comm(s, [started](expected<void> r) { started->set_value(std::move(r)); });
+      });
+      auto r = ready.get();
+      if (!r) {
+        s.comm.join();
+        throw error_exception(r.error());
+      }
+    } else {
+      s.size_tables();
+    }
+  } catch (...) {
+    endpoint_alive.store(false);
+    throw;
+  }
+}
+
+endpoint::~endpoint() {
+  shutdown();
+  endpoint_alive.store(false);
+}
+
+int endpoint::rank() const noexcept { return state_->rank; }
+int endpoint::size() const noexcept { return state_->size; }
+
+expected<void> endpoint::publish(const actor_ref& target, const std::string& name) {
+  return state_->publish(target, name);
+}
+
+expected<actor_ref> endpoint::remote(int rank, std::string_view name) {
+  auto& s = *state_;
+  if (rank < 0 || rank >= s.size)
+    return error(errc::invalid_argument, "rank " + std::to_string(rank) + " does not exist (the job has " +
+                                             std::to_string(s.size) + " rank" + (s.size == 1 ? ")" : "s)"));
+  const std::uint64_t key = detail::name_key(name);
+  if (rank == s.rank) {
+    std::lock_guard lock(s.mu);
+    if (auto it = s.names.find(key); it != s.names.end()) return it->second;
+    return error(errc::invalid_argument, "no actor is published as '" + std::string(name) + "' on this rank (" +
+                                             std::to_string(rank) + ")");
+  }
+  std::lock_guard lock(s.mu);
+  return s.proxy_locked(rank, true, key);
+}
+
+void endpoint::shutdown() {
+  auto& s = *state_;
+  {
+    std::lock_guard guard(s.shutdown_mu);
+    if (s.shut_down) return;
+    s.shut_down = true;
+  }
+  if (s.mpi) {
+    {
+      std::lock_guard lock(s.out_mu);
+      for (int peer = 0; peer < s.size; ++peer) {
+        if (peer == s.rank) continue;
+        detail::outgoing o;
+        o.dst = peer;
+        o.frame_bytes.push_back(static_cast<std::byte>(detail::frame::goodbye));
+        s.outbox.push_back(std::move(o));
+        s.goodbye_sent[static_cast<std::size_t>(peer)] = 1;
+      }
+      s.leaving = true;
+      s.out_cv.notify_one();
+    }
+    s.comm.join();
+  }
+  // Break the cycle proxies -> state -> proxies; frames for names never published are dropped
+  // (their requesters' timeouts answer them).
+  for (int peer = 0; peer < s.size; ++peer)
+    if (peer != s.rank) s.peer_left(peer);  // local watchers of remote actors get down_msg
+  std::unordered_map<std::uint64_t, std::vector<detail::endpoint_state::parked_frame>> parked;
+  std::map<std::tuple<int, bool, std::uint64_t>, actor_ref> proxies;
+  {
+    std::lock_guard lock(s.mu);
+    parked.swap(s.parked);
+    proxies.swap(s.proxies);
+    s.exported.clear();
+    s.names.clear();
+  }
+}
+
+endpoint_stats endpoint::stats() const {
+  auto& s = *state_;
+  return endpoint_stats{s.frames_sent.load(), s.frames_received.load(), s.tensor_bytes_sent.load(),
+                        s.tensor_bytes_received.load(), s.refused.load()};
+}
+
+}  // namespace strata::net

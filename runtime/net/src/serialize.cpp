@@ -1,0 +1,106 @@
+#include "strata/net/serialize.hpp"
+
+#include <mutex>
+#include <string>
+#include <unordered_map>
+
+#include "state.hpp"
+
+namespace strata::net {
+
+namespace {
+struct codec_table {
+  std::mutex m;
+  std::unordered_map<const type_meta*, detail::codec> by_type;
+  std::unordered_map<std::uint64_t, detail::codec> by_wire;
+};
+codec_table& codecs() {
+  static auto* table = new codec_table;  // never destroyed: registrations run in static init
+  return *table;
+}
+}  // namespace
+
+void detail::register_codec(const codec& c) {
+  auto& t = codecs();
+  std::lock_guard lock(t.m);
+  t.by_type.emplace(c.type, c);
+  t.by_wire.emplace(c.wire_id, c);
+}
+
+const detail::codec* detail::find_codec(const type_meta* type) noexcept {
+  auto& t = codecs();
+  std::lock_guard lock(t.m);
+  auto it = t.by_type.find(type);
+  return it == t.by_type.end() ? nullptr : &it->second;
+}
+
+const detail::codec* detail::find_codec(std::uint64_t wire_id) noexcept {
+  auto& t = codecs();
+  std::lock_guard lock(t.m);
+  auto it = t.by_wire.find(wire_id);
+  return it == t.by_wire.end() ? nullptr : &it->second;
+}
+
+std::uint64_t detail::wire_id_of(std::string_view type_name) noexcept {
+  std::uint64_t h = 0xcbf29ce484222325ull;
+  for (char c : type_name) {
+    h ^= static_cast<unsigned char>(c);
+    h *= 0x100000001b3ull;
+  }
+  return h;
+}
+
+std::uint64_t detail::name_key(std::string_view name) noexcept { return wire_id_of(name); }
+
+void writer::write_ref(const actor_ref& ref) {
+  auto [rank, by_name, key] = ep_ ? ep_->address_of(ref) : std::tuple<int, bool, std::uint64_t>{-1, false, 0};
+  write(static_cast<std::int32_t>(rank));
+  write(static_cast<std::uint8_t>(by_name));
+  write(key);
+}
+
+actor_ref reader::read_ref() {
+  std::int32_t rank = -1;
+  std::uint8_t by_name = 0;
+  std::uint64_t key = 0;
+  (*this)(rank, by_name, key);
+  if (rank < 0 || ep_ == nullptr) return {};
+  return ep_->import(rank, by_name != 0, key);
+}
+
+void writer::write_tensor(const tensor& t) {
+  if (t.valid() && t.storage().kind() != device_kind::cpu)
+    throw error_exception(strata::error(
+        errc::invalid_argument, "only cpu tensors can cross ranks for now (this one is on " +
+                                    t.get_device().name() + "): copy it to a cpu tensor before sending"));
+  std::uint8_t valid = t.valid() ? 1 : 0;
+  write(valid);
+  if (!valid) return;
+  write(t.dtype());
+  write(t.shape());
+  tensors_.push_back(t);
+}
+
+tensor reader::read_tensor() {
+  std::uint8_t valid = 0;
+  read(valid);
+  if (!valid) return {};
+  dtype type{};
+  std::vector<std::int64_t> shape;
+  read(type);
+  read(shape);
+  if (size_of(type) == 0) truncated();
+  for (auto d : shape)
+    if (d < 0) truncated();
+  if (ep_ == nullptr) throw error_exception(strata::error(errc::invalid_argument, "a tensor was read without an endpoint"));
+  tensor t = ep_->receive_tensor(source_, std::move(shape), type);
+  tensors_.push_back(t);
+  return t;
+}
+
+void reader::truncated() const {
+  throw error_exception(strata::error(errc::invalid_argument, "a message from rank " + std::to_string(source_) +
+                                                                  " is truncated or malformed"));
+}
+
+}  // namespace strata::net

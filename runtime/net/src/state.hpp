@@ -1,0 +1,165 @@
+#pragma once
+// Private: the shared state of an endpoint, its proxies, and the wire frames.
+
+#include <atomic>
+#include <condition_variable>
+#include <cstddef>
+#include <cstdint>
+#include <deque>
+#include <functional>
+#include <map>
+#include <memory>
+#include <mutex>
+#include <set>
+#include <string>
+#include <thread>
+#include <tuple>
+#include <unordered_map>
+#include <utility>
+#include <vector>
+
+#include "strata/device/stream.hpp"
+#include "strata/net/endpoint.hpp"
+
+namespace strata::device_detail {
+class event_point;
+}
+
+namespace strata::net::detail {
+
+/// First byte of every control frame (MPI tag 0).
+enum class frame : std::uint8_t { message = 1, watch, unwatch, stop, resolved, goodbye };
+
+/// Tensor payloads go in MPI messages of at most this many bytes (MPI counts are int).
+inline constexpr std::size_t chunk_bytes = std::size_t{1} << 30;
+inline std::size_t chunk_count(std::size_t bytes) noexcept { return (bytes + chunk_bytes - 1) / chunk_bytes; }
+
+/// One item for the communication thread: a control frame, or one chunk of a tensor's data.
+struct outgoing {
+  int dst = 0;
+  std::vector<std::byte> frame_bytes;  // a control frame when `data` is null
+  tensor hold;                         // a data chunk: keeps its buffer alive until sent
+  const std::byte* data = nullptr;
+  std::size_t size = 0;
+  int tag = 0;
+};
+
+/// A receive the communication thread posts for a tensor announced by a frame.
+struct incoming_chunk {
+  void* data = nullptr;
+  std::size_t size = 0;
+  int src = 0;
+  int tag = 0;
+  std::shared_ptr<int> chunks_left;  // of its tensor; the point fires at zero
+  std::shared_ptr<device_detail::event_point> ready;
+  tensor hold;
+};
+
+struct endpoint_state;
+
+/// The control block behind a handle to an actor on another rank.
+struct proxy_cell final : strata::detail::remote_cell {
+  proxy_cell(std::shared_ptr<endpoint_state> owner, int peer, bool named, std::uint64_t target_key);
+  expected<void> forward(strata::detail::envelope* e) noexcept override;
+  void watch(const actor_ref& watcher, bool link) override;
+  void unwatch(const actor_ref& watcher, bool link) override;
+  void stop(error reason) override;
+  /// The rank left: watchers get down_msg, links exit_msg, later sends fail.
+  void go_down(const error& reason);
+  void forget_watcher(const actor_ref& watcher, bool link);
+
+  std::shared_ptr<endpoint_state> ep;
+  const int rank;
+  const bool by_name;
+  const std::uint64_t key;  // the actor's id there, or the hash of its published name
+  std::mutex mu;
+  bool down = false;
+  error down_reason;
+  std::vector<actor_ref> watchers, links;
+};
+
+struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
+  actor_system* sys = nullptr;
+  endpoint_config config;
+  int rank = 0;
+  int size = 1;
+  bool mpi = false;
+  int tag_ub = 32767;
+  int spin_us = 200;
+  int max_sleep_us = 1000;
+
+  // The outbox: any thread pushes, the communication thread drains.
+  std::mutex out_mu;
+  std::condition_variable out_cv;
+  std::deque<outgoing> outbox;
+  bool sleeping = false;
+  bool leaving = false;                 // guarded by out_mu
+  std::vector<char> goodbye_sent;       // guarded by out_mu
+  std::atomic<std::int64_t> chunks_owed{0};  // announced tensor chunks not yet in the outbox
+  std::unique_ptr<std::atomic<std::uint64_t>[]> next_tag;  // per destination rank
+
+  // Names, exported local actors, proxies, requests in flight (guarded by mu).
+  std::mutex mu;
+  std::unordered_map<std::uint64_t, actor_ref> exported;  // local id -> actor
+  std::unordered_map<std::uint64_t, actor_ref> names;     // name hash -> local actor
+  struct parked_frame {
+    int src;
+    std::function<void(const actor_ref&)> run;
+  };
+  std::unordered_map<std::uint64_t, std::vector<parked_frame>> parked;  // frames for unpublished names
+  std::map<std::tuple<int, bool, std::uint64_t>, actor_ref> proxies;
+  std::map<std::tuple<int, std::uint64_t, std::uint64_t>, actor_ref> in_flight;  // (rank, requester id, request id)
+  std::set<std::pair<int, std::uint64_t>> resolved_sent;
+  std::vector<char> peer_gone;
+
+  // Communication thread only.
+  std::vector<incoming_chunk> receives;  // posted after each frame
+  int decode_tag = 0;                    // next data tag of the frame being decoded
+  device recv_device;
+  stream recv_stream;
+
+  std::atomic<std::uint64_t> frames_sent{0}, frames_received{0}, tensor_bytes_sent{0}, tensor_bytes_received{0},
+      refused{0};
+
+  std::thread comm;
+  bool shut_down = false;  // guarded by shutdown_mu
+  std::mutex shutdown_mu;
+
+  // ---- used by any thread -----------------------------------------------------------------
+  expected<void> forward(proxy_cell& to, strata::detail::envelope* e) noexcept;
+  /// Queues a control frame for `dst`; false (frame dropped) once this rank said goodbye to it.
+  bool push_frame(int dst, std::vector<std::byte> bytes);
+  void push_chunks(int dst, const tensor& t, int first_tag);
+  void wake_locked() { if (sleeping) out_cv.notify_one(); }
+  /// The wire address of `ref` (rank -1 for an empty handle); exports local actors.
+  std::tuple<int, bool, std::uint64_t> address_of(const actor_ref& ref);
+  actor_ref import(int from_rank, bool by_name, std::uint64_t key);
+  actor_ref proxy_locked(int peer, bool by_name, std::uint64_t key);
+  expected<void> publish(const actor_ref& target, const std::string& name);
+  int allocate_tags(int dst, std::size_t n);
+  /// Sizes the per-rank tables once `size` is known.
+  void size_tables();
+  error rank_down_error(int peer) const;
+
+  // ---- communication thread -----------------------------------------------------------------
+  void handle_frame(int src, const std::byte* data, std::size_t size);
+  void peer_left(int peer);
+  /// Runs `fn` with the local actor `key` names (now, or when the name is published).
+  void with_target(int src, bool by_name, std::uint64_t key, std::function<void(const actor_ref&)> fn);
+  tensor receive_tensor(int src, std::vector<std::int64_t> shape, dtype type);
+  /// Ends the communication thread's loop: everything sent, every peer said goodbye.
+  bool finished();
+};
+
+/// Answers request `request_id` of `requester` (if any) with `err`.
+void send_error_reply(const actor_ref& requester, std::uint64_t request_id, error err);
+/// Delivers down_msg (or, with `link`, exit_msg) from `source` to `to`.
+void deliver_down(const actor_ref& to, const actor_ref& source, const error& reason, bool link);
+
+/// FNV-1a of a published name.
+std::uint64_t name_key(std::string_view name) noexcept;
+
+/// The communication thread: MPI_Init_thread, the progress loop, MPI_Finalize.
+void run_comm(endpoint_state& s, std::function<void(expected<void>)> started);
+
+}  // namespace strata::net::detail

@@ -1,0 +1,20 @@
+# Runs an MPI job in which one rank dies; passes if the job ends non-zero within LIMIT seconds
+# and leaves no process behind. Arguments: -DCOMMAND=<;-list> -DLIMIT=<s> -DMARKER=<word>: the
+# ranks' command lines contain "crash <word>" (assembled here so that this script's own does not).
+string(TIMESTAMP t0 "%s")
+execute_process(COMMAND ${COMMAND} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+string(TIMESTAMP t1 "%s")
+math(EXPR took "${t1} - ${t0}")
+message("job exit status: ${rc} after ${took} s")
+if(rc EQUAL 0)
+  message(FATAL_ERROR "the job exited 0 although a rank died\n${out}\n${err}")
+endif()
+if(took GREATER LIMIT)
+  message(FATAL_ERROR "the job took ${took} s to end (limit ${LIMIT} s)")
+endif()
+execute_process(COMMAND sleep 1)
+execute_process(COMMAND pgrep -f -- "crash ${MARKER}" RESULT_VARIABLE found OUTPUT_VARIABLE pids)
+if(found EQUAL 0)
+  message(FATAL_ERROR "processes left behind: ${pids}")
+endif()
+message("no process left behind")

@@ -1,0 +1,298 @@
+// strata::net under mpirun: every rank runs this program; rank 0 drives, the others serve.
+#define BOOST_TEST_MODULE strata_net
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <future>
+#include <map>
+#include <memory>
+#include <random>
+#include <thread>
+
+#include "messages.hpp"
+#include "strata/actor_system.hpp"
+#include "strata/device/all.hpp"
+#include "strata/net/endpoint.hpp"
+
+using namespace std::chrono_literals;
+using namespace nettest;
+
+namespace {
+
+/// One actor system (one scheduler thread), one cpu device (one thread) and the endpoint.
+struct world {
+  strata::actor_system sys{strata::system_config{.worker_threads = 1}};
+  strata::device cpu = strata::make_devices("cpu:1").front();
+  strata::net::endpoint net{sys, strata::net::endpoint_config{.receive_device = cpu}};
+  std::promise<void> driver_gone;
+
+  world() {
+    if (net.rank() != 0) publish_services();
+    else BOOST_REQUIRE(net.publish(sys.spawn([](strata::actor&) -> strata::behavior {
+                                     return {[](const pong&) {}};
+                                   }),
+                                   "driver"));
+  }
+  ~world() {
+    if (net.rank() != 0) {
+      // Serve until rank 0 leaves: its driver's down message says so.
+      auto done = driver_gone.get_future();
+      auto driver = net.remote(0, "driver").value();
+      sys.spawn([driver, this](strata::actor& self) -> strata::behavior {
+        self.monitor(driver);
+        return {[this](const strata::down_msg& d) {
+          if (d.reason.code() == strata::errc::rank_down) driver_gone.set_value();
+        }};
+      });
+      done.wait();
+    }
+    net.shutdown();
+    sys.shutdown();
+  }
+
+  void publish_services() {
+    BOOST_REQUIRE(net.publish(sys.spawn([](strata::actor& self) -> strata::behavior {
+                                return {[&self](const ping& p) { self.send(self.current_sender(), pong{p.seq}); },
+                                        [](const add& a) { return a.a + a.b; }};
+                              }),
+                              "echo"));
+    BOOST_REQUIRE(net.publish(sys.spawn([](strata::actor& self) -> strata::behavior {
+                                auto kept = std::make_shared<std::vector<strata::response_promise<int>>>();
+                                return {[&self, kept](const hold_on&) {
+                                  kept->push_back(self.make_response_promise<int>());
+                                  return 0;
+                                }};
+                              }),
+                              "silent"));
+    BOOST_REQUIRE(net.publish(sys.spawn([](strata::actor& self) -> strata::behavior {
+                                return {[&self](const die& d) {
+                                  if (d.fail) throw std::runtime_error("told to fail");
+                                  self.quit();
+                                }};
+                              }),
+                              "mortal"));
+    // Answers with the tensors it received, before their data has necessarily arrived: the
+    // reply leaves when each tensor's ready event fires.
+    BOOST_REQUIRE(net.publish(sys.spawn([](strata::actor&) -> strata::behavior {
+                                return {[](const tensor_msg& m) { return m; }};
+                              }),
+                              "tensor_echo"));
+    const int me = net.rank();
+    BOOST_REQUIRE(net.publish(sys.spawn([me](strata::actor& self) -> strata::behavior {
+                                return {[&self, me](const start_burst& b) {
+                                  for (int stream = 0; stream < 2; ++stream) {
+                                    self.system().spawn([b, stream, me](strata::actor& sender) -> strata::behavior {
+                                      for (int i = 0; i < b.count; ++i) sender.send(b.collector, seq_msg{me, stream, i});
+                                      sender.quit();
+                                      return {[](const strata::unit_t&) {}};
+                                    });
+                                  }
+                                }};
+                              }),
+                              "burster"));
+  }
+};
+
+world* the_world = nullptr;
+struct world_fixture {
+  world_fixture() { the_world = new world; }
+  ~world_fixture() { delete the_world; }
+};
+BOOST_TEST_GLOBAL_FIXTURE(world_fixture);
+
+bool driving() { return the_world->net.rank() == 0; }
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(the_job_has_at_least_two_ranks) { BOOST_TEST(the_world->net.size() >= 2); }
+
+BOOST_AUTO_TEST_CASE(remote_ping_pong_keeps_the_order_of_every_round) {
+  if (!driving()) return;
+  auto& w = *the_world;
+  auto echo = w.net.remote(1, "echo").value();
+  std::promise<std::int64_t> done;
+  auto result = done.get_future();
+  constexpr std::int64_t rounds = 2000;
+  w.sys.spawn([echo, &done](strata::actor& self) -> strata::behavior {
+    auto next = std::make_shared<std::int64_t>(0);
+    // Several in flight at once, so that reordering would show.
+    for (int i = 0; i < 8; ++i) self.send(echo, ping{i, "hello"});
+    return {[&self, echo, next, &done](const pong& p) {
+      if (p.seq != *next) {
+        done.set_value(-1 - p.seq);
+        self.quit();
+        return;
+      }
+      ++*next;
+      if (*next + 7 < rounds) self.send(echo, ping{*next + 7, "hello"});
+      if (*next == rounds) {
+        done.set_value(*next);
+        self.quit();
+      }
+    }};
+  });
+  BOOST_REQUIRE(result.wait_for(60s) == std::future_status::ready);
+  BOOST_TEST(result.get() == rounds);
+}
+
+BOOST_AUTO_TEST_CASE(messages_from_every_sender_on_every_rank_arrive_in_the_order_sent) {
+  if (!driving()) return;
+  auto& w = *the_world;
+  const int others = w.net.size() - 1;
+  constexpr int count = 3000;
+  std::promise<std::string> done;
+  auto result = done.get_future();
+  auto collector = w.sys.spawn([&done, others](strata::actor& self) -> strata::behavior {
+    auto next = std::make_shared<std::map<std::pair<int, int>, int>>();
+    auto total = std::make_shared<int>(0);
+    return {[&self, &done, next, total, others](const seq_msg& m) {
+      int& expected = (*next)[{m.rank, m.stream}];
+      if (m.seq != expected) {
+        done.set_value("rank " + std::to_string(m.rank) + " stream " + std::to_string(m.stream) + ": got " +
+                       std::to_string(m.seq) + ", expected " + std::to_string(expected));
+        self.quit();
+        return;
+      }
+      ++expected;
+      if (++*total == others * 2 * count) {
+        done.set_value("ok");
+        self.quit();
+      }
+    }};
+  });
+  for (int r = 1; r <= others; ++r) {
+    auto burster = w.net.remote(r, "burster").value();
+    BOOST_REQUIRE(w.sys.send(burster, start_burst{collector, count}));
+  }
+  BOOST_REQUIRE(result.wait_for(60s) == std::future_status::ready);
+  BOOST_TEST(result.get() == "ok");
+}
+
+BOOST_AUTO_TEST_CASE(a_remote_request_answers_and_a_silent_one_times_out) {
+  if (!driving()) return;
+  auto& w = *the_world;
+  auto echo = w.net.remote(1, "echo").value();
+  auto sum = w.sys.request<int>(echo, 10s, add{20, 22}).get();
+  BOOST_REQUIRE(sum.has_value());
+  BOOST_TEST(*sum == 42);
+
+  // .then inside an actor, on a typed handle.
+  using adder = strata::protocol<add>;
+  auto typed = w.net.remote<adder>(w.net.size() - 1, "echo").value();
+  std::promise<int> got;
+  auto value = got.get_future();
+  w.sys.spawn([typed, &got](strata::actor& self) -> strata::behavior {
+    self.request<int>(typed, 10s, add{1, 2}).then([&got, &self](int v) {
+      got.set_value(v);
+      self.quit();
+    });
+    return {[](const strata::unit_t&) {}};
+  });
+  BOOST_REQUIRE(value.wait_for(10s) == std::future_status::ready);
+  BOOST_TEST(value.get() == 3);
+
+  auto silent = w.net.remote(1, "silent").value();
+  auto t0 = std::chrono::steady_clock::now();
+  auto none = w.sys.request<int>(silent, 200ms, hold_on{7}).get();
+  auto waited = std::chrono::steady_clock::now() - t0;
+  BOOST_REQUIRE(!none.has_value());
+  BOOST_TEST(none.error().code() == strata::errc::request_timeout);
+  BOOST_TEST(waited < 5s);
+}
+
+BOOST_AUTO_TEST_CASE(a_monitor_of_a_remote_actor_gets_its_down_message_and_a_link_its_exit) {
+  if (!driving()) return;
+  auto& w = *the_world;
+  auto mortal = w.net.remote(1, "mortal").value();
+  std::promise<strata::down_msg> down;
+  auto got = down.get_future();
+  w.sys.spawn([mortal, &down](strata::actor& self) -> strata::behavior {
+    self.monitor(mortal);
+    self.send(mortal, die{true});
+    return {[&self, &down](const strata::down_msg& d) {
+      down.set_value(d);
+      self.quit();
+    }};
+  });
+  BOOST_REQUIRE(got.wait_for(10s) == std::future_status::ready);
+  auto d = got.get();
+  BOOST_TEST((d.source == mortal));  // the same handle that was monitored
+  BOOST_TEST(d.reason.code() == strata::errc::unhandled_exception);
+  BOOST_TEST(d.reason.message().find("told to fail") != std::string::npos);
+
+  // Monitoring it now (terminated) answers at once; a link to it delivers an exit message.
+  std::promise<strata::errc> late;
+  auto late_got = late.get_future();
+  w.sys.spawn([mortal, &late](strata::actor& self) -> strata::behavior {
+    self.trap_exit(true);
+    self.link_to(mortal);
+    return {[&self, &late](const strata::exit_msg& e) {
+      late.set_value(e.reason.code());
+      self.quit();
+    }};
+  });
+  BOOST_REQUIRE(late_got.wait_for(10s) == std::future_status::ready);
+  BOOST_TEST(late_got.get() == strata::errc::unhandled_exception);
+}
+
+BOOST_AUTO_TEST_CASE(tensors_of_one_byte_to_64_mib_arrive_bitwise) {
+  if (!driving()) return;
+  auto& w = *the_world;
+  auto echo = w.net.remote(w.net.size() - 1, "tensor_echo").value();
+  auto s = w.cpu.create_stream();
+  std::mt19937 rng(1234);
+  tensor_msg msg;
+  std::vector<std::vector<std::uint8_t>> sent;
+  for (std::size_t n : {std::size_t{1}, std::size_t{7}, std::size_t{4096}, std::size_t{65537},
+                        std::size_t{1} << 20, (std::size_t{1} << 20) * 3 + 5, std::size_t{64} << 20}) {
+    std::vector<std::uint8_t> bytes(n);
+    for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
+    msg.tensors.push_back(strata::tensor::from_host<std::uint8_t>(bytes, w.cpu, s));
+    sent.push_back(std::move(bytes));
+  }
+  // A float tensor too (shape and dtype travel).
+  std::vector<float> values(3 * 5);
+  for (auto& v : values) v = std::uniform_real_distribution<float>(-1, 1)(rng);
+  msg.tensors.push_back(strata::tensor::from_host<float>(values, {3, 5}, w.cpu, s));
+  msg.label = "sizes";
+  auto reply = w.sys.request<tensor_msg>(echo, 60s, msg).get();
+  BOOST_REQUIRE(reply.has_value());
+  BOOST_REQUIRE(reply->tensors.size() == sent.size() + 1);
+  BOOST_TEST(reply->label == "sizes");
+  for (std::size_t i = 0; i < sent.size(); ++i) {
+    const auto& t = reply->tensors[i];
+    BOOST_TEST((t.dtype() == strata::dtype::uint8));
+    auto back = t.to_host<std::uint8_t>(s);  // waits for the ready event
+    BOOST_TEST((back == sent[i]), "tensor " << i << " of " << sent[i].size() << " bytes differs");
+  }
+  const auto& f = reply->tensors.back();
+  BOOST_TEST((f.shape() == std::vector<std::int64_t>{3, 5}));
+  BOOST_TEST((f.to_host<float>(s) == values));
+  BOOST_TEST(w.net.stats().tensor_bytes_received >= (std::size_t{64} << 20));
+}
+
+BOOST_AUTO_TEST_CASE(a_type_without_serialization_is_refused_with_a_clear_error) {
+  if (!driving()) return;
+  auto& w = *the_world;
+  auto echo = w.net.remote(1, "echo").value();
+  auto sent = w.sys.send(echo, opaque{3});
+  BOOST_REQUIRE(!sent.has_value());
+  BOOST_TEST(sent.error().code() == strata::errc::invalid_argument);
+  BOOST_TEST(sent.error().message().find("declares no serialization") != std::string::npos);
+  auto asked = w.sys.request<int>(echo, 5s, opaque{4}).get();
+  BOOST_REQUIRE(!asked.has_value());
+  BOOST_TEST(asked.error().code() == strata::errc::invalid_argument);
+}
+
+BOOST_AUTO_TEST_CASE(names_resolve_locally_and_bad_ranks_are_refused) {
+  auto& w = *the_world;
+  auto bad = w.net.remote(w.net.size(), "echo");
+  BOOST_REQUIRE(!bad.has_value());
+  BOOST_TEST(bad.error().message().find("does not exist") != std::string::npos);
+  if (driving()) {
+    auto local = w.net.remote(0, "driver");
+    BOOST_REQUIRE(local.has_value());
+    BOOST_TEST(!local->cell()->remote);
+    BOOST_TEST(!w.net.remote(0, "nobody").has_value());
+  }
+}

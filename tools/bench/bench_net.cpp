@@ -1,0 +1,210 @@
+// strata-bench-net: remote actors (strata::net) against raw MPI, same sizes, same run.
+//
+//   mpirun -np 2 strata-bench-net [--rounds N] [--tensor-repeats K] [--ping-bytes B] [--json]
+//
+// Rank 0 drives, rank 1 serves. Raw MPI first (blocking MPI_Send/MPI_Recv from the main thread),
+// then strata: an actor on rank 0 and one on rank 1, through the endpoint's communication thread.
+
+#include <mpi.h>
+
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <future>
+#include <string>
+#include <vector>
+
+#include <CLI/CLI.hpp>
+#include <nlohmann/json.hpp>
+
+#include "strata/actor_system.hpp"
+#include "strata/device/all.hpp"
+#include "strata/net/endpoint.hpp"
+
+namespace {
+
+using clock_type = std::chrono::steady_clock;
+using namespace std::chrono_literals;
+
+struct ping {
+  std::vector<std::uint8_t> payload;
+};
+template <class A>
+void serialize(A& a, ping& m) {
+  a(m.payload);
+}
+struct tensor_msg {
+  strata::tensor data;
+};
+template <class A>
+void serialize(A& a, tensor_msg& m) {
+  a(m.data);
+}
+
+double seconds_since(clock_type::time_point t0) {
+  return std::chrono::duration<double>(clock_type::now() - t0).count();
+}
+
+struct raw_result {
+  double ping_pong_us = 0;
+  double gbps = 0;
+};
+
+/// Blocking ping-pong and 64 MiB transfers (each acknowledged by one byte), as MPI users write them.
+raw_result raw_mpi(int rank, int rounds, int repeats, std::size_t ping_bytes, std::size_t tensor_bytes) {
+  raw_result r;
+  std::vector<std::uint8_t> small(ping_bytes, 1), big(tensor_bytes, 2);
+  const int peer = 1 - rank;
+  const int n = static_cast<int>(ping_bytes);
+  MPI_Barrier(MPI_COMM_WORLD);
+  auto t0 = clock_type::now();
+  for (int i = -100; i < rounds; ++i) {  // 100 warm-up rounds
+    if (i == 0) t0 = clock_type::now();
+    if (rank == 0) {
+      MPI_Send(small.data(), n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+      MPI_Recv(small.data(), n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Recv(small.data(), n, MPI_BYTE, peer, 1, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(small.data(), n, MPI_BYTE, peer, 1, MPI_COMM_WORLD);
+    }
+  }
+  r.ping_pong_us = seconds_since(t0) * 1e6 / rounds;
+  std::uint8_t ack = 0;
+  MPI_Barrier(MPI_COMM_WORLD);
+  for (int i = -1; i < repeats; ++i) {  // one warm-up transfer
+    if (i == 0) t0 = clock_type::now();
+    if (rank == 0) {
+      MPI_Send(big.data(), static_cast<int>(tensor_bytes), MPI_BYTE, peer, 2, MPI_COMM_WORLD);
+      MPI_Recv(&ack, 1, MPI_BYTE, peer, 3, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+    } else {
+      MPI_Recv(big.data(), static_cast<int>(tensor_bytes), MPI_BYTE, peer, 2, MPI_COMM_WORLD, MPI_STATUS_IGNORE);
+      MPI_Send(&ack, 1, MPI_BYTE, peer, 3, MPI_COMM_WORLD);
+    }
+  }
+  r.gbps = static_cast<double>(tensor_bytes) * repeats / seconds_since(t0) / 1e9;
+  return r;
+}
+
+}  // namespace
+
+STRATA_NET_DECLARE(ping, tensor_msg);
+
+int main(int argc, char** argv) {
+  CLI::App app{"strata-bench-net: remote actor round trips and tensor transfers against raw MPI (mpirun -np 2)"};
+  int rounds = 5000;
+  int repeats = 10;
+  std::size_t ping_bytes = 64;
+  std::size_t tensor_mib = 64;
+  bool json = false;
+  app.add_option("--rounds", rounds, "ping-pong round trips (after 100 warm-up rounds)")->check(CLI::Range(1, 100'000'000));
+  app.add_option("--tensor-repeats", repeats, "64 MiB transfers (after one warm-up)")->check(CLI::Range(1, 10'000));
+  app.add_option("--ping-bytes", ping_bytes, "payload bytes of a ping")->check(CLI::Range(1, 1 << 20));
+  app.add_option("--tensor-mib", tensor_mib, "MiB per tensor transfer")->check(CLI::Range(1, 1024));
+  app.add_flag("--json", json, "print one JSON object on one line (rank 0)");
+  CLI11_PARSE(app, argc, argv);
+  const std::size_t tensor_bytes = tensor_mib << 20;
+
+  if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr &&
+      std::getenv("PMI_SIZE") == nullptr) {
+    std::fprintf(stderr, "strata-bench-net: run it under mpirun -np 2 (it was started without a launcher)\n");
+    return 2;
+  }
+  int provided = 0;
+  MPI_Init_thread(&argc, &argv, MPI_THREAD_SERIALIZED, &provided);
+  int rank = 0, size = 1;
+  MPI_Comm_rank(MPI_COMM_WORLD, &rank);
+  MPI_Comm_size(MPI_COMM_WORLD, &size);
+  if (size != 2 || provided < MPI_THREAD_SERIALIZED) {
+    if (rank == 0)
+      std::fprintf(stderr, "strata-bench-net: run it under mpirun -np 2 (this job has %d rank%s)\n", size,
+                   size == 1 ? "" : "s");
+    MPI_Finalize();
+    return 2;
+  }
+  const raw_result raw = raw_mpi(rank, rounds, repeats, ping_bytes, tensor_bytes);
+
+  double remote_us = 0, tensor_gbps = 0;
+  {
+    strata::actor_system sys(strata::system_config{.worker_threads = 1});
+    auto cpu = strata::make_devices("cpu:1").front();
+    strata::net::endpoint net(sys, strata::net::endpoint_config{.receive_device = cpu});
+    if (rank == 1) {
+      (void)net.publish(sys.spawn([](strata::actor& self) -> strata::behavior {
+                          return {[&self](const ping& p) { self.send(self.current_sender(), p); }};
+                        }),
+                        "echo");
+      // Answers once the tensor's data is here (its ready event), from the completing thread.
+      (void)net.publish(sys.spawn([](strata::actor& self) -> strata::behavior {
+                          return {[&self](const tensor_msg& m) {
+                            auto promise = self.make_response_promise<bool>();
+                            m.data.ready_event().then([promise](std::exception_ptr e) mutable { promise.deliver(!e); });
+                            return false;
+                          }};
+                        }),
+                        "sink");
+      std::promise<void> gone;
+      auto done = gone.get_future();
+      auto driver = net.remote(0, "driver").value();
+      sys.spawn([driver, &gone](strata::actor& self) -> strata::behavior {
+        self.monitor(driver);
+        return {[&gone](const strata::down_msg&) { gone.set_value(); }};
+      });
+      done.wait();
+    } else {
+      (void)net.publish(sys.spawn([](strata::actor&) -> strata::behavior { return {[](const ping&) {}}; }), "driver");
+      auto echo = net.remote(1, "echo").value();
+      std::promise<double> result;
+      auto us = result.get_future();
+      sys.spawn([echo, rounds, ping_bytes, &result](strata::actor& self) -> strata::behavior {
+        auto count = std::make_shared<int>(-100);
+        auto t0 = std::make_shared<clock_type::time_point>(clock_type::now());
+        self.send(echo, ping{std::vector<std::uint8_t>(ping_bytes, 1)});
+        return {[&self, echo, rounds, count, t0, &result](ping& p) {
+          if (++*count == 0) *t0 = clock_type::now();
+          if (*count == rounds) {
+            result.set_value(seconds_since(*t0) * 1e6 / rounds);
+            self.quit();
+            return;
+          }
+          self.send(echo, std::move(p));
+        }};
+      });
+      remote_us = us.get();
+
+      auto sink = net.remote(1, "sink").value();
+      auto s = cpu.create_stream();
+      std::vector<std::uint8_t> bytes(tensor_bytes, 3);
+      tensor_msg m{strata::tensor::from_host<std::uint8_t>(bytes, cpu, s)};
+      m.data.ready_event().synchronize();
+      clock_type::time_point t0 = clock_type::now();
+      for (int i = -1; i < repeats; ++i) {
+        if (i == 0) t0 = clock_type::now();
+        auto ok = sys.request<bool>(sink, 60s, m).get();
+        if (!ok || !*ok) {
+          std::fprintf(stderr, "strata-bench-net: a tensor transfer failed: %s\n",
+                       ok ? "the data arrived with an error" : ok.error().to_string().c_str());
+          return 1;
+        }
+      }
+      tensor_gbps = static_cast<double>(tensor_bytes) * repeats / seconds_since(t0) / 1e9;
+    }
+    net.shutdown();
+    sys.shutdown();
+  }
+  MPI_Finalize();
+  if (rank != 0) return 0;
+  if (json) {
+    nlohmann::json out = {{"remote_ping_pong_us", remote_us}, {"mpi_ping_pong_us", raw.ping_pong_us},
+                          {"tensor_64mib_gbps", tensor_gbps},  {"mpi_64mib_gbps", raw.gbps},
+                          {"ping_bytes", ping_bytes},          {"tensor_mib", tensor_mib},
+                          {"rounds", rounds},                  {"tensor_repeats", repeats}};
+    std::printf("%s\n", out.dump().c_str());
+  } else {
+    std::printf("round trip (%zu B payload): strata %.2f us, raw MPI %.2f us (%.2fx)\n", ping_bytes, remote_us,
+                raw.ping_pong_us, remote_us / raw.ping_pong_us);
+    std::printf("%zu MiB tensor: strata %.2f GB/s, raw MPI %.2f GB/s (%.0f%%)\n", tensor_mib, tensor_gbps, raw.gbps,
+                100 * tensor_gbps / raw.gbps);
+  }
+  return 0;
+}
