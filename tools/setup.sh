@@ -10,7 +10,8 @@ set -euo pipefail
 cd "$(dirname "$0")/.."
 
 packages=(build-essential cmake libasio-dev libtbb-dev libboost-test-dev libopenblas-dev
-          nlohmann-json3-dev libcli11-dev libcaf-dev fortunes librsvg2-bin libopenmpi-dev openmpi-bin)
+          nlohmann-json3-dev libcli11-dev prometheus-cpp-dev libcaf-dev fortunes librsvg2-bin
+          libopenmpi-dev openmpi-bin)
 if [[ "${1:-}" == "--bench" ]]; then
   packages+=(python3-torch)
 elif [[ -n "${1:-}" ]]; then

@@ -19,6 +19,7 @@
 #define STRATA_TRACE_TSC 1
 #endif
 
+#include "strata/files.hpp"
 #include "strata/type_meta.hpp"
 
 namespace strata::trace {
@@ -284,32 +285,11 @@ summary stop() {
   }
   blob.append(reinterpret_cast<const char*>(events.data()), events.size() * sizeof(record));
 
-  // Atomic replace: write a temporary file beside the target, fsync, rename. Every error names
-  // the target and the system's reason (a missing directory, a directory in the way, a full disk).
-  std::string tmp = out.file + ".tmp." + std::to_string(::getpid());
-  const std::string failed = "cannot write trace file '" + out.file + "': ";
-  std::FILE* f = std::fopen(tmp.c_str(), "wb");
-  if (f == nullptr) {
-    out.error = failed + "cannot create its temporary file '" + tmp + "': " + std::strerror(errno);
-    return out;
-  }
-  int write_errno = 0;
-  auto check = [&](bool step_ok) {
-    if (!step_ok && write_errno == 0) write_errno = errno != 0 ? errno : EIO;
-  };
-  check(std::fwrite(blob.data(), 1, blob.size(), f) == blob.size());
-  check(std::fflush(f) == 0);
-  check(::fsync(fileno(f)) == 0);
-  check(std::fclose(f) == 0);
-  if (write_errno != 0) {
-    std::remove(tmp.c_str());
-    out.error = failed + "writing '" + tmp + "' failed: " + std::strerror(write_errno);
-    return out;
-  }
-  if (std::rename(tmp.c_str(), out.file.c_str()) != 0) {
-    const int rename_errno = errno;
-    std::remove(tmp.c_str());
-    out.error = failed + "cannot rename '" + tmp + "' over it: " + std::strerror(rename_errno);
+  // Atomic replace (strata/files.hpp): a crash never leaves a half-written trace. Every error
+  // names the target, then the step and the system's reason (a missing directory, a full disk).
+  const std::string tmp = out.file + ".tmp." + std::to_string(::getpid());
+  if (auto written = write_file_atomically(out.file, blob, tmp); !written) {
+    out.error = "cannot write trace file '" + out.file + "': " + written.error().message();
     return out;
   }
   out.written = true;

@@ -15,7 +15,7 @@
 
 #include <CLI/CLI.hpp>
 
-#include "strata/metrics_server.hpp"
+#include "strata/metrics/server.hpp"
 #include "strata/strata.hpp"
 
 namespace {
@@ -78,9 +78,9 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   strata::actor_system system(strata::system_config{.worker_threads = threads});
-  std::unique_ptr<strata::metrics_server> metrics;  // declared after the system: stops before it
+  std::unique_ptr<strata::metrics::server> metrics;  // declared after the system: stops before it
   if (metrics_port >= 0) {
-    auto server = strata::metrics_server::start(system, static_cast<std::uint16_t>(metrics_port));
+    auto server = strata::metrics::server::start(system, static_cast<std::uint16_t>(metrics_port));
     if (!server) {
       std::fprintf(stderr, "ping_pong: %s\n", server.error().message().c_str());
       return 1;

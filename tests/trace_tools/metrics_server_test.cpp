@@ -1,6 +1,6 @@
 // metrics_server and strata-top's reader: a real actor system under load, scraped over HTTP by a
 // plain Asio client; every line of the exposition checked against the Prometheus text format.
-#include "strata/metrics_server.hpp"  // first: the public header compiles on its own
+#include "strata/metrics/server.hpp"  // first: the public header compiles on its own
 
 #define BOOST_TEST_MODULE metrics_server
 #include <boost/test/unit_test.hpp>
@@ -133,7 +133,7 @@ BOOST_AUTO_TEST_SUITE(metrics_server_contract)
 
 BOOST_AUTO_TEST_CASE(scrapes_of_a_busy_system_are_valid_prometheus_text_and_counters_only_grow) {
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
-  strata::metrics_server metrics(sys, 0, "127.0.0.1", {.sample_interval = 200ms});
+  strata::metrics::server metrics(sys, 0, "127.0.0.1", {.sample_interval = 200ms});
   BOOST_REQUIRE(metrics.port() != 0);
   auto stop = std::make_shared<std::atomic<bool>>(false);
   spawn_ping_pong(sys, stop);
@@ -186,7 +186,7 @@ BOOST_AUTO_TEST_CASE(scrapes_of_a_busy_system_are_valid_prometheus_text_and_coun
 
 BOOST_AUTO_TEST_CASE(other_paths_methods_and_oversized_requests_get_http_errors) {
   strata::actor_system sys(strata::system_config{.worker_threads = 1});
-  strata::metrics_server metrics(sys, 0, "127.0.0.1", {.max_request_bytes = 1024});
+  strata::metrics::server metrics(sys, 0, "127.0.0.1", {.max_request_bytes = 1024});
   BOOST_TEST(get(metrics.port(), "/").status == 404);
   BOOST_TEST(get(metrics.port(), "/metrics/extra").status == 404);
   BOOST_TEST(get(metrics.port(), "/metrics?name=x").status == 200);
@@ -202,7 +202,7 @@ BOOST_AUTO_TEST_CASE(other_paths_methods_and_oversized_requests_get_http_errors)
 
 BOOST_AUTO_TEST_CASE(bad_gauge_names_are_refused_and_change_nothing) {
   strata::actor_system sys(strata::system_config{.worker_threads = 1});
-  strata::metrics_server metrics(sys, 0);
+  strata::metrics::server metrics(sys, 0);
   for (const char* bad : {"", "1step", "step-count", "loss{device=cpu}", "loss{device=\"a\",}", "loss{=\"a\"}",
                           "loss{device=\"a\"", "strata_actors_live", "strata_messages_handled_total{x=\"1\"}"}) {
     BOOST_TEST_CONTEXT(bad) {
@@ -224,7 +224,7 @@ BOOST_AUTO_TEST_CASE(the_destructor_stops_serving_even_with_an_idle_connection_o
   asio::io_context io;
   tcp::socket idle(io);
   {
-    strata::metrics_server metrics(sys, 0);
+    strata::metrics::server metrics(sys, 0);
     port = metrics.port();
     idle.connect(tcp::endpoint(asio::ip::make_address("127.0.0.1"), port));  // sends nothing
     std::this_thread::sleep_for(50ms);
@@ -244,14 +244,14 @@ BOOST_AUTO_TEST_CASE(the_destructor_stops_serving_even_with_an_idle_connection_o
 
 BOOST_AUTO_TEST_CASE(a_port_in_use_or_a_bad_address_is_refused_with_one_sentence) {
   strata::actor_system sys(strata::system_config{.worker_threads = 1});
-  strata::metrics_server first(sys, 0);
-  auto second = strata::metrics_server::start(sys, first.port());
+  strata::metrics::server first(sys, 0);
+  auto second = strata::metrics::server::start(sys, first.port());
   BOOST_REQUIRE(!second.has_value());
   BOOST_TEST(second.error().message().find("cannot listen on 127.0.0.1:" + std::to_string(first.port())) != std::string::npos);
-  auto bad = strata::metrics_server::start(sys, 0, "localhost:80");
+  auto bad = strata::metrics::server::start(sys, 0, "localhost:80");
   BOOST_REQUIRE(!bad.has_value());
   BOOST_TEST(bad.error().code() == strata::errc::invalid_argument);
-  BOOST_CHECK_THROW(strata::metrics_server(sys, first.port()), strata::error_exception);
+  BOOST_CHECK_THROW(strata::metrics::server(sys, first.port()), strata::error_exception);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -11,16 +11,14 @@
 #include <nlohmann/json.hpp>
 
 #include "messaging_workloads.hpp"
+#include "strata/stats.hpp"
 
 namespace {
 
+using strata::median;
+
 using strata::bench::messaging_params;
 using strata::bench::messaging_result;
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 messaging_result median_of(const std::vector<messaging_result>& runs) {
   auto pick = [&](double messaging_result::*field) {

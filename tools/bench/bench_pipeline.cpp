@@ -22,8 +22,11 @@
 #include "strata/kernels/blas.hpp"
 #include "strata/strata.hpp"
 #include "torch_anchor.hpp"
+#include "strata/stats.hpp"
 
 namespace {
+
+using strata::median;
 
 using strata::lm::lm_config;
 using strata::lm::lm_pipeline;
@@ -39,11 +42,6 @@ struct run_figures {
   double tokens_per_s = 0;
   bool shared = false;  // cpu: the stage devices share every core
 };
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 std::vector<std::size_t> even_counts(std::size_t layers, std::size_t stages) {
   std::vector<std::size_t> c(stages, layers / stages);

@@ -30,16 +30,17 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "strata/files.hpp"
+#include "strata/stats.hpp"
 #include "strata/strata.hpp"
 #include "strata/trace.hpp"
-#ifdef STRATA_BENCH_TRACE_HAVE_LM
 #include "strata/lm/pipeline.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/kernels/blas.hpp"
-#endif
 
 namespace {
 
+using strata::median;
 using clock_type = std::chrono::steady_clock;
 
 #ifdef STRATA_TRACE_COMPILED_OUT
@@ -47,11 +48,6 @@ constexpr bool compiled_out = true;
 #else
 constexpr bool compiled_out = false;
 #endif
-
-double median(std::vector<double> v) {
-  std::sort(v.begin(), v.end());
-  return v.empty() ? 0 : v[v.size() / 2];
-}
 
 struct ping { std::uint64_t left; };
 struct pong { std::uint64_t left; };
@@ -118,7 +114,6 @@ double clock_loop(std::size_t calls) {
   return ns / static_cast<double>(calls);
 }
 
-#ifdef STRATA_BENCH_TRACE_HAVE_LM
 struct lm_result {
   double step_ms = 0;      // median of the measured steps
   std::size_t events = 0;  // recorded over the whole run (construction, warm-up and steps)
@@ -154,7 +149,6 @@ lm_result lm_steps(const std::string& config, int steps, const std::string& trac
   if (!trace_file.empty()) std::filesystem::remove(trace_file);
   return {median(ms), report.trace_events};
 }
-#endif
 
 /// Why `dir` cannot take the trace files (empty when it can): it must be a directory in which
 /// this process can create a file. Checked before any run, so a bad --trace-dir does not fail
@@ -164,11 +158,8 @@ std::string trace_dir_problem(const std::string& dir) {
   const auto st = std::filesystem::status(dir, ec);
   if (!std::filesystem::exists(st)) return "does not exist";
   if (!std::filesystem::is_directory(st)) return "is not a directory";
-  const std::string probe = dir + "/strata-bench-trace-" + std::to_string(::getpid()) + "-probe";
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL, 0600);
-  if (fd < 0) return std::string("is not writable: cannot create ") + probe + ": " + std::strerror(errno);
-  ::close(fd);
-  ::unlink(probe.c_str());
+  if (auto creatable = strata::check_file_creatable_in(dir); !creatable)
+    return "is not writable: " + creatable.error().message();
   return {};
 }
 
@@ -240,7 +231,6 @@ int main(int argc, char** argv) {
     bool have_lm = false;
     double lm_off = 0, lm_on = 0;
     std::size_t lm_events = 0;
-#ifdef STRATA_BENCH_TRACE_HAVE_LM
     if (!no_lm) {
       strata::kernels::cpu::set_blas_threads(1);
       auto off = lm_steps(lm_config, lm_steps_n, "");
@@ -253,9 +243,6 @@ int main(int argc, char** argv) {
       lm_events = on.events;
       have_lm = true;
     }
-#else
-    (void)lm_file, (void)lm_steps_n;
-#endif
 
     const bool event_bar = compiled_out || ns_per_event <= 30.0;
     const double lm_ratio = have_lm && lm_off > 0 ? lm_on / lm_off : 0;

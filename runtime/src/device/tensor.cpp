@@ -4,6 +4,7 @@
 
 #include "device/impl.hpp"
 #include "strata/device/error.hpp"
+#include "strata/device/shape.hpp"
 
 namespace strata {
 
@@ -18,18 +19,13 @@ std::int64_t checked_numel(const std::vector<std::int64_t>& shape) {
   }
   return n;
 }
-std::string shape_string(const std::vector<std::int64_t>& shape) {
-  std::string s = "[";
-  for (std::size_t i = 0; i < shape.size(); ++i) s += (i ? ", " : "") + std::to_string(shape[i]);
-  return s + "]";
-}
 }  // namespace
 
 tensor::tensor(std::vector<std::int64_t> shape, strata::dtype type, buffer storage, event ready)
     : shape_(std::move(shape)), type_(type), storage_(std::move(storage)), ready_(std::move(ready)) {
   auto need = static_cast<std::size_t>(checked_numel(shape_)) * size_of(type_);
   if (!storage_ || storage_.size() < need)
-    throw_invalid("strata::tensor: a " + std::string(to_string(type_)) + " tensor of shape " + shape_string(shape_) +
+    throw_invalid("strata::tensor: a " + std::string(to_string(type_)) + " tensor of shape " + shape_text(shape_) +
                   " needs " + std::to_string(need) + " bytes but the buffer has " + std::to_string(storage_.size()));
 }
 
@@ -43,7 +39,7 @@ tensor tensor::from_host_bytes(const void* data, std::size_t bytes, std::vector<
   auto need = static_cast<std::size_t>(checked_numel(shape)) * size_of(type);
   if (need != bytes)
     throw_invalid("tensor::from_host: " + std::to_string(bytes / size_of(type)) + " values do not match shape " +
-                  shape_string(shape) + " (expected " + std::to_string(need / size_of(type)) + ")");
+                  shape_text(shape) + " (expected " + std::to_string(need / size_of(type)) + ")");
   tensor t = empty(std::move(shape), type, dev, s);
   stream str = s;
   str.copy_from_host(t.storage_, data, bytes);

@@ -1,132 +1,121 @@
-#include "strata/metrics_server.hpp"
+#include "strata/metrics/server.hpp"
 
 #include <algorithm>
 #include <atomic>
-#include <charconv>
-#include <cmath>
 #include <map>
 #include <mutex>
+#include <sstream>
 #include <thread>
 #include <utility>
+#include <vector>
 
+#include <asio/io_context.hpp>
 #include <asio/ip/tcp.hpp>
 #include <asio/read_until.hpp>
 #include <asio/steady_timer.hpp>
 #include <asio/streambuf.hpp>
 #include <asio/write.hpp>
-#include <asio/io_context.hpp>
+#include <prometheus/check_names.h>
+#include <prometheus/client_metric.h>
+#include <prometheus/metric_family.h>
+#include <prometheus/text_serializer.h>
 
-namespace strata {
+namespace strata::metrics {
 
 namespace {
 
 using asio::ip::tcp;
 using clock_type = std::chrono::steady_clock;
+using label_list = std::vector<prometheus::ClientMetric::Label>;
 
-bool name_start(char c) { return (c >= 'a' && c <= 'z') || (c >= 'A' && c <= 'Z') || c == '_' || c == ':'; }
-bool name_char(char c) { return name_start(c) || (c >= '0' && c <= '9'); }
-bool label_start(char c) { return name_start(c) && c != ':'; }
-bool label_char(char c) { return label_start(c) || (c >= '0' && c <= '9'); }
-
-/// Splits `name{labels}` into the base name; empty when the whole does not follow the
-/// Prometheus grammar (metric name, optional label set with quoted, escaped values).
-std::string_view checked_base_name(std::string_view name) {
-  std::size_t i = 0;
-  if (name.empty() || !name_start(name[0])) return {};
-  while (i < name.size() && name_char(name[i])) ++i;
-  const std::string_view base = name.substr(0, i);
-  if (i == name.size()) return base;
-  if (name[i] != '{' || name.back() != '}') return {};
-  ++i;
-  const std::size_t close = name.size() - 1;
+/// A metric name as the application writes it, `name` or `name{label="value",...}`, split into
+/// its base name and labels (values unescaped). False when it does not follow the exposition's
+/// grammar; names and label names are checked by prometheus-cpp's rules.
+bool parse_series_name(std::string_view text, std::string& base, label_list& labels) {
+  const auto brace = text.find('{');
+  base = std::string(text.substr(0, brace));
+  labels.clear();
+  if (!prometheus::CheckMetricName(base)) return false;
+  if (brace == std::string_view::npos) return true;
+  if (text.back() != '}') return false;
+  std::size_t i = brace + 1;
+  const std::size_t close = text.size() - 1;
   while (i < close) {
-    if (!label_start(name[i])) return {};
-    while (i < close && label_char(name[i])) ++i;
-    if (i + 1 >= close || name[i] != '=' || name[i + 1] != '"') return {};
-    i += 2;
+    const auto eq = text.find('=', i);
+    if (eq == std::string_view::npos || eq + 1 >= close || text[eq + 1] != '"') return false;
+    prometheus::ClientMetric::Label label{std::string(text.substr(i, eq - i)), {}};
+    if (!prometheus::CheckLabelName(label.name)) return false;
+    i = eq + 2;
     bool closed = false;
-    while (i < close) {
-      char c = name[i];
-      if (c == '\n') return {};
+    while (i < close && !closed) {
+      const char c = text[i++];
       if (c == '\\') {
-        if (i + 1 >= close || (name[i + 1] != '\\' && name[i + 1] != '"' && name[i + 1] != 'n')) return {};
-        i += 2;
-        continue;
-      }
-      ++i;
-      if (c == '"') {
+        if (i >= close) return false;
+        const char e = text[i++];
+        if (e == 'n') label.value += '\n';
+        else if (e == '\\' || e == '"') label.value += e;
+        else return false;
+      } else if (c == '"') {
         closed = true;
-        break;
+      } else if (c == '\n') {
+        return false;
+      } else {
+        label.value += c;
       }
     }
-    if (!closed) return {};
+    if (!closed) return false;
+    labels.push_back(std::move(label));
     if (i < close) {
-      if (name[i] != ',') return {};
+      if (text[i] != ',' || i + 1 == close) return false;  // labels are separated, no trailing comma
       ++i;
-      if (i == close) return {};  // no trailing comma
     }
   }
-  return base;
-}
-
-std::string format_value(double v) {
-  if (std::isnan(v)) return "NaN";
-  if (std::isinf(v)) return v > 0 ? "+Inf" : "-Inf";
-  char buf[64];
-  auto [end, ec] = std::to_chars(buf, buf + sizeof buf, v);
-  if (ec != std::errc()) return "NaN";
-  return std::string(buf, end);
-}
-
-/// HELP text escaping: backslash and newline.
-std::string escape_help(std::string_view s) {
-  std::string out;
-  for (char c : s) {
-    if (c == '\\') out += "\\\\";
-    else if (c == '\n') out += "\\n";
-    else out += c;
-  }
-  return out;
+  return true;
 }
 
 struct builtin {
   const char* name;
-  const char* type;
+  bool counter;  // else a gauge
   const char* help;
 };
 
 // The system's own series; user gauges may not reuse these names.
 constexpr builtin builtins[] = {
-    {"strata_actors_live", "gauge", "Actors alive now."},
-    {"strata_actors_spawned_total", "counter", "Actors spawned since the system started."},
-    {"strata_actors_terminated_total", "counter", "Actors terminated since the system started."},
-    {"strata_actors_failed_total", "counter", "Terminations by an exception or a linked failure."},
-    {"strata_messages_handled_total", "counter", "Messages taken from mailboxes (handled or not), all actors."},
-    {"strata_messages_per_second", "gauge", "Handled messages per second over the last sample interval."},
-    {"strata_undeliverable_total", "counter", "Messages sent to a terminated actor or an empty handle."},
-    {"strata_unhandled_total", "counter", "Messages whose receiver had no handler for their type."},
-    {"strata_mailbox_dropped_total", "counter", "Messages dropped by a bounded mailbox (overflow policy drop)."},
-    {"strata_mailbox_refused_total", "counter", "Messages refused by a full bounded mailbox (overflow policy fail)."},
-    {"strata_messages_discarded_total", "counter", "Messages still queued when their actor terminated."},
-    {"strata_late_responses_total", "counter", "Responses that arrived after their request timed out."},
-    {"strata_restarts_total", "counter", "Supervisor restarts."},
-    {"strata_worker_threads", "gauge", "Scheduler threads of the actor system."},
+    {"strata_actors_live", false, "Actors alive now."},
+    {"strata_actors_spawned_total", true, "Actors spawned since the system started."},
+    {"strata_actors_terminated_total", true, "Actors terminated since the system started."},
+    {"strata_actors_failed_total", true, "Terminations by an exception or a linked failure."},
+    {"strata_messages_handled_total", true, "Messages taken from mailboxes (handled or not), all actors."},
+    {"strata_messages_per_second", false, "Handled messages per second over the last sample interval."},
+    {"strata_undeliverable_total", true, "Messages sent to a terminated actor or an empty handle."},
+    {"strata_unhandled_total", true, "Messages whose receiver had no handler for their type."},
+    {"strata_mailbox_dropped_total", true, "Messages dropped by a bounded mailbox (overflow policy drop)."},
+    {"strata_mailbox_refused_total", true, "Messages refused by a full bounded mailbox (overflow policy fail)."},
+    {"strata_messages_discarded_total", true, "Messages still queued when their actor terminated."},
+    {"strata_late_responses_total", true, "Responses that arrived after their request timed out."},
+    {"strata_restarts_total", true, "Supervisor restarts."},
+    {"strata_worker_threads", false, "Scheduler threads of the actor system."},
 };
 
 bool is_builtin(std::string_view base) {
   return std::any_of(std::begin(builtins), std::end(builtins), [&](const builtin& b) { return base == b.name; });
 }
 
+struct gauge_series {
+  label_list labels;
+  double value = 0;
+};
+
 struct gauge_family {
   std::string help;
-  std::map<std::string, double, std::less<>> series;  // full name (with labels) -> value
+  std::map<std::string, gauge_series, std::less<>> series;  // full name (with labels) -> series
 };
 
 }  // namespace
 
-struct detail::metrics_state {
+struct detail::server_state {
   actor_system* system = nullptr;
-  metrics_options options;
+  server_options options;
   std::string bind;
   std::uint16_t port = 0;
 
@@ -158,7 +147,7 @@ namespace {
 /// One request: read the head (bounded, with a deadline), answer, close.
 class connection : public std::enable_shared_from_this<connection> {
 public:
-  connection(tcp::socket socket, detail::metrics_state& owner)
+  connection(tcp::socket socket, detail::server_state& owner)
       : socket_(std::move(socket)), owner_(owner), buffer_(owner.options.max_request_bytes),
         deadline_(socket_.get_executor()) {
     ++owner_.connections;
@@ -218,7 +207,7 @@ private:
   }
 
   tcp::socket socket_;
-  detail::metrics_state& owner_;
+  detail::server_state& owner_;
   asio::streambuf buffer_;
   asio::steady_timer deadline_;
   std::string response_;
@@ -226,7 +215,7 @@ private:
 
 }  // namespace
 
-std::string detail::metrics_state::render() const {
+std::string detail::server_state::render() const {
   const system_stats s = system->stats();
   double per_second = 0;
   {
@@ -246,35 +235,36 @@ std::string detail::metrics_state::render() const {
                            static_cast<double>(s.discarded),     static_cast<double>(s.late_responses),
                            static_cast<double>(s.restarts),      static_cast<double>(system->worker_count())};
   static_assert(std::size(values) == std::size(builtins));
-  std::string out;
-  out.reserve(4096);
+  std::vector<prometheus::MetricFamily> families;
+  families.reserve(std::size(builtins) + 8);
   for (std::size_t i = 0; i < std::size(builtins); ++i) {
-    const auto& b = builtins[i];
-    out += "# HELP ";
-    out += b.name;
-    out += ' ';
-    out += b.help;
-    out += "\n# TYPE ";
-    out += b.name;
-    out += ' ';
-    out += b.type;
-    out += '\n';
-    out += b.name;
-    out += ' ';
-    out += format_value(values[i]);
-    out += '\n';
+    const bool counter = builtins[i].counter;
+    prometheus::ClientMetric sample;
+    (counter ? sample.counter.value : sample.gauge.value) = values[i];
+    families.push_back({builtins[i].name, builtins[i].help,
+                        counter ? prometheus::MetricType::Counter : prometheus::MetricType::Gauge, {std::move(sample)}});
   }
-  std::lock_guard lock(gauges_m);
-  for (const auto& [base, family] : gauges) {
-    if (family.series.empty()) continue;
-    out += "# HELP " + base + " " + escape_help(family.help.empty() ? "Set by the application." : family.help) + "\n";
-    out += "# TYPE " + base + " gauge\n";
-    for (const auto& [name, value] : family.series) out += name + " " + format_value(value) + "\n";
+  {
+    std::lock_guard lock(gauges_m);
+    for (const auto& [base, family] : gauges) {
+      if (family.series.empty()) continue;
+      prometheus::MetricFamily f{base, family.help.empty() ? "Set by the application." : family.help,
+                                 prometheus::MetricType::Gauge, {}};
+      for (const auto& [name, series] : family.series) {
+        prometheus::ClientMetric sample;
+        sample.label = series.labels;
+        sample.gauge.value = series.value;
+        f.metric.push_back(std::move(sample));
+      }
+      families.push_back(std::move(f));
+    }
   }
-  return out;
+  std::ostringstream out;
+  prometheus::TextSerializer().Serialize(out, families);
+  return std::move(out).str();
 }
 
-void detail::metrics_state::sample() {
+void detail::server_state::sample() {
   sampler.expires_after(options.sample_interval);
   sampler.async_wait([this](const asio::error_code& ec) {
     if (ec) return;
@@ -294,7 +284,7 @@ void detail::metrics_state::sample() {
   });
 }
 
-void detail::metrics_state::accept() {
+void detail::server_state::accept() {
   acceptor.async_accept([this](const asio::error_code& ec, tcp::socket socket) {
     if (ec == asio::error::operation_aborted) return;
     if (ec) {  // e.g. out of file descriptors: try again shortly rather than spin
@@ -314,17 +304,17 @@ void detail::metrics_state::accept() {
   });
 }
 
-expected<std::unique_ptr<metrics_server>> metrics_server::start(actor_system& system, std::uint16_t port,
-                                                               std::string bind, metrics_options options) {
+expected<std::unique_ptr<server>> server::start(actor_system& system, std::uint16_t port,
+                                                               std::string bind, server_options options) {
   try {
-    return std::make_unique<metrics_server>(system, port, std::move(bind), options);
+    return std::make_unique<server>(system, port, std::move(bind), options);
   } catch (const error_exception& e) {
     return e.error();
   }
 }
 
-metrics_server::metrics_server(actor_system& system, std::uint16_t port, std::string bind, metrics_options options)
-    : state_(std::make_unique<detail::metrics_state>()) {
+server::server(actor_system& system, std::uint16_t port, std::string bind, server_options options)
+    : state_(std::make_unique<detail::server_state>()) {
   auto& st = *state_;
   st.system = &system;
   st.options = options;
@@ -334,14 +324,14 @@ metrics_server::metrics_server(actor_system& system, std::uint16_t port, std::st
   asio::error_code ec;
   const auto address = asio::ip::make_address(st.bind, ec);
   if (ec)
-    throw error_exception(error(errc::invalid_argument, "metrics_server: '" + st.bind + "' is not an IP address (expected e.g. 127.0.0.1 or ::1)"));
+    throw error_exception(error(errc::invalid_argument, "metrics::server: '" + st.bind + "' is not an IP address (expected e.g. 127.0.0.1 or ::1)"));
   const tcp::endpoint endpoint(address, port);
   const std::string where = st.bind + ":" + std::to_string(port);
   st.acceptor.open(endpoint.protocol(), ec);
   if (!ec) st.acceptor.set_option(tcp::acceptor::reuse_address(true), ec);
   if (!ec) st.acceptor.bind(endpoint, ec);
   if (!ec) st.acceptor.listen(asio::socket_base::max_listen_connections, ec);
-  if (ec) throw error_exception(error(errc::runtime_failure, "metrics_server: cannot listen on " + where + ": " + ec.message()));
+  if (ec) throw error_exception(error(errc::runtime_failure, "metrics::server: cannot listen on " + where + ": " + ec.message()));
   st.port = st.acceptor.local_endpoint().port();
   st.sample_ts = clock_type::now();
   st.sample_count = system.stats().messages_handled;
@@ -350,7 +340,7 @@ metrics_server::metrics_server(actor_system& system, std::uint16_t port, std::st
   st.thread = std::thread([&st] { st.io.run(); });
 }
 
-metrics_server::~metrics_server() {
+server::~server() {
   auto& st = *state_;
   st.io.stop();
   if (st.thread.joinable()) st.thread.join();
@@ -360,42 +350,38 @@ metrics_server::~metrics_server() {
   st.acceptor.close(ignored);
 }
 
-std::uint16_t metrics_server::port() const noexcept { return state_->port; }
-const std::string& metrics_server::bind_address() const noexcept { return state_->bind; }
+std::uint16_t server::port() const noexcept { return state_->port; }
+const std::string& server::bind_address() const noexcept { return state_->bind; }
 
-expected<void> metrics_server::set_gauge(std::string_view name, double value) {
-  const std::string_view base = checked_base_name(name);
-  if (base.empty())
-    return error(errc::invalid_argument, "metrics_server: '" + std::string(name) +
+expected<void> server::set_gauge(std::string_view name, double value) {
+  std::string base;
+  label_list labels;
+  if (!parse_series_name(name, base, labels))
+    return error(errc::invalid_argument, "metrics::server: '" + std::string(name) +
                                              "' is not a Prometheus metric name (expected name or name{label=\"value\",...})");
   if (is_builtin(base))
-    return error(errc::invalid_argument, "metrics_server: '" + std::string(base) + "' is one of the system's own metrics");
+    return error(errc::invalid_argument, "metrics::server: '" + base + "' is one of the system's own metrics");
   std::lock_guard lock(state_->gauges_m);
-  auto family = state_->gauges.find(base);
-  if (family == state_->gauges.end()) family = state_->gauges.emplace(std::string(base), gauge_family{}).first;
-  auto series = family->second.series.find(name);
-  if (series == family->second.series.end()) family->second.series.emplace(std::string(name), value);
-  else series->second = value;
+  auto& family = state_->gauges[base];
+  auto series = family.series.find(name);
+  if (series == family.series.end()) family.series.emplace(std::string(name), gauge_series{std::move(labels), value});
+  else series->second.value = value;
   return {};
 }
 
-expected<void> metrics_server::describe_gauge(std::string_view base_name, std::string_view help) {
-  if (checked_base_name(base_name) != base_name || base_name.empty())
-    return error(errc::invalid_argument, "metrics_server: '" + std::string(base_name) + "' is not a metric name without labels");
+expected<void> server::describe_gauge(std::string_view base_name, std::string_view help) {
+  if (!prometheus::CheckMetricName(std::string(base_name)))
+    return error(errc::invalid_argument, "metrics::server: '" + std::string(base_name) + "' is not a metric name without labels");
   if (is_builtin(base_name))
-    return error(errc::invalid_argument, "metrics_server: '" + std::string(base_name) + "' is one of the system's own metrics");
+    return error(errc::invalid_argument, "metrics::server: '" + std::string(base_name) + "' is one of the system's own metrics");
   std::lock_guard lock(state_->gauges_m);
-  auto family = state_->gauges.find(base_name);
-  if (family == state_->gauges.end()) family = state_->gauges.emplace(std::string(base_name), gauge_family{}).first;
-  family->second.help = std::string(help);
+  state_->gauges[std::string(base_name)].help = std::string(help);
   return {};
 }
 
-bool metrics_server::remove_gauge(std::string_view name) {
-  const std::string_view base = checked_base_name(name);
-  if (base.empty()) return false;
+bool server::remove_gauge(std::string_view name) {
   std::lock_guard lock(state_->gauges_m);
-  auto family = state_->gauges.find(base);
+  auto family = state_->gauges.find(name.substr(0, name.find('{')));
   if (family == state_->gauges.end()) return false;
   auto series = family->second.series.find(name);
   if (series == family->second.series.end()) return false;
@@ -403,6 +389,6 @@ bool metrics_server::remove_gauge(std::string_view name) {
   return true;
 }
 
-std::string metrics_server::render() const { return state_->render(); }
+std::string server::render() const { return state_->render(); }
 
-}  // namespace strata
+}  // namespace strata::metrics

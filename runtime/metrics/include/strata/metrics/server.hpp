@@ -1,9 +1,12 @@
 #pragma once
 /// \file
-/// `metrics_server`: a live view of a running actor system over HTTP, in the Prometheus text
-/// exposition format (version 0.0.4), for `strata-top`, Prometheus or `curl`.
+/// `strata::metrics::server`: a live view of a running actor system over HTTP, in the Prometheus
+/// text exposition format (version 0.0.4), for `strata-top`, Prometheus or `curl`. Target
+/// `strata::metrics` (the exposition is prometheus-cpp's; docs/trace-tools.md says why the HTTP
+/// endpoint is strata's own).
 
 #include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <memory>
 #include <string>
@@ -12,14 +15,14 @@
 #include "strata/actor_system.hpp"
 #include "strata/error.hpp"
 
-namespace strata {
+namespace strata::metrics {
 
 namespace detail {
-struct metrics_state;
+struct server_state;
 }  // namespace detail
 
-/// Settings of a `metrics_server` beyond the port and address.
-struct metrics_options {
+/// Settings of a `server` beyond the port and address.
+struct server_options {
   /// How often the rate gauge `strata_messages_per_second` is sampled (the rate is over the
   /// last complete interval; before the first one, since the server started).
   std::chrono::milliseconds sample_interval{1000};
@@ -61,7 +64,7 @@ struct metrics_options {
 /// Example (a training loop publishing its progress):
 /// \code
 ///   strata::actor_system sys;
-///   strata::metrics_server metrics(sys, 9464);   // or port 0: any free port, see port()
+///   strata::metrics::server metrics(sys, 9464);   // or port 0: any free port, see port()
 ///   for (int step = 0; step < steps; ++step) {
 ///     auto r = pipeline.train_step(tokens, targets);
 ///     metrics.set_gauge("strata_training_step", step);
@@ -69,20 +72,19 @@ struct metrics_options {
 ///     metrics.set_gauge("strata_device_busy_seconds{device=\"cpu:0\"}", busy_s);
 ///   }
 /// \endcode
-class metrics_server {
+class server {
 public:
   /// Listens on `bind`:`port` (port 0: a free port the system picks; see `port()`).
   /// Throws `error_exception` with one sentence naming the address when it cannot listen
   /// (`errc::invalid_argument` for an address that does not parse, else `runtime_failure`).
-  metrics_server(actor_system& system, std::uint16_t port, std::string bind = "127.0.0.1",
-                 metrics_options options = {});
+  server(actor_system& system, std::uint16_t port, std::string bind = "127.0.0.1", server_options options = {});
   /// The same without exceptions: the server, or why it could not listen.
-  static expected<std::unique_ptr<metrics_server>> start(actor_system& system, std::uint16_t port,
-                                                         std::string bind = "127.0.0.1", metrics_options options = {});
+  static expected<std::unique_ptr<server>> start(actor_system& system, std::uint16_t port,
+                                                 std::string bind = "127.0.0.1", server_options options = {});
   /// Stops serving: closes the listening socket and every connection, joins the thread.
-  ~metrics_server();
-  metrics_server(const metrics_server&) = delete;
-  metrics_server& operator=(const metrics_server&) = delete;
+  ~server();
+  server(const server&) = delete;
+  server& operator=(const server&) = delete;
 
   /// The port it listens on (the chosen one when constructed with port 0).
   std::uint16_t port() const noexcept;
@@ -90,8 +92,10 @@ public:
   const std::string& bind_address() const noexcept;
 
   /// Sets (creates on first use) a gauge. `name` is a Prometheus metric name, optionally with
-  /// labels: `strata_training_loss`, `strata_device_busy_seconds{device="cpu:0"}`. A bad name
-  /// is refused with `errc::invalid_argument` and nothing changes.
+  /// labels: `strata_training_loss`, `strata_device_busy_seconds{device="cpu:0"}` (label values
+  /// escaped as in the exposition: `\\`, `\"`, `\n`). A bad name, a name of the system's own
+  /// series, or one starting with `__` (reserved by Prometheus) is refused with
+  /// `errc::invalid_argument` and nothing changes.
   expected<void> set_gauge(std::string_view name, double value);
   /// Sets the `# HELP` text of the gauges named `base_name` (without labels).
   expected<void> describe_gauge(std::string_view base_name, std::string_view help);
@@ -102,7 +106,7 @@ public:
   std::string render() const;
 
 private:
-  std::unique_ptr<detail::metrics_state> state_;
+  std::unique_ptr<detail::server_state> state_;
 };
 
-}  // namespace strata
+}  // namespace strata::metrics
