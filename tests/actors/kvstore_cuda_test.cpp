@@ -261,8 +261,8 @@ BOOST_FIXTURE_TEST_CASE(a_user_updater_on_a_cuda_store_launches_its_own_work_aft
     s.wait(merged.ready_event());
     merged.storage().record_stream(s);
     const auto n = static_cast<std::size_t>(stored.numel());
-    const auto* g = static_cast<const float*>(merged.raw_data());
-    auto* p = static_cast<float*>(stored.raw_data());
+    const auto* g = merged.device_data<const float>();
+    auto* p = stored.device_data<float>();
     s.launch({.name = "user_update", .cuda = [=](const strata::cuda_launch_context& c) {
                 kc::axpy({.stream = static_cast<kc::cuda_stream>(c.stream)}, n, -0.5f, g, p);
               }});

@@ -105,6 +105,34 @@ BOOST_AUTO_TEST_CASE(typed_access_checks_the_element_type_and_the_device) {
   st.ready_event().synchronize();
 }
 
+BOOST_AUTO_TEST_CASE(the_typed_device_pointer_refuses_a_wrong_element_type_with_one_sentence) {
+  device_manager m(test::deterministic_sim());
+  auto cpu = m.create("cpu:1");
+  auto sim = m.create("sim:1");
+  auto s = cpu[0].create_stream();
+  auto f = tensor::empty({4}, dtype::float32, cpu[0], s);
+  auto ids = tensor::empty({4}, dtype::int32, cpu[0], s);
+  BOOST_TEST(static_cast<void*>(f.device_data<float>()) == f.raw_data());
+  BOOST_TEST(static_cast<const void*>(ids.device_data<const std::int32_t>()) == ids.raw_data());
+  try {
+    (void)ids.device_data<float>();
+    BOOST_FAIL("a float pointer to an int32 tensor was handed out");
+  } catch (const device_error& e) {
+    BOOST_TEST((e.code() == device_errc::invalid_argument));
+    const std::string text = e.what();
+    BOOST_TEST(text.find("float32") != std::string::npos);
+    BOOST_TEST(text.find("tensor of type int32") != std::string::npos);
+    BOOST_TEST(text.find(". ") == std::string::npos);  // one sentence
+  }
+  BOOST_CHECK_THROW(f.device_data<std::int64_t>(), device_error);
+  // Unlike data<T>(), it serves any device: sim tensors hold no data, so their pointer is null,
+  // and the element type is still checked.
+  auto ss = sim[0].create_stream();
+  auto st = tensor::empty({8}, dtype::float32, sim[0], ss);
+  BOOST_TEST(st.device_data<float>() == nullptr);
+  BOOST_CHECK_THROW(st.device_data<std::uint8_t>(), device_error);
+}
+
 BOOST_AUTO_TEST_CASE(a_buffer_too_small_for_the_shape_is_rejected) {
   auto dev = make_devices("cpu:1");
   auto s = dev[0].create_stream();

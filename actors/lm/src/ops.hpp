@@ -2,7 +2,8 @@
 // The kernels the LSTM language model's device work calls, one struct per backend with the same
 // member functions, so that the math (lm_stage's forward/backward/norm, lm_costs' layer timings)
 // is written once as a template over them, and attach() to give a work item the implementation
-// of its device. Every pointer is memory of the work's device. Private to strata::actors.
+// of its device (through strata/kernels/on_stream.hpp, the one adapter from kernels to streams).
+// Every pointer is memory of the work's device. Private to strata::lm.
 
 #include <algorithm>
 #include <cstddef>
@@ -16,6 +17,7 @@
 #include "strata/kernels/embedding.hpp"
 #include "strata/kernels/linear_cross_entropy.hpp"
 #include "strata/kernels/lstm.hpp"
+#include "strata/kernels/on_stream.hpp"
 #include "strata/kernels/reduce.hpp"
 #if STRATA_HAS_CUDA
 #include "strata/kernels/cuda.hpp"
@@ -25,9 +27,10 @@ namespace strata::lm::ops {
 
 namespace k = strata::kernels;
 
-/// The element pointers of a tensor for the kernels (host memory on cpu, device memory on cuda).
-inline float* fp(const tensor& t) { return static_cast<float*>(t.raw_data()); }
-inline const std::int32_t* ip(const tensor& t) { return static_cast<const std::int32_t*>(t.raw_data()); }
+/// The element pointers of a tensor for the kernels (host memory on cpu, device memory on cuda),
+/// dtype-checked: fp for float32 tensors, ip for int32 ones.
+inline float* fp(const tensor& t) { return t.device_data<float>(); }
+inline const std::int32_t* ip(const tensor& t) { return t.device_data<const std::int32_t>(); }
 
 /// cpu devices: strata::kernels::cpu on host memory, inside the device's oneTBB arena.
 struct host_ops {
@@ -70,8 +73,7 @@ struct host_ops {
 /// stream's cuBLAS handle (nothing waits on the host).
 struct gpu_ops {
   k::cuda::cuda_context ctx;
-  explicit gpu_ops(const cuda_launch_context& c)
-      : ctx{.stream = static_cast<k::cuda::cuda_stream>(c.stream), .blas = static_cast<k::cuda::cublas_handle>(c.cublas)} {}
+  explicit gpu_ops(const k::cuda_target& target) : ctx(target.context) {}
 
   void lstm_forward(const k::lstm_dims& d, const k::lstm_weights& w, const k::lstm_forward_args& a) const {
     k::cuda::lstm_forward(ctx, d, w, a);
@@ -111,10 +113,15 @@ struct gpu_ops {
 /// the same templated math `run(ops)`; sim devices run neither (they model the cost).
 template <class Run>
 void attach(kernel_work& w, device_kind kind, Run run) {
-  if (kind == device_kind::cpu) w.cpu = [run] { run(host_ops{}); };
+  k::attach(w, kind, [run](auto target) {
+    if constexpr (k::is_cuda_target<decltype(target)>) {
 #if STRATA_HAS_CUDA
-  if (kind == device_kind::cuda) w.cuda = [run](const cuda_launch_context& c) { run(gpu_ops{c}); };
+      run(gpu_ops{target});
 #endif
+    } else {
+      run(host_ops{});
+    }
+  });
 }
 
 }  // namespace strata::lm::ops

@@ -72,8 +72,9 @@ void tensor::to_host_bytes(void* dst, const stream& s) const {
 
 void tensor::check_type(strata::dtype t) const {
   if (t != type_)
-    throw_invalid("strata::tensor: element type " + std::string(to_string(t)) + " requested from a " +
-                  std::string(to_string(type_)) + " tensor");
+    throw_invalid("strata::tensor: elements of type " + std::string(to_string(t)) +
+                  " were requested from a tensor of type " + std::string(to_string(type_)) + "; expected " +
+                  std::string(to_string(type_)) + ".");
 }
 
 void tensor::check_host_access(strata::dtype t) const {

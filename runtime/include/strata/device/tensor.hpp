@@ -116,7 +116,19 @@ class tensor {
     check_host_access(dtype_of<T>());
     return static_cast<T*>(storage_.data());
   }
-  /// The buffer's pointer (device pointer on cuda, null on sim).
+  /// Typed pointer to the elements on the tensor's own device (host memory on cpu, device memory
+  /// on cuda, null on sim), for kernel calls that run on a stream of that device
+  /// (strata/kernels/on_stream.hpp): the same address as raw_data(), with the element type checked.
+  /// Only work ordered after ready_event() may read or write through it.
+  /// \throws device_error (invalid_argument) if T does not match dtype(), in one sentence naming both.
+  ///
+  ///     kernels::on_stream(s, work, [x = t.device_data<float>(), n](auto target) { ... });
+  template <class T>
+  T* device_data() const {
+    check_type(dtype_of<T>());
+    return static_cast<T*>(storage_.data());
+  }
+  /// The buffer's pointer, untyped (device pointer on cuda, null on sim). Prefer device_data<T>().
   void* raw_data() const noexcept { return storage_.data(); }
 
   /// Enqueues on `s`: wait for ready_event(), then copy all bytes to `dst` (which must stay valid

@@ -29,10 +29,10 @@ namespace strata::kvstore {
 /// of the first key it was given), as in MXNet.
 class key {
 public:
-  key(int key) : value_(static_cast<std::int64_t>(key)) {}  // NOLINT: implicit on purpose
-  key(std::int64_t key) : value_(key) {}                      // NOLINT
-  key(std::string key) : value_(std::move(key)) {}            // NOLINT
-  key(const char* key) : value_(std::string(key)) {}          // NOLINT
+  key(int value) : value_(static_cast<std::int64_t>(value)) {}  // NOLINT: implicit on purpose
+  key(std::int64_t value) : value_(value) {}                      // NOLINT
+  key(std::string value) : value_(std::move(value)) {}            // NOLINT
+  key(const char* value) : value_(std::string(value)) {}          // NOLINT
 
   bool is_int() const noexcept { return value_.index() == 0; }
   bool is_string() const noexcept { return value_.index() == 1; }
@@ -225,7 +225,7 @@ public:
   tensors send(kvstore::pull msg) { return call<std::vector<tensor>>(std::move(msg)); }
   tensors send(kvstore::pushpull msg) { return call<std::vector<tensor>>(std::move(msg)); }
 
-  done set_updater(kvstore::updater updater);
+  done set_updater(kvstore::updater rule);
   done set_optimizer(kernels::sgd_options options);
   done set_optimizer(kernels::adam_options options);
   std::future<expected<std::uint64_t>> version(kvstore::key key);

@@ -1,0 +1,74 @@
+#include "strata/kvstore/kvstore.hpp"
+
+#include <utility>
+
+#include "session.hpp"
+
+namespace strata::kvstore {
+
+client::client(actor_system& system, actor_ref store, std::chrono::nanoseconds timeout)
+    : system_(&system), store_(std::move(store)), timeout_(timeout) {
+  session_ = internal::spawn_session(system, store_, timeout_);
+}
+
+client::~client() { (void)system_->send(session_, detail::session_close{}); }
+
+client::done client::init(kvstore::key key, tensor value) {
+  return init(std::vector<kvstore::key>{std::move(key)}, std::vector<tensor>{std::move(value)});
+}
+client::done client::init(std::vector<kvstore::key> keys, std::vector<tensor> values) {
+  return call<unit_t>(kvstore::init{std::move(keys), std::move(values)});
+}
+
+client::done client::push(kvstore::key key, tensor value) {
+  return push(std::vector<kvstore::key>{std::move(key)}, std::vector<tensor>{std::move(value)});
+}
+client::done client::push(kvstore::key key, std::vector<tensor> values) {
+  std::vector<kvstore::key> keys(values.size(), key);
+  return push(std::move(keys), std::move(values));
+}
+client::done client::push(std::vector<kvstore::key> keys, std::vector<tensor> values) {
+  return call<unit_t>(kvstore::push{std::move(keys), std::move(values)});
+}
+
+client::tensors client::pull(kvstore::key key, tensor out, std::uint64_t min_version) {
+  return pull(std::vector<kvstore::key>{std::move(key)}, std::vector<tensor>{std::move(out)}, min_version);
+}
+client::tensors client::pull(kvstore::key key, std::vector<tensor> outs, std::uint64_t min_version) {
+  std::vector<kvstore::key> keys(outs.size(), key);
+  return pull(std::move(keys), std::move(outs), min_version);
+}
+client::tensors client::pull(std::vector<kvstore::key> keys, std::vector<tensor> outs,
+                                             std::uint64_t min_version) {
+  return call<std::vector<tensor>>(kvstore::pull{std::move(keys), std::move(outs), min_version});
+}
+
+client::tensors client::pushpull(kvstore::key key, std::vector<tensor> values,
+                                                 std::vector<tensor> outs) {
+  std::vector<kvstore::key> push_keys(values.size(), key);
+  std::vector<kvstore::key> pull_keys(outs.size(), key);
+  return call<std::vector<tensor>>(kvstore::pushpull{kvstore::push{std::move(push_keys), std::move(values)},
+                                                    kvstore::pull{std::move(pull_keys), std::move(outs), 0}});
+}
+client::tensors client::pushpull(std::vector<kvstore::key> keys, std::vector<tensor> values,
+                                                 std::vector<tensor> outs) {
+  return call<std::vector<tensor>>(
+      kvstore::pushpull{kvstore::push{keys, std::move(values)}, kvstore::pull{keys, std::move(outs), 0}});
+}
+
+client::done client::set_updater(kvstore::updater rule) {
+  return call<unit_t>(kvstore::set_updater{std::move(rule)});
+}
+client::done client::set_optimizer(kernels::sgd_options options) {
+  return call<unit_t>(kvstore::set_optimizer{options});
+}
+client::done client::set_optimizer(kernels::adam_options options) {
+  return call<unit_t>(kvstore::set_optimizer{options});
+}
+std::future<expected<std::uint64_t>> client::version(kvstore::key key) {
+  return call<std::uint64_t>(kvstore::version{std::move(key)});
+}
+client::done client::save(std::string path) { return call<unit_t>(kvstore::save{std::move(path)}); }
+client::done client::load(std::string path) { return call<unit_t>(kvstore::load{std::move(path)}); }
+
+}  // namespace strata::kvstore

@@ -1,0 +1,103 @@
+#include "merge.hpp"
+
+#include <cstring>
+#include <span>
+#include <type_traits>
+
+#include "strata/kernels/elementwise.hpp"
+#if STRATA_HAS_CUDA
+#include "strata/kernels/cuda.hpp"
+#endif
+
+namespace strata::kvstore::internal {
+
+namespace {
+
+float* floats(const tensor& t) { return t.device_data<float>(); }
+
+// One merge body (merge_body) serves both backends; these say how each step runs.
+
+/// On the host, inside the cpu stream's work item.
+struct host_math {
+  static constexpr bool runs_updaters = true;
+  void sum(std::span<const float* const> inputs, std::size_t n, float* out) const {
+    kernels::cpu::sum_arrays(inputs, n, out);
+  }
+  void zero(std::size_t n, float* x) const { std::memset(x, 0, n * sizeof(float)); }
+  void sgd(std::size_t n, float* param, const float* grad, float* momentum, const kernels::sgd_options& o) const {
+    kernels::cpu::sgd_step(n, param, grad, momentum, o);
+  }
+  void adam(std::size_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t step,
+            const kernels::adam_options& o) const {
+    kernels::cpu::adam_step(n, param, grad, exp_avg, exp_avg_sq, step, o);
+  }
+};
+
+#if STRATA_HAS_CUDA
+/// Enqueued on the cuda stream of the work item (kernels::cuda only enqueue).
+struct gpu_math {
+  static constexpr bool runs_updaters = false;
+  kernels::cuda::cuda_context ctx;
+  void sum(std::span<const float* const> inputs, std::size_t n, float* out) const {
+    kernels::cuda::sum_arrays(ctx, inputs, n, out);
+  }
+  void zero(std::size_t n, float* x) const { kernels::cuda::fill(ctx, n, 0.0f, x); }
+  void sgd(std::size_t n, float* param, const float* grad, float* momentum, const kernels::sgd_options& o) const {
+    kernels::cuda::sgd_step(ctx, n, param, grad, momentum, o);
+  }
+  void adam(std::size_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t step,
+            const kernels::adam_options& o) const {
+    kernels::cuda::adam_step(ctx, n, param, grad, exp_avg, exp_avg_sq, step, o);
+  }
+};
+#endif
+
+template <class Math>
+void merge_body(const merge_work& w, const Math& math) {
+  float* sum = floats(w.merged) + w.merged_offset;
+  if (!w.in_place) {
+    std::vector<const float*> inputs;
+    if (w.accumulated.valid()) inputs.push_back(floats(w.accumulated));
+    for (const auto& v : w.values) inputs.push_back(floats(v.t) + v.offset);
+    math.sum(inputs, w.n, sum);
+  }
+  if (!w.complete) return;
+  for (const auto& t : w.opt_state)
+    if (w.fresh_state) math.zero(w.n, floats(t));
+  std::visit(
+      [&](const auto& r) {
+        using rule_type = std::decay_t<decltype(r)>;
+        if constexpr (std::is_same_v<rule_type, std::monostate>) {
+          // assign: the sum was written into the stored value
+        } else if constexpr (std::is_same_v<rule_type, kvstore::updater>) {
+          if constexpr (Math::runs_updaters) {
+            tensor stored = w.stored;  // the updater may replace its handle; the data is shared
+            r(w.key, w.merged, stored);
+          }
+        } else if constexpr (std::is_same_v<rule_type, kernels::sgd_options>) {
+          math.sgd(w.n, floats(w.stored), sum, w.opt_state.empty() ? nullptr : floats(w.opt_state[0]), r);
+        } else {
+          math.adam(w.n, floats(w.stored), sum, floats(w.opt_state[0]), floats(w.opt_state[1]), w.step, r);
+        }
+      },
+      w.rule);
+}
+
+}  // namespace
+
+std::vector<slice_ref> whole(const std::vector<tensor>& ts) {
+  std::vector<slice_ref> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(slice_ref{t, 0});
+  return out;
+}
+
+void merge_work::run(kernels::cpu_target) const { merge_body(*this, host_math{}); }
+
+void merge_work::run([[maybe_unused]] kernels::cuda_target target) const {
+#if STRATA_HAS_CUDA
+  merge_body(*this, gpu_math{target.context});
+#endif
+}
+
+}  // namespace strata::kvstore::internal

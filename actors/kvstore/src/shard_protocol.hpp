@@ -1,0 +1,57 @@
+#pragma once
+// Messages from a sharded store's router to its shards (keys are the router's chunk numbers).
+// Replies: unit once the work is done. Private to strata::kvstore.
+
+#include <cstddef>
+#include <cstdint>
+#include <memory>
+#include <vector>
+
+#include "checkpoint_file.hpp"
+#include "merge.hpp"
+#include "strata/kvstore/kvstore.hpp"
+
+namespace strata::kvstore::internal {
+
+/// New chunk keys: `values[i]` holds `lengths[i]` elements of `labels[i]`, the caller's key
+/// (named in error texts and passed to user updaters).
+struct shard_init {
+  std::vector<kvstore::key> keys;
+  std::vector<slice_ref> values;
+  std::vector<std::int64_t> lengths;
+  std::vector<kvstore::key> labels;
+};
+/// A push, a pull or both (a pushpull), for the caller `origin` (its actor id, for ordering).
+struct shard_request {
+  std::vector<kvstore::key> push_keys;
+  std::vector<slice_ref> values;
+  std::vector<kvstore::key> pull_keys;
+  std::vector<slice_ref> outs;
+  std::uint64_t min_version = 0;
+  int priority = 0;
+  std::uint64_t origin = 0;
+};
+
+/// A snapshot of every chunk key (value, version, optimizer state), taken after the work queued
+/// before it (a barrier). Reply: `std::vector<checkpoint_entry>`.
+struct shard_save {};
+/// What a store loads as `key` (the caller's key `label`): elements [offset, offset + numel(shape))
+/// of each array of entry `entry` of a checkpoint.
+struct checkpoint_piece {
+  kvstore::key key = 0;
+  kvstore::key label = 0;
+  std::size_t entry = 0;
+  std::size_t offset = 0;
+  std::vector<std::int64_t> shape;
+};
+/// Stages a shard's part of a checkpoint (a barrier); its keys change only with `shard_commit`.
+struct shard_load {
+  std::shared_ptr<const std::vector<checkpoint_entry>> file;
+  std::vector<checkpoint_piece> pieces;
+};
+/// Swaps the staged keys in (`keep`) or drops them. No reply.
+struct shard_commit {
+  bool keep = false;
+};
+
+}  // namespace strata::kvstore::internal

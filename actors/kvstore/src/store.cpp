@@ -1,0 +1,283 @@
+#include "store.hpp"
+
+#include <algorithm>
+#include <span>
+#include <utility>
+#include <variant>
+
+#include "strata/device_messages.hpp"
+
+namespace strata::kvstore::internal {
+
+kvstore_actor::kvstore_actor(kvstore::options options)
+    : options_(std::move(options)),
+      admission_(options_.max_in_flight, [this] { send_on_complete(stream_, self(), request_done{}); }) {
+  if (options_.kind == kvstore::kind::local) {
+    owned_devices_ = std::make_unique<device_manager>(device_options{.cpu_threads_per_device = 1});
+    device_ = owned_devices_->create("cpu:1").at(0);
+  } else {
+    device_ = options_.merge_device;
+  }
+  stream_ = device_.create_stream();
+  place_ = store_place{device_.kind(), device_.name()};
+}
+
+behavior kvstore_actor::make_behavior() {
+  return {
+      admitted(&kvstore_actor::on_init),
+      admitted(&kvstore_actor::on_push),
+      admitted(&kvstore_actor::on_pull),
+      admitted(&kvstore_actor::on_pushpull),
+      admitted(&kvstore_actor::on_set_updater),
+      admitted(&kvstore_actor::on_set_optimizer),
+      admitted(&kvstore_actor::on_version),
+      admitted(&kvstore_actor::on_save),
+      admitted(&kvstore_actor::on_load),
+      // From a sharded store's router.
+      admitted(&kvstore_actor::on_shard_init),
+      admitted(&kvstore_actor::on_shard_request),
+      admitted(&kvstore_actor::on_shard_save),
+      admitted(&kvstore_actor::on_shard_load),
+      [this](const shard_commit& m) {
+        if (m.keep && staged_) {
+          keys_ = std::move(*staged_);
+          int_keys_ = true;
+          reconcile_parked();
+        }
+        staged_.reset();
+      },
+      [](checkpoint_taken& m) {
+        auto written = m.entries ? write_checkpoint(m.path, *m.entries) : expected<void>(m.entries.error());
+        written ? m.promise.deliver(unit) : m.promise.deliver(written.error());
+      },
+      [this](const request_done&) { admission_.finished_one(); },
+      [this](const device_failure&) { admission_.finished_one(); },  // the replies carry the failure
+  };
+}
+
+void kvstore_actor::on_exit(const error&) {
+  // Parked pulls and queued requests can never be answered now.
+  const error parked(errc::stopped, "kvstore pull: the store stopped before the requested version existed.");
+  for (auto& p : parked_) p.serve(&parked);
+  parked_.clear();
+  admission_.fail_all(error(errc::stopped, "kvstore: the store stopped before it served this request."));
+}
+
+shape_lookup kvstore_actor::shape_of() const {
+  return [this](const kvstore::key& key) -> const std::vector<std::int64_t>* {
+    auto it = keys_.find(key);
+    return it == keys_.end() ? nullptr : &it->second.value.shape();
+  };
+}
+
+// ---- requests -------------------------------------------------------------------------------
+
+expected<void> kvstore_actor::on_init(kvstore::init& m, response_promise<unit_t>& p) {
+  std::optional<bool> kind = int_keys_;
+  if (auto r = check_init(m, kind, shape_of(), place_); !r) return r;
+  int_keys_ = kind;
+  auto status = std::make_shared<work_status>();
+  for (std::size_t i = 0; i < m.keys.size(); ++i)
+    add_key(m.keys[i], m.keys[i], m.values[i].shape(), slice_ref{m.values[i], 0}, status);
+  reply_when_done(p, status);
+  return {};
+}
+
+expected<void> kvstore_actor::on_push(kvstore::push& m, response_promise<unit_t>& p) {
+  if (auto r = check_existing("push", "value", m.keys, m.values, int_keys_, shape_of(), place_); !r) return r;
+  auto status = std::make_shared<work_status>();
+  enqueue_push(m.keys, whole(m.values), status);
+  reply_when_done(p, status);
+  serve_parked();
+  return {};
+}
+
+expected<void> kvstore_actor::on_pull(kvstore::pull& m, response_promise<std::vector<tensor>>& p) {
+  if (auto r = check_existing("pull", "output", m.keys, m.outs, int_keys_, shape_of(), place_); !r) return r;
+  auto serve = [this, keys = m.keys, outs = m.outs, p](const error* stopped) mutable {
+    if (stopped) return p.deliver(*stopped);
+    auto status = std::make_shared<work_status>();
+    event done = enqueue_pull(keys, whole(outs), status);
+    for (auto& out : outs) out.set_ready_event(done);
+    reply_when_done(p, std::move(outs), status);
+  };
+  if (!version_reached(m.keys, m.min_version)) parked_.push_back(parked_pull{m.keys, m.min_version, std::move(serve)});
+  else serve(nullptr);
+  return {};
+}
+
+expected<void> kvstore_actor::on_pushpull(kvstore::pushpull& m, response_promise<std::vector<tensor>>& p) {
+  if (auto r = check_existing("pushpull", "value", m.push.keys, m.push.values, int_keys_, shape_of(), place_); !r)
+    return r;
+  if (auto r = check_existing("pushpull", "output", m.pull.keys, m.pull.outs, int_keys_, shape_of(), place_); !r)
+    return r;
+  auto status = std::make_shared<work_status>();
+  enqueue_push(m.push.keys, whole(m.push.values), status);
+  event done = enqueue_pull(m.pull.keys, whole(m.pull.outs), status);
+  for (auto& out : m.pull.outs) out.set_ready_event(done);
+  reply_when_done(p, std::move(m.pull.outs), status);
+  serve_parked();
+  return {};
+}
+
+expected<void> kvstore_actor::on_set_updater(kvstore::set_updater& m, response_promise<unit_t>& p) {
+  if (m.updater) rule_ = std::move(m.updater);
+  else rule_ = std::monostate{};
+  p.deliver(unit);
+  return {};
+}
+
+expected<void> kvstore_actor::on_set_optimizer(kvstore::set_optimizer& m, response_promise<unit_t>& p) {
+  std::visit([this](const auto& o) { rule_ = o; }, m.options);
+  for (auto& [key, state] : keys_) state.optimizer_state.clear();  // a new optimizer starts fresh
+  p.deliver(unit);
+  return {};
+}
+
+expected<void> kvstore_actor::on_version(kvstore::version& m, response_promise<std::uint64_t>& p) {
+  auto it = keys_.find(m.key);
+  if (it == keys_.end()) return bad("kvstore version: key " + m.key.to_string() + " is not initialised.");
+  p.deliver(it->second.version);
+  return {};
+}
+
+expected<void> kvstore_actor::on_save(kvstore::save& m, response_promise<unit_t>& p) {
+  return snapshot([sys = &system(), me = self(), path = m.path, p](expected<std::vector<checkpoint_entry>> taken) mutable {
+    (void)sys->send(me, checkpoint_taken{path, std::move(taken), p});
+  });
+}
+
+expected<void> kvstore_actor::on_load(kvstore::load& m, response_promise<unit_t>& p) {
+  auto file = read_checkpoint(m.path);
+  if (!file) return file.error();
+  std::vector<checkpoint_piece> pieces;
+  for (std::size_t i = 0; i < file->entries.size(); ++i)
+    pieces.push_back({file->entries[i].key, file->entries[i].key, i, 0, file->entries[i].shape});
+  return stage(p, file->entries, pieces, [this, kind = file->int_keys](key_map& staged) {
+    keys_ = std::move(staged);
+    int_keys_ = kind;
+    reconcile_parked();
+  });
+}
+
+expected<void> kvstore_actor::on_shard_init(shard_init& m, response_promise<unit_t>& p) {
+  auto status = std::make_shared<work_status>();
+  for (std::size_t i = 0; i < m.keys.size(); ++i) add_key(m.keys[i], m.labels[i], {m.lengths[i]}, m.values[i], status);
+  int_keys_ = true;
+  reply_when_done(p, status);
+  return {};
+}
+
+/// The router checked the request against the caller's keys; chunk keys exist by construction.
+expected<void> kvstore_actor::on_shard_request(shard_request& m, response_promise<unit_t>& p) {
+  for (const auto& key : m.push_keys) (void)keys_.at(key);
+  for (const auto& key : m.pull_keys) (void)keys_.at(key);
+  auto status = std::make_shared<work_status>();
+  if (!m.push_keys.empty()) enqueue_push(m.push_keys, m.values, status);
+  if (!m.pull_keys.empty()) {
+    auto serve = [this, keys = m.pull_keys, outs = m.outs, p, status](const error* stopped) mutable {
+      if (stopped) return p.deliver(*stopped);
+      (void)enqueue_pull(keys, outs, status);
+      reply_when_done(p, status);
+    };
+    if (m.push_keys.empty() && !version_reached(m.pull_keys, m.min_version))
+      parked_.push_back(parked_pull{m.pull_keys, m.min_version, std::move(serve)});
+    else serve(nullptr);
+  } else {
+    reply_when_done(p, status);
+  }
+  if (!m.push_keys.empty()) serve_parked();
+  return {};
+}
+
+expected<void> kvstore_actor::on_shard_save(shard_save&, response_promise<std::vector<checkpoint_entry>>& p) {
+  return snapshot([p](expected<std::vector<checkpoint_entry>> taken) mutable {
+    taken ? p.deliver(std::move(*taken)) : p.deliver(taken.error());
+  });
+}
+
+expected<void> kvstore_actor::on_shard_load(shard_load& m, response_promise<unit_t>& p) {
+  return stage(p, *m.file, m.pieces, [this](key_map& staged) { staged_ = std::move(staged); });
+}
+
+// ---- parked pulls (waiting for a version) -----------------------------------------------------
+
+bool kvstore_actor::version_reached(const std::vector<kvstore::key>& keys, std::uint64_t min_version) const {
+  if (min_version == 0) return true;
+  for (const auto& key : keys)
+    if (keys_.at(key).version < min_version) return false;
+  return true;
+}
+
+/// After a load replaced the keys: a parked pull of a key the checkpoint lacks fails, the others
+/// are served once the loaded versions reach theirs.
+void kvstore_actor::reconcile_parked() {
+  static const error gone(errc::invalid_argument,
+                          "kvstore pull: a load replaced the store's keys and a pulled key is no longer there.");
+  std::erase_if(parked_, [this](parked_pull& p) {
+    const bool lost = std::any_of(p.keys.begin(), p.keys.end(), [this](const kvstore::key& k) { return !keys_.contains(k); });
+    if (lost) p.serve(&gone);
+    return lost;
+  });
+  serve_parked();
+}
+
+/// Answers parked pulls whose version now exists (their copies follow the updates on the stream).
+void kvstore_actor::serve_parked() {
+  for (std::size_t i = 0; i < parked_.size();) {
+    if (!version_reached(parked_[i].keys, parked_[i].min_version)) {
+      ++i;
+      continue;
+    }
+    parked_pull p = std::move(parked_[i]);
+    parked_.erase(parked_.begin() + static_cast<std::ptrdiff_t>(i));
+    p.serve(nullptr);
+  }
+}
+
+// ---- checkpoints --------------------------------------------------------------------------------
+
+expected<void> kvstore_actor::snapshot(std::function<void(expected<std::vector<checkpoint_entry>>)> done) {
+  if (device_.kind() == device_kind::sim)
+    return bad("kvstore save: the store is on " + device_.name() +
+               ", whose tensors hold no data; expected a cpu or cuda store.");
+  auto entries = std::make_shared<std::vector<checkpoint_entry>>();
+  for (const auto& [key, state] : keys_) {
+    auto& e = entries->emplace_back(checkpoint_entry{key, state.version, state.step, state.value.shape(), {}});
+    std::vector<tensor> arrays{state.value};
+    arrays.insert(arrays.end(), state.optimizer_state.begin(), state.optimizer_state.end());
+    for (const auto& t : arrays) {  // the copies write into buffers that stay put when vectors move
+      e.arrays.emplace_back(static_cast<std::size_t>(t.numel()));
+      (void)t.copy_to_host(e.arrays.back().data(), stream_);
+    }
+  }
+  stream_.on_complete([entries, done = std::move(done)](std::exception_ptr e) {
+    if (e) done(error(errc::runtime_failure, "kvstore save: device work failed: " + stream_failure(e)));
+    else done(std::move(*entries));
+  });
+  return {};
+}
+
+expected<void> kvstore_actor::stage(response_promise<unit_t>& p, const std::vector<checkpoint_entry>& file,
+                                    const std::vector<checkpoint_piece>& pieces,
+                                    const std::function<void(key_map&)>& keep) {
+  key_map staged;
+  for (const auto& piece : pieces) {
+    const checkpoint_entry& e = file[piece.entry];
+    key_state state{.version = e.version, .step = e.step, .label = piece.label};
+    std::size_t n = 1;
+    for (auto d : piece.shape) n *= static_cast<std::size_t>(d);
+    for (const auto& a : e.arrays) {
+      auto values = std::span<const float>(a).subspan(piece.offset, n);
+      auto t = tensor::from_host<float>(values, piece.shape, device_, stream_);
+      if (!state.value.valid()) state.value = std::move(t);
+      else state.optimizer_state.push_back(std::move(t));
+    }
+    staged.emplace(piece.key, std::move(state));
+  }
+  keep(staged);
+  reply_when_done(p, nullptr);
+  return {};
+}
+
+}  // namespace strata::kvstore::internal

@@ -1,0 +1,145 @@
+#pragma once
+// One store actor: a shard of a sharded store or the whole of an unsharded one. Its requests pass
+// one admission path (admission.hpp); store.cpp serves them, store_work.cpp enqueues their device
+// work (copies, merges, updates) on the store's stream. Private to strata::kvstore.
+
+#include <cstddef>
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <map>
+#include <memory>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "admission.hpp"
+#include "checkpoint_file.hpp"
+#include "merge.hpp"
+#include "shard_protocol.hpp"
+#include "strata/actor.hpp"
+#include "strata/device/device.hpp"
+#include "strata/device/device_manager.hpp"
+#include "strata/device/stream.hpp"
+#include "strata/kvstore/kvstore.hpp"
+#include "validation.hpp"
+
+namespace strata::kvstore::internal {
+
+/// A store's snapshot for a `kvstore::save`, posted from the stream's completion thread so that
+/// the file is written on the actor's thread.
+struct checkpoint_taken {
+  std::string path;
+  expected<std::vector<checkpoint_entry>> entries;
+  response_promise<unit_t> promise;
+};
+
+/// A store's stream finished the work of one request (posted by `send_on_complete`).
+struct request_done {};
+
+class kvstore_actor final : public actor {
+public:
+  explicit kvstore_actor(kvstore::options options);
+
+  behavior make_behavior() override;
+  void on_exit(const error&) override;
+
+private:
+  struct key_state {
+    tensor value;
+    tensor accumulator;                   // merge target (sums of several values, sync rounds)
+    std::size_t received = 0;             // values accumulated towards the next version (sync mode)
+    std::uint64_t version = 0;            // updates applied
+    std::vector<tensor> optimizer_state;  // sgd: momentum; adam: exp_avg, exp_avg_sq
+    std::int64_t step = 0;
+    kvstore::key label = 0;  // the caller's key (a shard's chunk keys differ from it)
+  };
+  using key_map = std::map<kvstore::key, key_state>;
+  struct parked_pull {
+    std::vector<kvstore::key> keys;
+    std::uint64_t min_version = 0;
+    request_run serve;
+  };
+
+  /// The one admission path: a handler of request kind M that queues the request with its ticket
+  /// and, when the queue serves it, runs `serve` (its exception or error fails the request).
+  template <class R, class M>
+  auto admitted(expected<void> (kvstore_actor::*serve)(M&, response_promise<R>&)) {
+    return [this, serve](M& m) -> expected<R> {
+      auto p = make_response_promise<R>();
+      admission_ticket ticket = ticket_of(m);
+      const std::uint64_t sender = ticket.origin ? *ticket.origin : current_sender().id();
+      admission_.admit(sender, ticket, [this, serve, op = ticket.op, m = std::move(m), p](const error* stopped) mutable {
+        if (stopped) return p.deliver(*stopped);
+        if (auto r = guarded(op, [&] { return (this->*serve)(m, p); }); !r) p.deliver(r.error());
+      });
+      return R{};
+    };
+  }
+
+  // ---- requests, when the queue serves them (store.cpp) -------------------------------------
+  expected<void> on_init(kvstore::init& m, response_promise<unit_t>& p);
+  expected<void> on_push(kvstore::push& m, response_promise<unit_t>& p);
+  expected<void> on_pull(kvstore::pull& m, response_promise<std::vector<tensor>>& p);
+  expected<void> on_pushpull(kvstore::pushpull& m, response_promise<std::vector<tensor>>& p);
+  expected<void> on_set_updater(kvstore::set_updater& m, response_promise<unit_t>& p);
+  expected<void> on_set_optimizer(kvstore::set_optimizer& m, response_promise<unit_t>& p);
+  expected<void> on_version(kvstore::version& m, response_promise<std::uint64_t>& p);
+  expected<void> on_save(kvstore::save& m, response_promise<unit_t>& p);
+  expected<void> on_load(kvstore::load& m, response_promise<unit_t>& p);
+  expected<void> on_shard_init(shard_init& m, response_promise<unit_t>& p);
+  expected<void> on_shard_request(shard_request& m, response_promise<unit_t>& p);
+  expected<void> on_shard_save(shard_save& m, response_promise<std::vector<checkpoint_entry>>& p);
+  expected<void> on_shard_load(shard_load& m, response_promise<unit_t>& p);
+
+  shape_lookup shape_of() const;
+  bool version_reached(const std::vector<kvstore::key>& keys, std::uint64_t min_version) const;
+  void reconcile_parked();
+  void serve_parked();
+
+  /// Copies every key's value and optimizer state to the host after the work queued before (a
+  /// cuda store: device-to-host copies on its stream), then calls `done` with them, or with the
+  /// stream's error, on the stream's completion thread: `done` must be quick. The keys are this
+  /// store's (a shard's chunk keys).
+  expected<void> snapshot(std::function<void(expected<std::vector<checkpoint_entry>>)> done);
+  /// Makes tensors of this store for `pieces` of a checkpoint (copies on its stream, so ordered
+  /// before any later work), hands them to `keep`, and answers `p` once the copies are done.
+  expected<void> stage(response_promise<unit_t>& p, const std::vector<checkpoint_entry>& file,
+                       const std::vector<checkpoint_piece>& pieces, const std::function<void(key_map&)>& keep);
+
+  // ---- device work (store_work.cpp) ---------------------------------------------------------
+  void add_key(const kvstore::key& key, const kvstore::key& label, std::vector<std::int64_t> shape,
+               const slice_ref& from, const std::shared_ptr<work_status>& status);
+  void copy_elements(const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
+                     std::size_t n, const std::shared_ptr<work_status>& status, const work_label& label);
+  void keep_until_done(const tensor& t) const;
+  slice_ref readable(const slice_ref& v, const key_state& state, const std::shared_ptr<work_status>& status);
+  void enqueue_push(const std::vector<kvstore::key>& keys, const std::vector<slice_ref>& values,
+                    const std::shared_ptr<work_status>& status);
+  tensor& accumulator_of(key_state& state);
+  void merge(key_state& state, const std::vector<slice_ref>& values, bool with_accumulator, bool complete,
+             const std::shared_ptr<work_status>& status);
+  void run_user_updater(const merge_work& work, work_status& status);
+  event enqueue_pull(const std::vector<kvstore::key>& keys, const std::vector<slice_ref>& outs,
+                     const std::shared_ptr<work_status>& status);
+  void reply_when_done(response_promise<unit_t> promise, std::shared_ptr<work_status> status);
+  void reply_when_done(response_promise<std::vector<tensor>> promise, std::vector<tensor> outs,
+                       std::shared_ptr<work_status> status = nullptr);
+
+  kvstore::options options_;
+  std::unique_ptr<device_manager> owned_devices_;
+  device device_;
+  stream stream_;
+  store_place place_;
+  key_map keys_;
+  std::optional<key_map> staged_;  // a shard's part of a load, until shard_commit
+  std::optional<bool> int_keys_;   // kind of the keys held, once the first key is stored
+  update_rule rule_;
+  std::vector<parked_pull> parked_;
+  admission_queue admission_;
+};
+
+/// The text of a stream's failure.
+std::string stream_failure(std::exception_ptr e);
+
+}  // namespace strata::kvstore::internal

@@ -1,0 +1,235 @@
+#include "store.hpp"
+
+#include <algorithm>
+#include <cstring>
+#include <utility>
+#include <variant>
+
+#include "strata/kernels/on_stream.hpp"
+#if STRATA_HAS_CUDA
+#include "strata/kernels/cuda.hpp"
+#endif
+
+// The device work of a store: copies, merges and updates, enqueued on the store's stream.
+namespace strata::kvstore::internal {
+
+void kvstore_actor::add_key(const kvstore::key& key, const kvstore::key& label, std::vector<std::int64_t> shape,
+             const slice_ref& from, const std::shared_ptr<work_status>& status) {
+  key_state state;
+  state.label = label;
+  state.value = tensor::empty(std::move(shape), dtype::float32, device_, stream_);
+  stream_.wait(from.t.ready_event());
+  copy_elements(state.value, 0, from.t, from.offset, static_cast<std::size_t>(state.value.numel()), status,
+                {"init: the copy", label});
+  keys_.emplace(key, std::move(state));
+}
+
+
+/// Copies `n` floats from `src` (from element `src_offset`) to `dst` (from `dst_offset`) on the
+/// store's stream: a plain stream copy for whole tensors (on cuda also between GPUs), a work item
+/// for slices. A failure of the cuda work item goes to `status`, named by `label`.
+void kvstore_actor::copy_elements(const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
+                                  std::size_t n, const std::shared_ptr<work_status>& status,
+                                  const work_label& label) {
+  if (dst_offset == 0 && src_offset == 0 && dst.bytes() == n * sizeof(float) && src.bytes() == n * sizeof(float)) {
+    stream_.copy(dst.storage(), src.storage(), n * sizeof(float));
+    return;
+  }
+  keep_until_done(dst);
+  keep_until_done(src);
+  kernels::on_stream(stream_,
+                     {.name = "kvstore_copy_slice",
+                      .kind = work_kind::copy,
+                      .bytes = 2.0 * sizeof(float) * static_cast<double>(n)},
+                     [dst, dst_offset, src, src_offset, n, status, label](auto target) {
+                       const float* from = src.device_data<float>() + src_offset;
+                       float* to = dst.device_data<float>() + dst_offset;
+                       if constexpr (kernels::is_cuda_target<decltype(target)>)
+                         run_guarded(*status, label, [&] { kernels::cuda::copy(target.context, n, from, to); });
+                       else if (n > 0)
+                         std::memcpy(to, from, n * sizeof(float));
+                     });
+}
+
+/// cuda stores: work items only enqueue, so the tensors they capture may be dropped before the
+/// GPU reads them; a tensor the store did not allocate on its own stream is freed only after
+/// the store's stream has passed this point. cpu and sim items hold their tensors while they run.
+void kvstore_actor::keep_until_done(const tensor& t) const {
+  if (device_.kind() == device_kind::cuda) t.storage().record_stream(stream_);
+}
+
+/// A pushed value as the merge reads it. On a cuda store a value on another GPU is first copied
+/// into a staging tensor on the merge device (freed in stream order after the merge); the others
+/// are read where they are.
+slice_ref kvstore_actor::readable(const slice_ref& v, const key_state& state, const std::shared_ptr<work_status>& status) {
+  if (device_.kind() != device_kind::cuda) return v;
+  if (v.t.get_device().properties().gpu_ordinal == device_.properties().gpu_ordinal) {
+    keep_until_done(v.t);
+    return v;
+  }
+  const auto n = static_cast<std::size_t>(state.value.numel());
+  const bool whole_value = v.offset == 0 && static_cast<std::size_t>(v.t.numel()) == n;
+  tensor staging = tensor::empty(whole_value ? v.t.shape() : std::vector<std::int64_t>{state.value.numel()},
+                                 dtype::float32, device_, stream_);
+  copy_elements(staging, 0, v.t, v.offset, n, status, {"push: the copy of a value", state.label});
+  return slice_ref{staging, 0};
+}
+
+/// Groups the values by key (first-appearance order) and merges each group.
+void kvstore_actor::enqueue_push(const std::vector<kvstore::key>& keys, const std::vector<slice_ref>& values,
+                  const std::shared_ptr<work_status>& status) {
+  std::vector<std::pair<kvstore::key, std::vector<slice_ref>>> groups;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == keys[i]; });
+    if (it == groups.end()) groups.emplace_back(keys[i], std::vector<slice_ref>{values[i]});
+    else it->second.push_back(values[i]);
+  }
+  for (auto& [key, group] : groups) {
+    key_state& state = keys_.at(key);
+    for (const auto& v : group) stream_.wait(v.t.ready_event());
+    for (auto& v : group) v = readable(v, state, status);
+    const std::size_t need = options_.contributions_per_version;
+    if (need == 0) {  // asynchronous: this call's values make one update
+      merge(state, group, false, true, status);
+      continue;
+    }
+    std::size_t next = 0;
+    while (next < group.size()) {  // synchronous: fill the current version, maybe the next ones
+      std::size_t take = std::min(need - state.received, group.size() - next);
+      std::vector<slice_ref> part(group.begin() + static_cast<std::ptrdiff_t>(next),
+                                  group.begin() + static_cast<std::ptrdiff_t>(next + take));
+      bool first = state.received == 0;
+      state.received += take;
+      bool complete = state.received == need;
+      merge(state, part, !first, complete, status);
+      if (complete) state.received = 0;
+      next += take;
+    }
+  }
+}
+
+tensor& kvstore_actor::accumulator_of(key_state& state) {
+  if (!state.accumulator.valid())
+    state.accumulator = tensor::empty(state.value.shape(), dtype::float32, device_, stream_);
+  return state.accumulator;
+}
+
+/// Sums `values` (plus the accumulator when `with_accumulator`) and, when `complete`, applies
+/// the update rule and counts a version.
+void kvstore_actor::merge(key_state& state, const std::vector<slice_ref>& values, bool with_accumulator, bool complete,
+           const std::shared_ptr<work_status>& status) {
+  const auto n = static_cast<std::size_t>(state.value.numel());
+  update_rule rule = complete ? rule_ : update_rule{};
+  const bool assign = complete && std::holds_alternative<std::monostate>(rule);
+  const bool user = std::holds_alternative<kvstore::updater>(rule);
+  // Where the sum goes. Assign (the default rule) sums straight into the stored value: k reads
+  // and one write, nothing more. One value read in place when no sum is needed (a user updater
+  // gets it as a tensor, so only a whole one). Otherwise the key's accumulator.
+  tensor merged;
+  std::size_t merged_offset = 0;
+  bool in_place = false;
+  if (assign) {
+    merged = state.value;
+  } else if (!with_accumulator && values.size() == 1 && complete &&
+             (!user || (values[0].offset == 0 && static_cast<std::size_t>(values[0].t.numel()) == n))) {
+    merged = values[0].t;
+    merged_offset = values[0].offset;
+    in_place = true;
+  } else {
+    merged = accumulator_of(state);
+  }
+  merge_work work{.key = state.label,
+                  .values = values,
+                  .accumulated = with_accumulator ? accumulator_of(state) : tensor{},
+                  .merged = merged,
+                  .merged_offset = merged_offset,
+                  .in_place = in_place,
+                  .complete = complete,
+                  .stored = state.value,
+                  .rule = rule,
+                  .n = n};
+  if (complete) {
+    if (std::holds_alternative<kernels::sgd_options>(rule) &&
+        std::get<kernels::sgd_options>(rule).momentum != 0.0 && state.optimizer_state.empty()) {
+      state.optimizer_state = {tensor::empty(state.value.shape(), dtype::float32, device_, stream_)};
+      work.fresh_state = true;
+    }
+    if (std::holds_alternative<kernels::adam_options>(rule) && state.optimizer_state.size() != 2) {
+      state.optimizer_state = {tensor::empty(state.value.shape(), dtype::float32, device_, stream_),
+                               tensor::empty(state.value.shape(), dtype::float32, device_, stream_)};
+      state.step = 0;
+      work.fresh_state = true;
+    }
+    if (std::holds_alternative<kernels::adam_options>(rule)) work.step = ++state.step;
+    work.opt_state = state.optimizer_state;
+    ++state.version;
+  }
+  const double k = static_cast<double>(values.size() + (with_accumulator ? 1 : 0));
+  const work_label label{"push: the update", state.label};
+  kernels::on_stream(stream_,
+                     {.name = complete ? "kvstore_update" : "kvstore_accumulate",
+                      .kind = work_kind::pointwise,
+                      .flops = (k + 4.0) * static_cast<double>(n),
+                      .bytes = (assign ? k + 1.0 : k + 4.0) * 4.0 * static_cast<double>(n)},
+                     [work, label, status](auto target) {
+                       if (status->failed()) return;  // an earlier part of this request failed
+                       run_guarded(*status, label, [&] { work.run(target); });
+                     });
+  if (user && complete && device_.kind() == device_kind::cuda) run_user_updater(work, *status);
+}
+
+/// cuda stores: a user updater is host code that must launch its own device work, so the store
+/// calls it here, on the actor's thread, right after enqueueing the sum, with `merged` and
+/// `stored` carrying the sum's event as their ready event. The updater may set `stored`'s ready
+/// event to the end of its own work; the store's stream waits for it before anything later.
+void kvstore_actor::run_user_updater(const merge_work& work, work_status& status) {
+  event summed = stream_.record();
+  tensor merged = work.merged;
+  tensor stored = work.stored;
+  merged.set_ready_event(summed);
+  stored.set_ready_event(summed);
+  if (!status.failed())
+    run_guarded(status, {"push: the update", work.key},
+                [&] { std::get<kvstore::updater>(work.rule)(work.key, merged, stored); });
+  stream_.wait(stored.ready_event());
+}
+
+/// Copies each key's value into its output; returns the event that marks the copies done.
+event kvstore_actor::enqueue_pull(const std::vector<kvstore::key>& keys, const std::vector<slice_ref>& outs,
+                   const std::shared_ptr<work_status>& status) {
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    stream_.wait(outs[i].t.ready_event());  // whatever the caller queued on the output comes first
+    const key_state& state = keys_.at(keys[i]);
+    copy_elements(outs[i].t, outs[i].offset, state.value, 0, static_cast<std::size_t>(state.value.numel()), status,
+                  {"pull: the copy", state.label});
+  }
+  return stream_.record();
+}
+
+std::string stream_failure(std::exception_ptr e) {
+  try {
+    std::rethrow_exception(e);
+  } catch (const std::exception& ex) {
+    return ex.what();
+  } catch (...) {
+    return "device work failed";
+  }
+}
+
+void kvstore_actor::reply_when_done(response_promise<unit_t> promise, std::shared_ptr<work_status> status) {
+  stream_.on_complete([promise, status](std::exception_ptr e) mutable {
+    if (e) promise.deliver(error(errc::runtime_failure, "kvstore: device work failed: " + stream_failure(e)));
+    else if (status && status->failed()) promise.deliver(error(errc::runtime_failure, status->failure()));
+    else promise.deliver(unit);
+  });
+}
+void kvstore_actor::reply_when_done(response_promise<std::vector<tensor>> promise, std::vector<tensor> outs,
+                     std::shared_ptr<work_status> status) {
+  stream_.on_complete([promise, outs = std::move(outs), status](std::exception_ptr e) mutable {
+    if (e) promise.deliver(error(errc::runtime_failure, "kvstore: device work failed: " + stream_failure(e)));
+    else if (status && status->failed()) promise.deliver(error(errc::runtime_failure, status->failure()));
+    else promise.deliver(std::move(outs));
+  });
+}
+
+}  // namespace strata::kvstore::internal

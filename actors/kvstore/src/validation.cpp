@@ -1,0 +1,87 @@
+#include "validation.hpp"
+
+#include <sstream>
+
+namespace strata::kvstore {
+
+std::string key::to_string() const {
+  if (is_int()) return std::to_string(std::get<0>(value_));
+  return "\"" + std::get<1>(value_) + "\"";
+}
+
+namespace internal {
+
+namespace {
+
+std::string shape_text(const std::vector<std::int64_t>& shape) {
+  std::ostringstream os;
+  os << '[';
+  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
+  os << ']';
+  return os.str();
+}
+
+expected<void> check_kind(const char* op, const kvstore::key& key, std::optional<bool> int_keys) {
+  if (!int_keys || *int_keys == key.is_int()) return {};
+  return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " is " +
+             (key.is_int() ? "an integer" : "a string") + " but this store holds " +
+             (*int_keys ? "integer" : "string") + " keys; one store cannot mix key kinds.");
+}
+
+expected<void> check_tensor(const char* op, const char* role, const kvstore::key& key, const tensor& t,
+                            const std::vector<std::int64_t>* shape, const store_place& place) {
+  std::string where = std::string("kvstore ") + op + ": the " + role + " for key " + key.to_string();
+  if (!t.valid()) return bad(where + " is an empty tensor; expected a float32 tensor.");
+  if (t.dtype() != dtype::float32)
+    return bad(where + " has dtype " + std::string(to_string(t.dtype())) + ", expected float32.");
+  if (shape && t.shape() != *shape)
+    return bad(where + " has shape " + shape_text(t.shape()) + ", expected " + shape_text(*shape) +
+               " (the stored shape).");
+  if (t.storage().kind() != place.kind)
+    return bad(where + " is on " + t.get_device().name() + ", which a store on " + place.name +
+               " cannot read; expected a " + std::string(to_string(place.kind)) + " tensor.");
+  return {};
+}
+
+expected<void> check_pairs(const char* op, const char* role, std::size_t keys, std::size_t values) {
+  if (keys == values && keys > 0) return {};
+  if (keys == 0) return bad(std::string("kvstore ") + op + ": no keys given; expected at least one.");
+  return bad(std::string("kvstore ") + op + ": " + std::to_string(keys) + " keys and " + std::to_string(values) +
+             " " + role + "s; expected one " + role + " per key.");
+}
+
+}  // namespace
+
+expected<void> check_existing(const char* op, const char* role, const std::vector<kvstore::key>& keys,
+                              const std::vector<tensor>& tensors, std::optional<bool> int_keys,
+                              const shape_lookup& shape_of, const store_place& place) {
+  if (auto r = check_pairs(op, role, keys.size(), tensors.size()); !r) return r;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (auto r = check_kind(op, keys[i], int_keys); !r) return r;
+    const auto* shape = shape_of(keys[i]);
+    if (!shape)
+      return bad(std::string("kvstore ") + op + ": key " + keys[i].to_string() + " is not initialised; call init first.");
+    if (auto r = check_tensor(op, role, keys[i], tensors[i], shape, place); !r) return r;
+  }
+  return {};
+}
+
+expected<void> check_init(const kvstore::init& m, std::optional<bool>& int_keys, const shape_lookup& shape_of,
+                          const store_place& place) {
+  if (auto r = check_pairs("init", "value", m.keys.size(), m.values.size()); !r) return r;
+  std::optional<bool> kind = int_keys;
+  for (std::size_t i = 0; i < m.keys.size(); ++i) {
+    const auto& key = m.keys[i];
+    if (auto r = check_kind("init", key, kind); !r) return r;
+    kind = key.is_int();
+    if (shape_of(key)) return bad("kvstore init: key " + key.to_string() + " already exists.");
+    for (std::size_t j = 0; j < i; ++j)
+      if (m.keys[j] == key) return bad("kvstore init: key " + key.to_string() + " is given twice.");
+    if (auto r = check_tensor("init", "value", key, m.values[i], nullptr, place); !r) return r;
+  }
+  int_keys = kind;
+  return {};
+}
+
+}  // namespace internal
+}  // namespace strata::kvstore

@@ -1,0 +1,53 @@
+#pragma once
+// Validation of requests, shared by a store and a sharded store's router: every request is
+// checked whole before anything changes, so a failed request leaves the store as it was.
+// Private to strata::kvstore.
+
+#include <cstdint>
+#include <exception>
+#include <functional>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "strata/device/kind.hpp"
+#include "strata/device/tensor.hpp"
+#include "strata/error.hpp"
+#include "strata/kvstore/kvstore.hpp"
+
+namespace strata::kvstore::internal {
+
+/// An invalid-argument error with `text` (one sentence).
+inline error bad(std::string text) { return error(errc::invalid_argument, std::move(text)); }
+
+/// Runs `f` (returning expected<void>); an exception becomes a runtime failure "kvstore <op>: ...".
+template <class F>
+expected<void> guarded(const char* op, F&& f) {
+  try {
+    return f();
+  } catch (const std::exception& e) {
+    return error(errc::runtime_failure, std::string("kvstore ") + op + ": " + e.what());
+  }
+}
+
+/// Where a store keeps its values, for tensor checks and their error texts.
+struct store_place {
+  device_kind kind = device_kind::cpu;
+  std::string name;
+};
+
+/// Stored shape of a key, or null when the key is not initialised.
+using shape_lookup = std::function<const std::vector<std::int64_t>*(const kvstore::key&)>;
+
+/// Keys and tensors of a push, pull or pushpull (`op`; `role` "value" or "output") against
+/// existing keys: one tensor per key, key kind, presence, dtype, shape, device.
+expected<void> check_existing(const char* op, const char* role, const std::vector<kvstore::key>& keys,
+                              const std::vector<tensor>& tensors, std::optional<bool> int_keys,
+                              const shape_lookup& shape_of, const store_place& place);
+
+/// An init: new, distinct keys of the store's kind, float32 values. `int_keys` becomes the kind
+/// the store holds afterwards.
+expected<void> check_init(const kvstore::init& m, std::optional<bool>& int_keys, const shape_lookup& shape_of,
+                          const store_place& place);
+
+}  // namespace strata::kvstore::internal
