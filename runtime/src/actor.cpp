@@ -273,7 +273,18 @@ void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
       return;
     }
     case message_kind::stop:
+      delete e;
+      return;
     case message_kind::control:
+      if (e->type == type_of<suspend_for_restart>() && c->supervisor) {
+        // An all-for-one supervisor restarts this child with a failed sibling.
+        c->suspended = true;
+        auto* note = new typed_envelope<child_suspended>(child_suspended{actor_ref::from_cell(c)});
+        note->urgent = true;
+        note->msg_id = next_message_id();
+        note->sender = actor_ref::from_cell(c);
+        if (!deliver(c->supervisor.cell(), note)) c->suspended = false;  // no supervisor: carry on
+      }
       delete e;
       return;
   }

@@ -1,4 +1,5 @@
-// One-for-one supervision: restart a failed child behind the same handle, within limits.
+// Supervision: restart a failed child behind the same handle (one-for-one), or every child
+// (all-for-one), within limits.
 
 #include <chrono>
 #include <deque>
@@ -23,6 +24,7 @@ public:
     return {
         [this](const detail::child_added& m) { children_.push_back(m.child); },
         [this](detail::child_failed& m) { on_child_failed(m); },
+        [this](const detail::child_suspended& m) { on_sibling_suspended(m.child); },
     };
   }
 
@@ -32,10 +34,13 @@ public:
   }
 
 private:
+  bool all_for_one() const noexcept { return policy_.strategy == restart_strategy::all_for_one; }
+
   void on_child_failed(detail::child_failed& m) {
     auto* c = detail::as_cell(m.child.cell());
     auto now = std::chrono::steady_clock::now();
-    auto& history = history_[m.child.id()];
+    // All for one: the group shares one restart history (key 0, never an actor id).
+    auto& history = history_[all_for_one() ? 0 : m.child.id()];
     while (!history.empty() && now - history.front() > policy_.within) history.pop_front();
     if (c->stop_requested.load(std::memory_order_acquire)) {
       error reason;
@@ -62,12 +67,43 @@ private:
       forget(m.child);
       detail::terminate_actor(c, error(errc::unhandled_exception,
                                        "could not restart '" + c->name + "' after: " + m.reason.message()));
+      return;
+    }
+    if (!all_for_one()) return;
+    // Each sibling suspends itself between two handlers and comes back as child_suspended.
+    for (const auto& sibling : children_) {
+      if (sibling == m.child) continue;
+      auto* e = new detail::typed_envelope<detail::suspend_for_restart>(detail::suspend_for_restart{m.reason});
+      e->kind = detail::message_kind::control;
+      e->urgent = true;
+      e->msg_id = detail::next_message_id();
+      e->sender = self();
+      (void)detail::deliver(sibling.cell(), e);  // a sibling that has terminated needs no restart
+    }
+  }
+
+  void on_sibling_suspended(const actor_ref& child) {
+    auto* c = detail::as_cell(child.cell());
+    if (c->stop_requested.load(std::memory_order_acquire)) {
+      error reason;
+      {
+        std::lock_guard lock(c->mu);
+        reason = c->stop_reason;
+      }
+      forget(child);
+      detail::terminate_actor(c, std::move(reason));
+      return;
+    }
+    if (!detail::restart_actor(c)) {
+      forget(child);
+      detail::terminate_actor(c, error(errc::unhandled_exception,
+                                       "could not restart '" + c->name + "' with its failed sibling"));
     }
   }
 
   void forget(const actor_ref& child) {
     std::erase(children_, child);
-    history_.erase(child.id());
+    if (!all_for_one()) history_.erase(child.id());
   }
 
   restart_policy policy_;

@@ -18,4 +18,15 @@ struct child_added {
   actor_ref child;
 };
 
+/// Sent (urgent, control) by an all-for-one supervisor to a sibling of a failed child: between two
+/// handlers the sibling suspends itself and answers with `child_suspended`.
+struct suspend_for_restart {
+  error reason;
+};
+
+/// A sibling suspended on `suspend_for_restart`: the supervisor restarts it (no failure counted).
+struct child_suspended {
+  actor_ref child;
+};
+
 }  // namespace strata::detail

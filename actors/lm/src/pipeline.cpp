@@ -4,73 +4,19 @@
 #include <atomic>
 #include <cmath>
 #include <map>
-#include <mutex>
 #include <stdexcept>
+#include <thread>
 
 #include "stage.hpp"
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/device/event.hpp"
 #include "strata/device/stream.hpp"
-#include "strata/device_messages.hpp"
+#include "strata/pipeline/stage_actor.hpp"
 #include "strata/trace.hpp"
 
 namespace strata::lm {
 
 namespace {
-
-// ---- messages between the driver and the stages ------------------------------------------------
-
-struct wire_stage {
-  actor_ref prev, next, driver;
-};
-struct begin_step {
-  std::uint64_t step;
-  std::vector<std::vector<std::int32_t>> tokens;   // per micro-batch [T, Bm] (first stage)
-  std::vector<std::vector<std::int32_t>> targets;  // per micro-batch [T, Bm] (last stage)
-};
-/// An activation (forward) or a gradient (backward) of one (micro-batch, chunk) unit: the
-/// producer's buffer, valid for the whole step, with the event after which it is ready.
-struct unit_tensor {
-  std::uint64_t step;
-  int micro_batch;
-  int chunk;
-  tensor data;  // invalid on sim devices (no data)
-};
-struct activation_msg {
-  unit_tensor t;
-};
-struct gradient_msg {
-  unit_tensor t;
-};
-struct norm_done {
-  std::uint64_t step;
-};
-struct stage_norm {
-  int stage;
-  double sq_norm;
-  double loss_sum;
-};
-struct apply_update {
-  std::uint64_t step;
-  double scale;
-};
-struct update_done {
-  std::uint64_t step;
-};
-struct stage_updated {
-  int stage;
-};
-struct use_store {
-  actor_ref store;
-};
-struct get_parameters {};
-struct reset_state {};
-struct put_parameters {
-  std::vector<named_parameter> params;
-};
-struct run_step {
-  std::vector<std::int32_t> tokens, targets;
-};
 
 /// Device time spent per kind of work, filled by the device's work observer.
 struct stage_clock {
@@ -84,280 +30,67 @@ struct stage_clock {
   double busy_ms() const { return static_cast<double>(forward_ns + backward_ns + other_ns) / 1e6; }
 };
 
-// ---- the stage actor ---------------------------------------------------------------------------
-
-class stage_actor final : public actor {
+/// The LSTM LM's stage as a pipeline::stage_model: lm_stage's math on the stage's stream; the step
+/// boundary reports (sum of squared gradients, summed loss) for the global clip, then scales the
+/// gradients and pushpulls them through the kvstore, which applies SGD and holds the master copy.
+class lstm_stage_model {
 public:
-  stage_actor(int index, std::shared_ptr<lm_stage> model, device dev, stream s, stream copies,
-              std::vector<pipeline::action> actions, std::size_t chunks, bool copy_always)
-      : index_(index), model_(std::move(model)), dev_(std::move(dev)), stream_(std::move(s)),
-        copy_stream_(std::move(copies)), chunks_(chunks), copy_always_(copy_always) {
-    for (const auto& a : actions)
-      if (pipeline::is_compute(a.kind)) actions_.push_back(a);
+  using exchange_reply = std::vector<tensor>;
+
+  explicit lstm_stage_model(std::shared_ptr<lm_stage> stage) : stage_(std::move(stage)) {}
+
+  /// The next step's tokens (first stage) and targets (last stage), one [T, Bm] per micro-batch;
+  /// set by the owner before it runs the step, copied to the device when the step begins.
+  void set_step_data(std::vector<std::vector<std::int32_t>> tokens, std::vector<std::vector<std::int32_t>> targets) {
+    tokens_ = std::move(tokens);
+    targets_ = std::move(targets);
   }
 
-  behavior make_behavior() override {
-    return {
-        [this](wire_stage& w) {
-          if (trace::enabled())
-            trace::emit(trace::event_kind::tag, id(), 0, trace::intern("pipeline.stage"), 0, static_cast<std::uint32_t>(index_));
-          prev_ = std::move(w.prev);
-          next_ = std::move(w.next);
-          driver_ = std::move(w.driver);
-        },
-        [this](begin_step& b) {
-          step_ = b.step;
-          for (std::size_t mb = 0; mb < b.tokens.size(); ++mb) model_->set_tokens(mb, b.tokens[mb], stream_);
-          for (std::size_t mb = 0; mb < b.targets.size(); ++mb) model_->set_targets(mb, b.targets[mb], stream_);
-          pos_ = 0;
-          running_ = true;
-          advance();
-        },
-        [this](activation_msg& m) {
-          forward_ready_[unit(m.t)] = std::move(m.t);
-          advance();
-        },
-        [this](gradient_msg& m) {
-          backward_ready_[unit(m.t)] = std::move(m.t);
-          advance();
-        },
-        [this](const norm_done&) { send(driver_, stage_norm{index_, model_->sq_norm(), model_->loss_sum()}); },
-        [this](use_store& m) { store_ = std::move(m.store); },
-        [this](const apply_update& u) {
-          // Scale by the clip coefficient / count, push to the kvstore (which applies SGD), pull the
-          // updated weights back into this stage's parameters, then zero the gradients.
-          stream_.launch(model_->scale_work(u.scale));
-          event ready = stream_.record();
-          kvstore::pushpull m;
-          for (std::size_t i = 0; i < model_->names().size(); ++i) {
-            tensor g = model_->grad(i);
-            g.set_ready_event(ready);
-            m.push.keys.emplace_back(model_->names()[i]);
-            m.push.values.push_back(std::move(g));
-            m.pull.keys.emplace_back(model_->names()[i]);
-            m.pull.outs.push_back(model_->value(i));
-          }
-          const auto step = u.step;
-          request<std::vector<tensor>>(store_, std::chrono::minutes(5), std::move(m))
-              .then(
-                  [this, step](std::vector<tensor>& pulled) {
-                    for (auto& t : pulled) stream_.wait(t.ready_event());
-                    stream_.launch(model_->zero_grad_work());
-                    send_on_complete(stream_, self(), update_done{step});
-                  },
-                  [this](const error& e) {
-                    throw std::runtime_error("stage " + std::to_string(index_) + " could not update its weights: " +
-                                             e.message());
-                  });
-        },
-        [this](const update_done&) { send(driver_, stage_updated{index_}); },
-        [this](const device_failure& f) {
-          throw std::runtime_error("stage " + std::to_string(index_) + " device work failed: " + f.what);
-        },
-        [this](const reset_state&) { stream_.launch(model_->zero_state_work()); },
-        [this](const get_parameters&) {
-          std::vector<named_parameter> out;
-          if (!model_->computes()) return out;
-          for (std::size_t i = 0; i < model_->names().size(); ++i)
-            out.push_back({model_->names()[i], model_->read_value(i, stream_)});
-          return out;
-        },
-        [this](put_parameters& p) -> expected<void> {
-          if (!model_->computes()) return {};
-          for (auto& np : p.params) {
-            for (std::size_t i = 0; i < model_->names().size(); ++i) {
-              if (model_->names()[i] != np.name) continue;
-              if (np.values.size() != model_->count(i))
-                return error(errc::invalid_argument, "parameter '" + np.name + "' has " + std::to_string(np.values.size()) +
-                                                         " values; the model expects " + std::to_string(model_->count(i)));
-              model_->write_value(i, np.values, stream_);
-            }
-          }
-          stream_.synchronize();  // the store (re)built before the next step reads these values
-          return {};
-        },
-    };
+  void begin_step(std::uint64_t, stream& s) {
+    for (std::size_t mb = 0; mb < tokens_.size(); ++mb) stage_->set_tokens(mb, tokens_[mb], s);
+    for (std::size_t mb = 0; mb < targets_.size(); ++mb) stage_->set_targets(mb, targets_[mb], s);
+  }
+  void forward(std::size_t mb, std::size_t ch, stream& s) { s.launch(stage_->forward_work(mb, ch)); }
+  void backward(std::size_t mb, std::size_t ch, stream& s) { s.launch(stage_->backward_work(mb, ch)); }
+  tensor output(std::size_t mb, std::size_t ch) const { return stage_->output(mb, ch); }
+  tensor input_grad(std::size_t mb, std::size_t ch) const { return stage_->input_grad(mb, ch); }
+  // lm_stage reads its inputs through float pointers; the transport made them readable on `s`.
+  void accept_input(std::size_t mb, std::size_t ch, const tensor& t, stream&) {
+    stage_->set_input(mb, ch, static_cast<const float*>(t.raw_data()));
+  }
+  void accept_output_grad(std::size_t mb, std::size_t ch, const tensor& t, stream&) {
+    stage_->set_output_grad(mb, ch, static_cast<const float*>(t.raw_data()));
+  }
+  void end_compute(stream& s) { stage_->enqueue_norm(s); }
+  std::vector<double> report() const { return {stage_->sq_norm(), stage_->loss_sum()}; }
+
+  /// Scales by the clip coefficient / count (args[0]), then pushes the gradients to the kvstore
+  /// (which applies SGD) and pulls the updated weights into this stage's parameters.
+  kvstore::pushpull exchange(const std::vector<double>& args, stream& s) {
+    s.launch(stage_->scale_work(args.at(0)));
+    event ready = s.record();
+    kvstore::pushpull m;
+    for (std::size_t i = 0; i < stage_->names().size(); ++i) {
+      tensor g = stage_->grad(i);
+      g.set_ready_event(ready);
+      m.push.keys.emplace_back(stage_->names()[i]);
+      m.push.values.push_back(std::move(g));
+      m.pull.keys.emplace_back(stage_->names()[i]);
+      m.pull.outs.push_back(stage_->value(i));
+    }
+    return m;
+  }
+  /// The pulled weights are ready: zero the gradients after them.
+  void exchanged(std::vector<tensor>& pulled, stream& s) {
+    for (auto& t : pulled) s.wait(t.ready_event());
+    s.launch(stage_->zero_grad_work());
   }
 
 private:
-  std::size_t unit(const unit_tensor& t) const {
-    return static_cast<std::size_t>(t.micro_batch) * chunks_ + static_cast<std::size_t>(t.chunk);
-  }
-
-  /// Orders this stage's compute stream after `t` is ready and returns where the stage reads it:
-  /// in place when its device can (host memory between cpu devices, one GPU's memory between its
-  /// shares), else from `staging` after a copy (another GPU: a peer copy; host and GPU: over
-  /// PCIe) on the stage's copy stream, so that transfers overlap the compute of earlier actions.
-  /// Called when the plan reaches the action: the wait sits just before the work that needs it.
-  template <class Staging>
-  const float* receive(const tensor& t, Staging staging) {
-    if (!t.valid() || (!copy_always_ && readable_in_place(t, dev_))) {
-      stream_.wait(t.ready_event());
-      return static_cast<const float*>(t.raw_data());
-    }
-    copy_stream_.wait(t.ready_event());
-    const tensor& own = staging();  // allocated on first use, on the copy stream
-    copy_stream_.copy(own.storage(), t.storage(), t.bytes());
-    stream_.wait(copy_stream_.record());
-    return static_cast<const float*>(own.raw_data());
-  }
-
-  /// The stage's output of a forward or backward action, tagged with the event that makes it ready.
-  unit_tensor produced(const pipeline::action& a, const tensor& t) {
-    tensor out = t;
-    out.set_ready_event(stream_.record());
-    return unit_tensor{step_, a.micro_batch, a.chunk, std::move(out)};
-  }
-
-  /// Submits the plan's actions in order as far as their inputs have arrived. Submission is
-  /// asynchronous: the stream waits for each input's event, not this actor.
-  void advance() {
-    while (running_ && pos_ < actions_.size()) {
-      const auto& a = actions_[pos_];
-      const auto mb = static_cast<std::size_t>(a.micro_batch), ch = static_cast<std::size_t>(a.chunk);
-      const std::size_t u = mb * chunks_ + ch;
-      if (a.kind == pipeline::action_kind::forward) {
-        if (prev_) {
-          auto it = forward_ready_.find(u);
-          if (it == forward_ready_.end()) return;
-          model_->set_input(mb, ch, receive(it->second.data, [&]() -> const tensor& {
-                              return model_->input_staging(mb, ch, copy_stream_);
-                            }));
-          forward_ready_.erase(it);
-        }
-        stream_.launch(model_->forward_work(mb, ch));
-        if (next_) send(next_, activation_msg{produced(a, model_->output(mb, ch))});
-      } else {
-        if (next_) {
-          auto it = backward_ready_.find(u);
-          if (it == backward_ready_.end()) return;
-          model_->set_output_grad(mb, ch, receive(it->second.data, [&]() -> const tensor& {
-                                    return model_->output_grad_staging(mb, ch, copy_stream_);
-                                  }));
-          backward_ready_.erase(it);
-        }
-        stream_.launch(model_->backward_work(mb, ch));
-        if (prev_) send(prev_, gradient_msg{produced(a, model_->input_grad(mb, ch))});
-      }
-      ++pos_;
-    }
-    if (running_ && pos_ == actions_.size()) {
-      running_ = false;
-      model_->enqueue_norm(stream_);
-      send_on_complete(stream_, self(), norm_done{step_});
-    }
-  }
-
-  int index_;
-  std::shared_ptr<lm_stage> model_;
-  device dev_;
-  stream stream_;
-  stream copy_stream_;  // activations and gradients this stage cannot read in place
-  std::size_t chunks_;
-  bool copy_always_;
-  std::vector<pipeline::action> actions_;
-  actor_ref store_;
-  actor_ref prev_, next_, driver_;
-  std::uint64_t step_ = 0;
-  std::size_t pos_ = 0;
-  bool running_ = false;
-  std::map<std::size_t, unit_tensor> forward_ready_, backward_ready_;
+  std::shared_ptr<lm_stage> stage_;
+  std::vector<std::vector<std::int32_t>> tokens_, targets_;
 };
-
-// ---- the driver: splits the batch, runs the step boundary (global norm, clip, update) ----------
-
-class driver_actor final : public actor {
-public:
-  driver_actor(lm_config config, std::vector<actor_ref> stages, std::vector<std::shared_ptr<stage_clock>> clocks,
-               std::shared_ptr<stage_clock> store_clock)
-      : config_(config), stages_(std::move(stages)), clocks_(std::move(clocks)), store_clock_(std::move(store_clock)) {}
-
-  behavior make_behavior() override {
-    for (auto& s : stages_) monitor(s);
-    return {
-        [this](const down_msg& d) {
-          if (failure_) return;
-          std::size_t index = 0;
-          while (index < stages_.size() && stages_[index] != d.source) ++index;
-          failure_ = error(errc::runtime_failure, "pipeline stage " + std::to_string(index) + " failed during step " +
-                                                      std::to_string(step_) + ": " + d.reason.message());
-          if (promise_.pending()) promise_.deliver(failure_);
-        },
-        [this](run_step& r) {
-          promise_ = make_response_promise<step_result>();
-          if (failure_) {
-            promise_.deliver(failure_);
-            return;
-          }
-          start_ = std::chrono::steady_clock::now();
-          for (auto& c : clocks_) c->reset();
-          if (store_clock_) store_clock_->reset();
-          const std::size_t T = config_.seq, B = config_.batch, M = config_.micro_batches, Bm = B / M;
-          begin_step first{++step_, {}, {}}, last{step_, {}, {}};
-          for (std::size_t mb = 0; mb < M; ++mb) {
-            std::vector<std::int32_t> tok(T * Bm), tgt(T * Bm);
-            for (std::size_t t = 0; t < T; ++t)
-              for (std::size_t b = 0; b < Bm; ++b) {
-                tok[t * Bm + b] = r.tokens[t * B + mb * Bm + b];
-                tgt[t * Bm + b] = r.targets[t * B + mb * Bm + b];
-              }
-            first.tokens.push_back(std::move(tok));
-            last.targets.push_back(std::move(tgt));
-          }
-          if (stages_.size() == 1) {
-            first.targets = std::move(last.targets);
-            send(stages_[0], std::move(first));
-          } else {
-            send(stages_.front(), std::move(first));
-            for (std::size_t s = 1; s + 1 < stages_.size(); ++s) send(stages_[s], begin_step{step_, {}, {}});
-            send(stages_.back(), std::move(last));
-          }
-          sq_ = 0;
-          loss_ = 0;
-          norms_ = 0;
-          updated_ = 0;
-        },
-        [this](const stage_norm& n) {
-          sq_ += n.sq_norm;
-          loss_ += n.loss_sum;
-          if (++norms_ < stages_.size()) return;
-          const double count = static_cast<double>(config_.seq * config_.batch);
-          norm_ = std::sqrt(sq_) / count;
-          const double coef = config_.clip / (norm_ + 1e-6);
-          const double scale = (coef < 1.0 ? coef : 1.0) / count;
-          for (auto& s : stages_) send(s, apply_update{step_, scale});
-        },
-        [this](const stage_updated&) {
-          if (++updated_ < stages_.size()) return;
-          step_result r;
-          r.loss = loss_ / static_cast<double>(config_.seq * config_.batch);
-          r.grad_norm = norm_;
-          r.step_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - start_).count();
-          const double units = static_cast<double>(config_.micro_batches);
-          for (auto& c : clocks_) {
-            r.stage_busy_ms.push_back(c->busy_ms());
-            r.stage_forward_ms.push_back(static_cast<double>(c->forward_ns.load()) / 1e6 / units);
-            r.stage_backward_ms.push_back(static_cast<double>(c->backward_ns.load()) / 1e6 / units);
-            r.stage_other_ms.push_back(static_cast<double>(c->other_ns.load()) / 1e6);
-          }
-          if (store_clock_) r.store_busy_ms = store_clock_->busy_ms();
-          promise_.deliver(std::move(r));
-        },
-    };
-  }
-
-private:
-  lm_config config_;
-  std::vector<actor_ref> stages_;
-  std::vector<std::shared_ptr<stage_clock>> clocks_;
-  std::shared_ptr<stage_clock> store_clock_;
-  response_promise<step_result> promise_;
-  error failure_;
-  std::chrono::steady_clock::time_point start_;
-  std::uint64_t step_ = 0;
-  double sq_ = 0, loss_ = 0, norm_ = 0;
-  std::size_t norms_ = 0, updated_ = 0;
-};
+static_assert(pipeline::stage_model<lstm_stage_model>);
 
 }  // namespace
 
@@ -367,68 +100,91 @@ struct lm_pipeline::state {
   pipeline::plan plan;
   std::vector<device> devices;
   std::vector<std::shared_ptr<lm_stage>> models;
+  std::vector<std::shared_ptr<lstm_stage_model>> stage_models;
+  std::vector<std::shared_ptr<pipeline::stage_context>> contexts;
+  std::vector<std::size_t> generations;  // per stage: actor instances when it last (re)started
   std::vector<std::shared_ptr<stage_clock>> clocks;
-  std::vector<stream> streams;       // per stage: compute
-  std::vector<stream> copy_streams;  // per stage: incoming copies (GPUs that cannot read each other)
-  std::vector<actor_ref> stages;
-  actor_ref driver;
+  pipeline::pipeline_actors actors;
   actor_ref store;         // holds the master weights and applies SGD
   device store_device;     // where it merges (empty: default)
   std::shared_ptr<stage_clock> store_clock;
   bool store_stale = true; // (re)build the store before the next step
   bool copy_activations = false;
-  bool carry_state = false;
-  bool failed = false;     // the last step failed: restart the actors before the next one
+  bool failed = false;     // the last step failed: restart the stages before the next one
+  errc failure = errc::runtime_failure;
   std::size_t restarts = 0;
 
-  /// Spawns the stage actors and the driver on the current streams and wires them.
+  /// Spawns the stage actors (under one all-for-one supervisor) and the driver.
   void spawn_actors() {
-    stages.clear();
-    for (std::size_t s = 0; s < models.size(); ++s) {
-      stages.push_back(system->spawn_with<stage_actor>(
-          spawn_options{.name = "stage-" + std::to_string(s) + " (" + devices[s].name() + ")"}, static_cast<int>(s),
-          models[s], devices[s], streams[s], copy_streams[s], plan.stages[s], config.chunks, copy_activations));
-    }
-    driver = system->spawn_with<driver_actor>(spawn_options{.name = "pipeline-driver"}, config, stages, clocks,
-                                              store_clock);
-    for (std::size_t s = 0; s < stages.size(); ++s) {
-      system->send(stages[s], wire_stage{s > 0 ? stages[s - 1] : actor_ref{},
-                                         s + 1 < stages.size() ? stages[s + 1] : actor_ref{}, driver});
-      if (store) system->send(stages[s], use_store{store});
-    }
+    pipeline::pipeline_options o;
+    o.store = store;
+    o.copy_always = copy_activations;
+    o.rule = [count = static_cast<double>(config.seq * config.batch), clip = config.clip](
+                 const std::vector<std::vector<double>>& reports) {
+      double sq = 0;
+      for (const auto& r : reports) sq += r.at(0);
+      const double norm = std::sqrt(sq) / count;
+      const double coef = clip / (norm + 1e-6);
+      return std::vector<double>{(coef < 1.0 ? coef : 1.0) / count, norm};
+    };
+    actors = pipeline::spawn_pipeline(*system, plan, contexts, stage_models, std::move(o));
+    generations.clear();
+    for (auto& c : contexts) generations.push_back(c->instances());
   }
 
   /// Stops the stage actors and the driver, waits until they have terminated (no more
   /// submissions; a request to a stopped actor is answered once it has) and their streams have
   /// drained (a failed stream skips what is left), so that no work item refers to the models.
   void halt() {
-    for (auto& s : stages) system->stop(s);
-    system->stop(driver);
-    for (auto& s : stages) {
+    system->stop(actors.supervisor);  // stops the stages
+    system->stop(actors.driver);
+    for (auto& s : actors.stages) {
       auto gone = system->request<void>(s, std::chrono::seconds(30), unit_t{});
       (void)gone.wait_for(std::chrono::seconds(30));
     }
-    for (auto* list : {&copy_streams, &streams})
-      for (auto& s : *list) {
-        try {
-          s.synchronize();
-        } catch (...) {
-          // A failed step's error was reported by train_step.
-        }
-      }
+    for (auto& c : contexts) {
+      auto list = c->take_retired();
+      list.push_back(c->copies());
+      list.push_back(c->compute());
+      drain(list);
+    }
   }
 
-  /// After a failed step, all for one: every stage actor and the driver are stopped and spawned
-  /// again on fresh streams (a failed stream stays failed), the gradients the step accumulated are
+  static void drain(std::vector<stream>& list) {
+    for (auto& s : list) {
+      try {
+        s.synchronize();
+      } catch (...) {
+        // A failed step's error was reported by train_step.
+      }
+    }
+  }
+
+  /// After a failed step, all for one: the stages' supervisor has restarted every stage actor
+  /// (a step that timed out makes it restart them now), each on fresh streams since a failed
+  /// stream stays failed; the old streams are drained, the gradients the step accumulated are
   /// zeroed and every stage takes its weights back from the store, which is the master copy (so a
   /// step that failed while some stages had already updated leaves no stage behind). A store that
   /// no longer answers is rebuilt from the stages' weights.
   expected<void> restart() {
-    halt();
+    if (failure == errc::request_timeout) system->send(actors.stages.front(), pipeline::restart_stage{});
+    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
+    for (std::size_t s = 0; s < contexts.size(); ++s)
+      while (contexts[s]->instances() <= generations[s]) {
+        if (std::chrono::steady_clock::now() > until)
+          return error(errc::runtime_failure, "the pipeline could not restart after a failed step: stage " +
+                                                  std::to_string(s) + " did not restart within 30 s");
+        std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      }
+    for (std::size_t s = 0; s < contexts.size(); ++s) {
+      generations[s] = contexts[s]->instances();
+      auto old = contexts[s]->take_retired();
+      drain(old);
+    }
+    std::vector<stream> streams;
     for (std::size_t s = 0; s < models.size(); ++s) {
-      streams[s] = devices[s].create_stream();
-      copy_streams[s] = devices[s].create_stream();
-      clocks[s]->copy_stream = copy_streams[s].id();
+      streams.push_back(contexts[s]->compute());
+      clocks[s]->copy_stream = contexts[s]->copies().id();
       models[s]->fail_after(0);
       streams[s].launch(models[s]->zero_grad_work());
       streams[s].launch(models[s]->zero_state_work());
@@ -452,7 +208,6 @@ struct lm_pipeline::state {
         return error(errc::runtime_failure, std::string("the pipeline could not restart after a failed step: ") + e.what());
       }
     }
-    spawn_actors();
     failed = false;
     ++restarts;
     return {};
@@ -488,8 +243,20 @@ struct lm_pipeline::state {
     if (auto r = client.set_optimizer(sgd).get(); !r) return r.error();
     auto [keys, values] = parameter_tensors();
     if (auto r = client.init(std::move(keys), std::move(values)).get(); !r) return r.error();
-    for (auto& s : stages) system->send(s, use_store{store});
+    for (auto& c : contexts) c->set_store(store);
     store_stale = false;
+    return {};
+  }
+
+  /// Runs `task` on every stage's actor, in stage order.
+  expected<void> on_every_stage(std::chrono::milliseconds timeout,
+                                const std::function<expected<void>(std::size_t, stream&)>& task) {
+    for (std::size_t s = 0; s < actors.stages.size(); ++s) {
+      auto r = system->request<void>(actors.stages[s], timeout,
+                                     pipeline::stage_task{[&task, s](stream& st) { return task(s, st); }})
+                   .get();
+      if (!r) return r.error();
+    }
     return {};
   }
 };
@@ -524,11 +291,12 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
   st.plan = pipeline::make_plan(schedule, static_cast<int>(spans.size()), static_cast<int>(config.micro_batches),
                                 static_cast<int>(config.chunks));
   for (std::size_t s = 0; s < spans.size(); ++s) {
-    st.streams.push_back(st.devices[s].create_stream());
-    st.copy_streams.push_back(st.devices[s].create_stream());
-    st.models.push_back(std::make_shared<lm_stage>(config, spans[s], st.devices[s], st.streams[s], options.carry_state));
+    st.contexts.push_back(std::make_shared<pipeline::stage_context>(static_cast<int>(s), st.devices[s]));
+    st.models.push_back(
+        std::make_shared<lm_stage>(config, spans[s], st.devices[s], st.contexts[s]->compute(), options.carry_state));
+    st.stage_models.push_back(std::make_shared<lstm_stage_model>(st.models.back()));
     auto clock = std::make_shared<stage_clock>();
-    clock->copy_stream = st.copy_streams.back().id();
+    clock->copy_stream = st.contexts[s]->copies().id();
     st.clocks.push_back(clock);
     std::uint32_t fwd_name = 0, bwd_name = 0, other_name = 0;
     if (trace::enabled()) {
@@ -570,7 +338,6 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
     });
   }
   st.copy_activations = options.copy_activations;
-  st.carry_state = options.carry_state;
   st.spawn_actors();
 }
 
@@ -602,9 +369,45 @@ expected<step_result> lm_pipeline::train_step(const std::vector<std::int32_t>& t
     if (auto r = state_->restart(); !r) return r.error();
   if (state_->store_stale)
     if (auto r = state_->rebuild_store(); !r) return r.error();
-  auto f = state_->system->request<step_result>(state_->driver, timeout, run_step{tokens, targets});
-  auto r = f.get();
-  if (!r) state_->failed = true;
+  auto& st = *state_;
+  // Split the batch into micro-batches of columns: stage 0 takes the tokens, the last the targets.
+  const std::size_t T = c.seq, B = c.batch, M = c.micro_batches, Bm = B / M;
+  std::vector<std::vector<std::int32_t>> tok(M), tgt(M);
+  for (std::size_t mb = 0; mb < M; ++mb) {
+    tok[mb].resize(T * Bm);
+    tgt[mb].resize(T * Bm);
+    for (std::size_t t = 0; t < T; ++t)
+      for (std::size_t b = 0; b < Bm; ++b) {
+        tok[mb][t * Bm + b] = tokens[t * B + mb * Bm + b];
+        tgt[mb][t * Bm + b] = targets[t * B + mb * Bm + b];
+      }
+  }
+  const std::size_t S = st.stage_models.size();
+  for (std::size_t s = 0; s < S; ++s)
+    st.stage_models[s]->set_step_data(s == 0 ? tok : std::vector<std::vector<std::int32_t>>{},
+                                      s + 1 == S ? tgt : std::vector<std::vector<std::int32_t>>{});
+  for (auto& clock : st.clocks) clock->reset();
+  if (st.store_clock) st.store_clock->reset();
+  auto outcome = st.system->request<pipeline::step_outcome>(st.actors.driver, timeout, pipeline::run_step{}).get();
+  if (!outcome) {
+    st.failed = true;
+    st.failure = outcome.error().code();
+    return outcome.error();
+  }
+  const double count = static_cast<double>(c.seq * c.batch);
+  step_result r;
+  for (const auto& report : outcome->reports) r.loss += report.at(1);
+  r.loss /= count;
+  r.grad_norm = outcome->args.at(1);
+  r.step_ms = outcome->step_ms;
+  const double units = static_cast<double>(c.micro_batches);
+  for (auto& clock : st.clocks) {
+    r.stage_busy_ms.push_back(clock->busy_ms());
+    r.stage_forward_ms.push_back(static_cast<double>(clock->forward_ns.load()) / 1e6 / units);
+    r.stage_backward_ms.push_back(static_cast<double>(clock->backward_ns.load()) / 1e6 / units);
+    r.stage_other_ms.push_back(static_cast<double>(clock->other_ns.load()) / 1e6);
+  }
+  if (st.store_clock) r.store_busy_ms = st.store_clock->busy_ms();
   return r;
 }
 
@@ -621,22 +424,23 @@ std::size_t lm_pipeline::restarts() const noexcept { return state_->restarts; }
 expected<void> lm_pipeline::reset_state(std::chrono::milliseconds timeout) {
   if (state_->failed)
     if (auto r = state_->restart(); !r) return r.error();  // zeroes the state too
-  for (auto& s : state_->stages) {
-    auto r = state_->system->request<void>(s, timeout, strata::lm::reset_state{}).get();
-    if (!r) return r.error();
-  }
-  return {};
+  return state_->on_every_stage(timeout, [this](std::size_t s, stream& st) -> expected<void> {
+    st.launch(state_->models[s]->zero_state_work());
+    return {};
+  });
 }
 
 expected<std::vector<named_parameter>> lm_pipeline::parameters(std::chrono::milliseconds timeout) {
   if (state_->failed)
     if (auto r = state_->restart(); !r) return r.error();
   std::map<std::string, std::vector<float>> all;
-  for (auto& s : state_->stages) {
-    auto part = state_->system->request<std::vector<named_parameter>>(s, timeout, get_parameters{}).get();
-    if (!part) return part.error();
-    for (auto& p : *part) all[p.name] = std::move(p.values);
-  }
+  auto got = state_->on_every_stage(timeout, [this, &all](std::size_t s, stream& st) -> expected<void> {
+    const auto& m = state_->models[s];
+    if (!m->computes()) return {};
+    for (std::size_t i = 0; i < m->names().size(); ++i) all[m->names()[i]] = m->read_value(i, st);
+    return {};
+  });
+  if (!got) return got.error();
   std::vector<named_parameter> out;
   for (const auto& name : parameter_names(state_->config)) {
     auto it = all.find(name);
@@ -659,17 +463,23 @@ expected<void> lm_pipeline::set_parameters(const std::vector<named_parameter>& p
       return error(errc::invalid_argument, "parameter '" + p.name + "' has " + std::to_string(p.values.size()) +
                                                " values; the model expects " + std::to_string(n));
   }
-  for (auto& s : state_->stages) {
-    auto r = state_->system->request<void>(s, timeout, put_parameters{params}).get();
-    if (!r) return r.error();
-  }
+  auto put = state_->on_every_stage(timeout, [this, &params](std::size_t s, stream& st) -> expected<void> {
+    const auto& m = state_->models[s];
+    if (!m->computes()) return {};
+    for (const auto& np : params)
+      for (std::size_t i = 0; i < m->names().size(); ++i)
+        if (m->names()[i] == np.name) m->write_value(i, np.values, st);
+    st.synchronize();  // the store (re)built before the next step reads these values
+    return {};
+  });
+  if (!put) return put.error();
   state_->store_stale = true;  // the store's master weights must follow
   return {};
 }
 
 const pipeline::plan& lm_pipeline::plan() const noexcept { return state_->plan; }
 const lm_config& lm_pipeline::config() const noexcept { return state_->config; }
-std::size_t lm_pipeline::stages() const noexcept { return state_->stages.size(); }
+std::size_t lm_pipeline::stages() const noexcept { return state_->actors.stages.size(); }
 
 std::vector<std::pair<double, double>> lm_pipeline::measured_stage_times_ms() const {
   std::vector<std::pair<double, double>> out;
@@ -695,7 +505,7 @@ double step_result::measured_bubble() const {
 }
 
 expected<ideal_step> lm_pipeline::ideal(const step_result& r) const {
-  const auto S = state_->stages.size();
+  const auto S = state_->actors.stages.size();
   if (r.stage_forward_ms.size() != S) return error(errc::invalid_argument, "the step result has no stage times");
   pipeline::cost_model costs;
   costs.forward = r.stage_forward_ms;

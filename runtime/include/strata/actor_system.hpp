@@ -15,6 +15,7 @@
 #include "strata/actor.hpp"
 #include "strata/actor_ref.hpp"
 #include "strata/error.hpp"
+#include "strata/supervisor.hpp"
 
 namespace strata {
 
@@ -77,11 +78,6 @@ struct shutdown_report {
   std::string trace_error;              ///< Why the trace could not be written, if it could not.
 };
 
-/// Restart limits of a one-for-one supervisor.
-struct restart_policy {
-  std::size_t max_restarts = 3;                  ///< Restarts allowed per child ...
-  std::chrono::milliseconds within{5'000};       ///< ... within this sliding window.
-};
 
 namespace detail {
 template <class T>
@@ -151,10 +147,10 @@ public:
     return spawn_instance(std::make_unique<function_actor>(std::move(init)), std::move(options), {}, {});
   }
 
-  /// Spawns a one-for-one supervisor: it restarts a failed child (a fresh instance behind the
-  /// same handle, keeping the child's queued messages) until a child exceeds the policy's limit;
-  /// then the supervisor stops that child and fails itself with `errc::restart_limit`. Stopping
-  /// the supervisor stops its children.
+  /// Spawns a supervisor: it restarts a failed child (a fresh instance behind the same handle,
+  /// keeping the child's queued messages), and with `restart_strategy::all_for_one` every other
+  /// child too, until the policy's limit is exceeded; then the supervisor stops that child and
+  /// fails itself with `errc::restart_limit`. Stopping the supervisor stops its children.
   actor_ref spawn_supervisor(restart_policy policy = {}, spawn_options options = {});
   /// Spawns `T(args...)` supervised by `supervisor`; the arguments are kept to build restarts.
   template <class T, class... Args>

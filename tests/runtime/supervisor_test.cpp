@@ -1,0 +1,126 @@
+// Contract tests of the all-for-one supervisor (the one-for-one contract is in lifecycle_test).
+
+#include <boost/test/unit_test.hpp>
+
+#include <atomic>
+#include <chrono>
+#include <memory>
+#include <stdexcept>
+#include <string>
+#include <thread>
+#include <vector>
+
+#include "strata/strata.hpp"
+#include "test_support.hpp"
+
+using namespace std::chrono_literals;
+using strata::test::await;
+
+namespace {
+
+struct fail_now {};
+struct count_query {};
+
+/// Counts int messages; throws on `fail_now`. Counts its constructions in `instances`.
+class member : public strata::actor {
+public:
+  explicit member(std::shared_ptr<std::atomic<int>> instances) : instances_(std::move(instances)) {
+    instances_->fetch_add(1);
+  }
+  strata::behavior make_behavior() override {
+    return {[this](int) { ++count_; },
+            [](const fail_now&) -> void { throw std::runtime_error("member failed on purpose"); },
+            [this](const count_query&) { return count_; }};
+  }
+
+private:
+  std::shared_ptr<std::atomic<int>> instances_;
+  int count_ = 0;
+};
+
+/// Waits until every counter reaches `n` (bounded: a bug fails the test instead of hanging it).
+bool wait_for_instances(const std::vector<std::shared_ptr<std::atomic<int>>>& counters, int n) {
+  const auto until = std::chrono::steady_clock::now() + strata::test::patience;
+  for (;;) {
+    bool all = true;
+    for (const auto& c : counters) all = all && c->load() >= n;
+    if (all) return true;
+    if (std::chrono::steady_clock::now() > until) return false;
+    std::this_thread::sleep_for(1ms);
+  }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(all_for_one_supervisor)
+
+BOOST_AUTO_TEST_CASE(a_failed_child_restarts_every_child_behind_the_same_handles) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  auto sup = sys.spawn_supervisor(strata::restart_policy{
+      .max_restarts = 3, .within = 10s, .strategy = strata::restart_strategy::all_for_one});
+  std::vector<std::shared_ptr<std::atomic<int>>> instances;
+  std::vector<strata::actor_ref> children;
+  for (int i = 0; i < 3; ++i) {
+    instances.push_back(std::make_shared<std::atomic<int>>(0));
+    children.push_back(sys.spawn_child<member>(sup, strata::spawn_options{.name = "member-" + std::to_string(i)},
+                                               instances.back()));
+  }
+  for (auto& c : children)
+    for (int k = 0; k < 4; ++k) sys.send(c, k);
+  for (auto& c : children) {
+    auto n = sys.request<int>(c, 5s, count_query{});
+    BOOST_REQUIRE(await(n).value() == 4);
+  }
+  sys.send(children[1], fail_now{});
+  BOOST_REQUIRE(wait_for_instances(instances, 2));
+  for (std::size_t i = 0; i < children.size(); ++i) {
+    auto n = sys.request<int>(children[i], 5s, count_query{});
+    BOOST_TEST(await(n).value() == 0, "child " << i << " kept the state of its first instance");
+    BOOST_TEST(instances[i]->load() == 2);
+  }
+  BOOST_TEST(sys.stats().restarts == 3u);
+  // The fresh instances work on the old handles.
+  for (auto& c : children) sys.send(c, 1);
+  for (auto& c : children) {
+    auto n = sys.request<int>(c, 5s, count_query{});
+    BOOST_TEST(await(n).value() == 1);
+  }
+}
+
+BOOST_AUTO_TEST_CASE(the_restart_limit_counts_failures_of_any_child_and_then_stops_them_all) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  auto sup = sys.spawn_supervisor(strata::restart_policy{
+      .max_restarts = 2, .within = 10s, .strategy = strata::restart_strategy::all_for_one});
+  strata::test::shared_promise<strata::error> sup_down;
+  auto sup_f = sup_down.future();
+  sys.spawn([sup, p = sup_down.p](strata::actor& self) -> strata::behavior {
+    self.monitor(sup);
+    return {[&self, p](const strata::down_msg& d) {
+      p->set_value(d.reason);
+      self.quit();
+    }};
+  });
+  std::vector<std::shared_ptr<std::atomic<int>>> instances;
+  std::vector<strata::actor_ref> children;
+  for (int i = 0; i < 2; ++i) {
+    instances.push_back(std::make_shared<std::atomic<int>>(0));
+    children.push_back(sys.spawn_child<member>(sup, strata::spawn_options{.name = "member-" + std::to_string(i)},
+                                               instances.back()));
+  }
+  // Two failures of different children: within the limit of two for the group.
+  sys.send(children[0], fail_now{});
+  BOOST_REQUIRE(wait_for_instances(instances, 2));
+  sys.send(children[1], fail_now{});
+  BOOST_REQUIRE(wait_for_instances(instances, 3));
+  // The third failure of the group is one too many, though each child failed less often.
+  sys.send(children[0], fail_now{});
+  auto reason = await(sup_f);
+  BOOST_TEST(reason.code() == strata::errc::restart_limit);
+  BOOST_TEST(reason.message().find("member-0") != std::string::npos, reason.message());
+  for (auto& c : children) {
+    auto n = sys.request<int>(c, 5s, count_query{});
+    BOOST_TEST(!await(n).has_value());  // every child stopped with its supervisor
+  }
+}
+
+BOOST_AUTO_TEST_SUITE_END()
