@@ -86,6 +86,9 @@ void cuda_stream::launch(kernel_work work) {
       }
     } catch (...) {
       error_ = std::current_exception();
+      // In the debug mode the kernels' own launch check has synchronised: if the GPU failed, the
+      // pending points and callbacks get this error, which names the kernel.
+      if (cuda_sync_mode() && gpu_state_->failure()) dev().ctx->issuer.post([l = ledger_, e = error_] { l->fail(e); });
     }
   });
 }
