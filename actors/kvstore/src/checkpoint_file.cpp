@@ -12,6 +12,8 @@
 #include <sys/types.h>
 #include <unistd.h>
 
+#include "strata/checksum.hpp"
+#include "strata/files.hpp"
 #include "validation.hpp"
 
 namespace strata::kvstore::internal {
@@ -21,13 +23,10 @@ namespace {
 constexpr char checkpoint_magic[9] = "STRKV001";
 constexpr char checkpoint_end[9] = "STRKVEND";
 
+/// The checkpoint's checksum: FNV-1a over the first `n` bytes, with the basis kvstore files have
+/// always used (strata/checksum.hpp), so files written before stay loadable.
 std::uint64_t fnv1a(const std::string& bytes, std::size_t n) {
-  std::uint64_t h = 1469598103934665603ull;
-  for (std::size_t i = 0; i < n; ++i) {
-    h ^= static_cast<unsigned char>(bytes[i]);
-    h *= 1099511628211ull;
-  }
-  return h;
+  return fnv1a64(std::string_view(bytes.data(), n), fnv1a64_kvstore_basis);
 }
 
 template <class T>
@@ -169,47 +168,17 @@ std::string checkpoint_bytes(const std::vector<checkpoint_entry>& entries) {
   return out;
 }
 
-/// Writes `bytes` to `path` atomically: `path`.tmp, fsync, rename, fsync of the directory.
-void write_atomically(const std::string& path, const std::string& bytes) {
-  const std::string tmp = path + ".tmp";
-  auto fail = [&](const std::string& what) {
-    return std::runtime_error("kvstore save: cannot " + what + " \"" + tmp + "\": " + std::strerror(errno) + ".");
-  };
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) throw fail("create");
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0) {
-      if (errno == EINTR) continue;
-      ::close(fd);
-      throw fail("write");
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0) {
-    ::close(fd);
-    throw fail("fsync");
-  }
-  ::close(fd);
-  if (::rename(tmp.c_str(), path.c_str()) != 0) throw fail("rename");
-  auto slash = path.find_last_of('/');
-  std::string dir = slash == std::string::npos ? "." : (slash == 0 ? "/" : path.substr(0, slash));
-  int dfd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (dfd >= 0) {
-    (void)::fsync(dfd);  // makes the rename durable; a failure here leaves a valid file either way
-    ::close(dfd);
-  }
-}
-
 }  // namespace
 
 expected<void> write_checkpoint(const std::string& path, const std::vector<checkpoint_entry>& entries) {
+  std::string bytes;
   try {
-    write_atomically(path, checkpoint_bytes(entries));
+    bytes = checkpoint_bytes(entries);
   } catch (const std::exception& e) {
     return error(errc::runtime_failure, e.what());
   }
+  auto written = write_file_atomically(path, bytes);
+  if (!written) return error(errc::runtime_failure, "kvstore save: " + written.error().message());
   return {};
 }
 

@@ -1,5 +1,7 @@
 #include "validation.hpp"
 
+#include "strata/device/shape.hpp"
+
 #include <sstream>
 
 namespace strata::kvstore {
@@ -12,14 +14,6 @@ std::string key::to_string() const {
 namespace internal {
 
 namespace {
-
-std::string shape_text(const std::vector<std::int64_t>& shape) {
-  std::ostringstream os;
-  os << '[';
-  for (std::size_t i = 0; i < shape.size(); ++i) os << (i ? ", " : "") << shape[i];
-  os << ']';
-  return os.str();
-}
 
 expected<void> check_kind(const char* op, const kvstore::key& key, std::optional<bool> int_keys) {
   if (!int_keys || *int_keys == key.is_int()) return {};
