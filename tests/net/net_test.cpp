@@ -294,5 +294,9 @@ BOOST_AUTO_TEST_CASE(names_resolve_locally_and_bad_ranks_are_refused) {
     BOOST_REQUIRE(local.has_value());
     BOOST_TEST(!local->cell()->remote);
     BOOST_TEST(!w.net.remote(0, "nobody").has_value());
+    auto twice = w.net.publish(local.value(), "driver");
+    BOOST_REQUIRE(!twice.has_value());
+    BOOST_TEST(twice.error().message().find("published already") != std::string::npos);
+    BOOST_TEST(!w.net.publish(strata::actor_ref{}, "empty").has_value());
   }
 }
