@@ -88,6 +88,22 @@ struct fixture {
     }
     return sp::spawn_pipeline(sys, p, contexts, models);
   }
+  /// The models' work items capture the models: the stages stop, then every stream (current and
+  /// retired) is drained before the models go, even after a failed step left work queued.
+  ~fixture() {
+    (void)sys.shutdown();  // no stage launches work after this
+    auto drain = [](strata::stream s) {
+      try {
+        s.synchronize();
+      } catch (...) {
+      }
+    };
+    for (auto& c : contexts) {
+      drain(c->compute());
+      drain(c->copies());
+      for (auto& s : c->take_retired()) drain(s);
+    }
+  }
   strata::expected<sp::step_outcome> step(const sp::pipeline_actors& a) {
     return sys.request<sp::step_outcome>(a.driver, 30s, sp::run_step{}).get();
   }

@@ -56,10 +56,10 @@ public:
   tensor input_grad(std::size_t mb, std::size_t ch) const { return stage_->input_grad(mb, ch); }
   // lm_stage reads its inputs through float pointers; the transport made them readable on `s`.
   void accept_input(std::size_t mb, std::size_t ch, const tensor& t, stream&) {
-    stage_->set_input(mb, ch, static_cast<const float*>(t.raw_data()));
+    stage_->set_input(mb, ch, t.device_data<float>());
   }
   void accept_output_grad(std::size_t mb, std::size_t ch, const tensor& t, stream&) {
-    stage_->set_output_grad(mb, ch, static_cast<const float*>(t.raw_data()));
+    stage_->set_output_grad(mb, ch, t.device_data<float>());
   }
   void end_compute(stream& s) { stage_->enqueue_norm(s); }
   std::vector<double> report() const { return {stage_->sq_norm(), stage_->loss_sum()}; }
