@@ -3,7 +3,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <filesystem>
+#include <fstream>
 #include <sstream>
+#include <stdexcept>
 
 namespace lstm_lm {
 
@@ -13,6 +16,12 @@ std::string fmt(double v, int prec = 2) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", prec, v);
   return buf;
+}
+
+void write_text(const std::filesystem::path& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  out << text;
+  if (!out) throw std::runtime_error("cannot write '" + path.string() + "'");
 }
 
 std::string escape(const std::string& s) {
@@ -165,5 +174,46 @@ std::string index_html(const std::string& title, const std::vector<std::pair<std
     << "</body></html>\n";
   return o.str();
 }
+
+std::string write_report(const strata::lm::training_result& r, const std::string& report) {
+  namespace lm = strata::lm;
+  namespace pl = strata::pipeline;
+  const auto& s = r.setup;
+  const auto& cfg = s.model;
+  std::filesystem::path dir(report);
+  std::error_code ec;
+  std::filesystem::create_directories(dir, ec);
+  if (ec) throw std::runtime_error("cannot create --report directory '" + report + "'");
+  std::vector<curve_point> curve, val_curve;
+  for (auto p : r.losses) curve.push_back({p.step, p.loss});
+  for (auto p : r.validation_losses) val_curve.push_back({p.step, p.loss});
+  const std::size_t stages = s.layer_counts.size();
+  const std::string sched = pl::to_string(s.schedule);
+  const std::string mbs = std::to_string(cfg.micro_batches) + (cfg.micro_batches == 1 ? " micro-batch" : " micro-batches");
+  write_text(dir / "loss.svg", loss_curve_svg(curve, val_curve));
+  write_text(dir / "timeline.svg",
+             timeline_svg(r.timeline, static_cast<int>(stages), static_cast<int>(cfg.chunks),
+                                   sched + ", " + std::to_string(stages) + " stages, " + mbs + ": ideal step " +
+                                       fmt(r.ideal_step_ms, 1) + " ms, bubble " + fmt(r.ideal_bubble, 3)));
+  std::vector<std::pair<std::string, std::string>> figures = {
+      {"corpus", s.source},
+      {"model", std::to_string(cfg.layers) + " x LSTM(" + std::to_string(cfg.hidden) + "), embed " + std::to_string(cfg.embed) +
+                    ", vocabulary " + std::to_string(cfg.vocab) + " (" + lm::to_string(s.tokens) + ")"},
+      {"batch x seq", std::to_string(cfg.batch) + " x " + std::to_string(cfg.seq)},
+      {"devices / schedule", s.devices + ", " + sched + ", " + std::to_string(cfg.micro_batches) + " micro-batches, " +
+                                 std::to_string(cfg.chunks) + " chunks"},
+      {"steps (this run)", std::to_string(r.steps) + " (" + std::to_string(r.steps_this_run) + ")"},
+      {"first / last training loss", r.losses.empty() ? "-" : fmt(r.losses.front().loss, 4) + " / " + fmt(r.losses.back().loss, 4)},
+      {"validation loss / perplexity", fmt(r.validation.loss, 4) + " / " + fmt(std::exp(r.validation.loss), 2)},
+      {"median step", fmt(r.step_ms, 1) + " ms"},
+      {"ideal step (plan, measured stage times)", fmt(r.ideal_step_ms, 1) + " ms"},
+      {"bubble measured / ideal", fmt(r.bubble, 3) + " / " + fmt(r.ideal_bubble, 3)},
+      {"tokens/s", fmt(r.tokens_per_s, 0)},
+      {"parameter norm", fmt(r.param_norm, 3)},
+      {"wall time", fmt(r.wall_s, 1) + " s"}};
+  write_text(dir / "index.html", index_html("lstm_lm training run", figures, s.placement.to_string() + "\n\n" + r.plan_text));
+  return (dir / "index.html").string();
+}
+
 
 }  // namespace lstm_lm

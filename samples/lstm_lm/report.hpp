@@ -8,6 +8,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/lm/trainer.hpp"
 #include "strata/pipeline/simulator.hpp"
 
 namespace lstm_lm {
@@ -30,5 +31,10 @@ std::string timeline_svg(const std::vector<strata::pipeline::timeline_entry>& ti
 /// index.html showing loss.svg and timeline.svg above a table of `figures` (name, value).
 std::string index_html(const std::string& title, const std::vector<std::pair<std::string, std::string>>& figures,
                        const std::string& plan_text);
+
+/// `lstm_lm train --report DIR`: writes loss.svg, timeline.svg and index.html of the run `r` into
+/// `dir` (created when missing) and returns index.html's path. Throws std::runtime_error when a
+/// file cannot be written.
+std::string write_report(const strata::lm::training_result& r, const std::string& dir);
 
 }  // namespace lstm_lm

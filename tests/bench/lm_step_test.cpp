@@ -77,7 +77,7 @@ void check_number(double got, double expected, const std::string& what) {
 }
 
 // The fixture's model as an lstm_lm, with the fixture's initial parameters copied in.
-strata::lm::lstm_lm_config fixture_config(const json& f) {
+strata::lm::config fixture_config(const json& f) {
   const json& c = f.at("config");
   const json& o = f.at("sgd").at("optimizer");
   return {.vocab = c.at("vocab_size").get<std::size_t>(),
@@ -86,8 +86,8 @@ strata::lm::lstm_lm_config fixture_config(const json& f) {
           .hidden = c.at("hidden_size").get<std::size_t>(),
           .batch = c.at("batch").get<std::size_t>(),
           .seq = c.at("seq_len").get<std::size_t>(),
-          .clip = c.at("max_norm").get<double>(),
           .lr = o.at("lr").get<double>(),
+          .clip = c.at("max_norm").get<double>(),
           .seed = 1};
 }
 
@@ -149,7 +149,7 @@ BOOST_AUTO_TEST_CASE(one_clipped_sgd_step_matches_pytorch) {
 }
 
 BOOST_AUTO_TEST_CASE(repeated_steps_lower_the_loss_on_a_fixed_batch) {
-  strata::lm::lstm_lm model({.vocab = 13, .embed = 4, .layers = 2, .hidden = 16, .batch = 3, .seq = 5, .clip = 5, .lr = 1.0, .seed = 3});
+  strata::lm::lstm_lm model({.vocab = 13, .embed = 4, .layers = 2, .hidden = 16, .batch = 3, .seq = 5, .lr = 1.0, .clip = 5, .seed = 3});
   std::vector<std::int32_t> tokens(15), targets(15);
   for (std::size_t i = 0; i < 15; ++i) {
     tokens[i] = static_cast<std::int32_t>((i * 5 + 1) % 13);
@@ -163,7 +163,7 @@ BOOST_AUTO_TEST_CASE(repeated_steps_lower_the_loss_on_a_fixed_batch) {
 }
 
 BOOST_AUTO_TEST_CASE(initialisation_is_pytorch_like_and_seeded) {
-  const strata::lm::lstm_lm_config c{.vocab = 50, .embed = 8, .layers = 2, .hidden = 16, .batch = 2, .seq = 3};
+  const strata::lm::config c{.vocab = 50, .embed = 8, .layers = 2, .hidden = 16, .batch = 2, .seq = 3};
   strata::lm::lstm_lm a(c), b(c);
   auto d = c;
   d.seed = 99;

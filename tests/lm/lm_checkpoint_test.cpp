@@ -25,8 +25,8 @@ namespace {
 using namespace strata::lm;
 namespace fs = std::filesystem;
 
-lm_config small_config() {
-  lm_config c = strata::lm::test::config_of(6, 3, 4, 2, 5, 2);
+strata::lm::config small_config() {
+  strata::lm::config c = strata::lm::test::config_of(6, 3, 4, 2, 5, 2);
   c.seed = 3;
   return c;
 }

@@ -23,8 +23,8 @@ int layers_of(const pl::stage_placement& s) { return s.lstm.last - s.lstm.first 
 
 // The seed model's vocabulary and width; embed = hidden so that layer 0 (measured on its own)
 // has the shape of layers 1..L-1 (measured once and reused); a short window keeps it quick.
-lm::lm_config wide_decoder_model() {
-  lm::lm_config c = strata::lm::test::config_of(10000, 400, 400, 8, 10, 10);
+lm::config wide_decoder_model() {
+  lm::config c = strata::lm::test::config_of(10000, 400, 400, 8, 10, 10);
   return c;
 }
 
@@ -77,7 +77,7 @@ BOOST_AUTO_TEST_CASE(cpu_costs_are_measured_per_layer_and_the_partitioner_gives_
 }
 
 BOOST_AUTO_TEST_CASE(cpu_costs_follow_the_chunking_and_memory_follows_the_buffers) {
-  lm::lm_config c = strata::lm::test::config_of(50, 8, 16, 2, 6, 4, 2);
+  lm::config c = strata::lm::test::config_of(50, 8, 16, 2, 6, 4, 2);
   c.chunks = 3;
   auto devices = strata::make_devices("cpu:1");
   const auto m = lm::measure_layer_costs(c, devices[0], {0, 1});

@@ -21,13 +21,13 @@ namespace {
 using namespace strata::lm;
 using strata::pipeline::schedule_kind;
 
-lm_config config_of() {
-  lm_config c = strata::lm::test::config_of(13, 5, 6, 2, 7, 4);
+strata::lm::config config_of() {
+  strata::lm::config c = strata::lm::test::config_of(13, 5, 6, 2, 7, 4);
   c.seed = 9;
   return c;
 }
 
-std::vector<named_parameter> initial(const lm_config& c) {
+std::vector<named_parameter> initial(const strata::lm::config& c) {
   std::vector<named_parameter> p;
   for (const auto& n : parameter_names(c)) p.push_back({n, initial_parameter(c, n)});
   return p;
@@ -51,7 +51,7 @@ BOOST_AUTO_TEST_CASE(host_evaluation_equals_the_loss_the_pipeline_computes_on_th
   BOOST_REQUIRE(params.has_value());
   auto r = pipe.train_step(x, y);
   BOOST_REQUIRE(r.has_value());
-  lm_model model(c, *params);
+  strata::lm::model model(c, *params);
   auto s = model.zero_state(c.batch);
   const double host = model.loss_sum(x.data(), y.data(), c.seq, s) / static_cast<double>(c.seq * c.batch);
   BOOST_TEST(std::abs(host - r->loss) <= 1e-5);
@@ -59,7 +59,7 @@ BOOST_AUTO_TEST_CASE(host_evaluation_equals_the_loss_the_pipeline_computes_on_th
 
 BOOST_AUTO_TEST_CASE(a_stream_evaluated_in_small_windows_equals_one_window_because_the_state_is_carried) {
   auto c = config_of();
-  lm_model model(c, initial(c));
+  strata::lm::model model(c, initial(c));
   std::mt19937 rng(4);
   std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(c.vocab) - 1);
   std::vector<std::int32_t> ids(50);
@@ -74,7 +74,7 @@ BOOST_AUTO_TEST_CASE(a_stream_evaluated_in_small_windows_equals_one_window_becau
 
 BOOST_AUTO_TEST_CASE(generation_is_reproducible_from_its_seed_and_greedy_at_temperature_zero) {
   auto c = config_of();
-  lm_model model(c, initial(c));
+  strata::lm::model model(c, initial(c));
   auto a = generate(model, {1, 2, 3}, 20, 1.0, 5), b = generate(model, {1, 2, 3}, 20, 1.0, 5);
   BOOST_TEST((a == b));
   BOOST_TEST(a.size() == 20u);
@@ -123,7 +123,7 @@ BOOST_AUTO_TEST_CASE(a_small_pipeline_learns_a_markov_source_to_within_five_perc
   auto vocab = vocabulary::build(token_kind::chars, train_text);
   auto train_ids = vocab.encode(train_text).value(), val_ids = vocab.encode(val_text).value();
 
-  lm_config c = strata::lm::test::config_of(vocab.size(), 16, 32, 2, 32, 16, 2);
+  strata::lm::config c = strata::lm::test::config_of(vocab.size(), 16, 32, 2, 32, 16, 2);
   c.lr = 2.0;
   c.clip = 5.0;
   c.seed = 1;
@@ -142,7 +142,7 @@ BOOST_AUTO_TEST_CASE(a_small_pipeline_learns_a_markov_source_to_within_five_perc
   }
   auto params = pipe.parameters();
   BOOST_REQUIRE(params.has_value());
-  lm_model model(c, *params);
+  strata::lm::model model(c, *params);
   auto val = evaluate_batched(model, val_ids, 8, 64);
   const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   BOOST_TEST_MESSAGE("entropy rate " << H << " nats, last training loss " << last << ", validation " << val.loss << " over "

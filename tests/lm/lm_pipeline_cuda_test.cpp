@@ -21,7 +21,6 @@
 
 namespace {
 
-using strata::lm::lm_config;
 using strata::lm::lm_pipeline;
 using strata::lm::lm_pipeline_options;
 using strata::lm::named_parameter;
@@ -39,7 +38,7 @@ struct run {
   std::vector<named_parameter> params;
 };
 
-lm_config small_model() {
+strata::lm::config small_model() {
   auto c = strata::lm::test::config_of(23, 12, 16, 4, 8, 8);
   c.lr = 0.5;
   c.clip = 0.5;  // clipping is active: the global norm crosses stages
@@ -47,7 +46,7 @@ lm_config small_model() {
   return c;
 }
 
-run train(strata::actor_system& sys, const std::string& spec, lm_config c, schedule_kind kind,
+run train(strata::actor_system& sys, const std::string& spec, strata::lm::config c, schedule_kind kind,
           std::vector<std::size_t> counts, bool copy = false) {
   std::mt19937 rng(9);
   std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(c.vocab) - 1);

@@ -33,6 +33,7 @@
 
 #include "lm_step.hpp"
 #include "torch_anchor.hpp"
+#include "strata/kernels/costs.hpp"
 #include "strata/kernels/cpu.hpp"
 
 #ifndef STRATA_SOURCE_DIR
@@ -116,7 +117,7 @@ struct strata_result {
 // The seed step for each path in `isas`, on one identically seeded model per path; every
 // warm-up and timed step runs all paths in turn (the order reversed on alternate steps).
 // `losses_identical` tells whether the paths' losses agreed bitwise at every step.
-std::vector<strata_result> run_strata(const strata::lm::lstm_lm_config& cfg, int warmup, int steps,
+std::vector<strata_result> run_strata(const strata::lm::config& cfg, int warmup, int steps,
                                       const std::vector<kcpu::cpu_isa>& isas, bool& losses_identical) {
   const std::size_t k = isas.size();
   std::vector<strata_result> r(k);
@@ -207,7 +208,7 @@ int main(int argc, char** argv) {
   std::size_t sgemm_size = 2048;
   std::string blas_core;
   std::vector<std::string> isa_names;
-  strata::lm::lstm_lm_config cfg;
+  strata::lm::config cfg;
   app.add_option("--steps", steps, "timed training steps; the median is reported")->check(CLI::Range(1, 100000));
   app.add_option("--warmup", warmup, "untimed steps first")->check(CLI::Range(0, 100000));
   app.add_option("--threads", threads, "oneTBB threads for strata's kernels (default: all cores)")
@@ -257,7 +258,7 @@ int main(int argc, char** argv) {
 
   select_blas_core(blas_core, argv);
   kcpu::set_blas_threads(1);  // oneTBB parallelism inside the kernels (docs/kernels.md)
-  const strata::lm::lstm_lm_config seed_cfg;
+  const strata::lm::config seed_cfg;
   const bool seed_sizes = cfg.layers == seed_cfg.layers && cfg.hidden == seed_cfg.hidden;
 
   tbb::task_arena arena(threads);
@@ -274,7 +275,7 @@ int main(int argc, char** argv) {
   // The main figures are the last path's; the others are compared with it below.
   const strata_result& s = runs.back();
   const char* isa = kcpu::isa_name(isas.back());
-  const double flops = strata::lm::step_gemm_flops(cfg);
+  const double flops = strata::kernels::step_matmul_flops({cfg.vocab, cfg.embed, cfg.layers, cfg.hidden, cfg.seq * cfg.batch});
   const double tokens = static_cast<double>(cfg.batch * cfg.seq);
   const double step_gflops = flops / (s.step_ms * 1e6);
 

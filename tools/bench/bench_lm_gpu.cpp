@@ -31,7 +31,6 @@
 
 namespace {
 
-using strata::lm::lm_config;
 using strata::pipeline::schedule_kind;
 
 /// One row of the table: a configuration and what its timed steps measured.
@@ -57,7 +56,7 @@ double median(std::vector<double> v) {
 /// Tokens and targets of step k: the same sequence in every configuration.
 class token_source {
 public:
-  explicit token_source(const lm_config& c)
+  explicit token_source(const strata::lm::config& c)
       : rng_(1), id_(0, static_cast<std::int32_t>(c.vocab) - 1), tokens_(c.seq * c.batch), targets_(c.seq * c.batch) {}
   void next() {
     for (auto& t : tokens_) t = id_(rng_);
@@ -72,7 +71,7 @@ private:
   std::vector<std::int32_t> tokens_, targets_;
 };
 
-row run_cudnn(int gpu, const lm_config& c, strata::bench::cudnn_math math, int warmup, int steps,
+row run_cudnn(int gpu, const strata::lm::config& c, strata::bench::cudnn_math math, int warmup, int steps,
               std::string& memory_note) {
   const bool tf32 = math == strata::bench::cudnn_math::tf32;
   row r;
@@ -122,7 +121,7 @@ std::vector<std::size_t> even_layer_counts(std::size_t layers, std::size_t stage
   return counts;
 }
 
-row run_strata(strata::actor_system& sys, const std::string& spec, lm_config c, schedule_kind kind,
+row run_strata(strata::actor_system& sys, const std::string& spec, strata::lm::config c, schedule_kind kind,
                std::size_t stages, std::size_t micro_batches, int warmup, int steps) {
   row r;
   r.kind = "strata";
@@ -168,7 +167,7 @@ row run_strata(strata::actor_system& sys, const std::string& spec, lm_config c, 
 
 /// PyTorch's own step on the GPU (lm_step_torch.py as a subprocess, after the other rows have
 /// released the GPU's memory): its own initial parameters and tokens, so only its time compares.
-row run_torch_gpu(int gpu, const lm_config& c, bool tf32, int warmup, int steps) {
+row run_torch_gpu(int gpu, const strata::lm::config& c, bool tf32, int warmup, int steps) {
   row r;
   r.name = std::string("PyTorch nn.LSTM (cuDNN) ") + (tf32 ? "TF32" : "fp32");
   r.kind = "torch";
@@ -253,7 +252,7 @@ void print_table(const std::vector<row>& rows, const row& fp32, const row& tf32)
 
 int main(int argc, char** argv) {
   CLI::App app{"strata-bench-lm-gpu: the LSTM LM training step on one GPU, stage actors against cuDNN"};
-  lm_config c;
+  strata::lm::config c;
   c.vocab = 96;  // a character vocabulary, as lstm_lm trains by default
   std::size_t stages = 8, micro_batches = 4;
   int warmup = 3, steps = 10, gpu = 0, threads = 0;
@@ -280,7 +279,7 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "%s: --micro-batches %zu does not divide --batch %zu.\n", self, micro_batches, c.batch);
     return 2;
   }
-  lm_config piped = c;
+  strata::lm::config piped = c;
   piped.micro_batches = micro_batches;
   try {
     c.validate();

@@ -86,7 +86,7 @@ void upload(float* dst, const std::vector<float>& src) {
 }  // namespace
 
 struct cudnn_lm_step::state {
-  lm::lm_config c;
+  lm::config c;
   cudnn_math math = cudnn_math::fp32;
   std::size_t rows = 0;  // seq * batch
 
@@ -217,11 +217,11 @@ struct cudnn_lm_step::state {
     // cuDNN's LSTM linear layers 0-3 multiply the input, 4-7 the recurrent state, gates in the
     // order i, f, g (cuDNN's "c'"), o — PyTorch's row blocks of weight_ih / weight_hh.
     for (std::size_t l = 0; l < c.layers; ++l) {
-      const std::string k = std::to_string(l);
-      const auto w_ih = lm::initial_parameter(c, "lstm.weight_ih_l" + k);
-      const auto w_hh = lm::initial_parameter(c, "lstm.weight_hh_l" + k);
-      const auto b_ih = lm::initial_parameter(c, "lstm.bias_ih_l" + k);
-      const auto b_hh = lm::initial_parameter(c, "lstm.bias_hh_l" + k);
+      const auto names = lm::lstm_parameter_names(l);
+      const auto w_ih = lm::initial_parameter(c, names[0]);
+      const auto w_hh = lm::initial_parameter(c, names[1]);
+      const auto b_ih = lm::initial_parameter(c, names[2]);
+      const auto b_hh = lm::initial_parameter(c, names[3]);
       const std::size_t in = l == 0 ? c.embed : c.hidden;
       for (int gate = 0; gate < 4; ++gate) {
         load_gate(static_cast<int>(l), gate, gate, w_ih, in, b_ih);
@@ -231,7 +231,7 @@ struct cudnn_lm_step::state {
   }
 };
 
-cudnn_lm_step::cudnn_lm_step(int gpu, const lm::lm_config& config, cudnn_math math) : state_(std::make_unique<state>()) {
+cudnn_lm_step::cudnn_lm_step(int gpu, const lm::config& config, cudnn_math math) : state_(std::make_unique<state>()) {
   state& s = *state_;
   s.c = config;
   s.math = math;
@@ -280,7 +280,7 @@ std::size_t cudnn_lm_step::reserve_bytes() const noexcept { return state_->reser
 
 cudnn_step_result cudnn_lm_step::step(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets) {
   state& s = *state_;
-  const lm::lm_config& c = s.c;
+  const lm::config& c = s.c;
   const std::size_t N = s.rows;
   if (tokens.size() != N || targets.size() != N)
     throw std::invalid_argument("cudnn_lm_step::step: tokens and targets must hold seq x batch = " +

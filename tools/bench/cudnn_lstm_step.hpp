@@ -41,7 +41,7 @@ struct cudnn_step_result {
 /// One caller at a time.
 class cudnn_lm_step {
 public:
-  cudnn_lm_step(int gpu, const lm::lm_config& config, cudnn_math math);
+  cudnn_lm_step(int gpu, const lm::config& config, cudnn_math math);
   ~cudnn_lm_step();
   cudnn_lm_step(const cudnn_lm_step&) = delete;
   cudnn_lm_step& operator=(const cudnn_lm_step&) = delete;

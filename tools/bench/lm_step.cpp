@@ -5,8 +5,6 @@
 #include <cmath>
 #include <cstring>
 #include <new>
-#include <numbers>
-#include <random>
 #include <stdexcept>
 
 #include "strata/kernels/cpu.hpp"
@@ -21,28 +19,9 @@ constexpr std::size_t align_floats = 16;  // 64 bytes
 
 std::size_t round_up(std::size_t n) noexcept { return (n + align_floats - 1) / align_floats * align_floats; }
 
-lstm_dims layer_dims(const lstm_lm_config& c, std::size_t l) noexcept {
+lstm_dims layer_dims(const config& c, std::size_t l) noexcept {
   return {.steps = c.seq, .batch = c.batch, .input = l == 0 ? c.embed : c.hidden, .hidden = c.hidden};
 }
-
-// Uniform floats in [lo, hi) and normals from 24-bit uniforms of a 64-bit Mersenne twister:
-// the same values on every platform (std::*_distribution are implementation-defined).
-struct init_generator {
-  std::mt19937_64 bits;
-  double unit() { return static_cast<double>(bits() >> 40) * 0x1.0p-24; }
-  void uniform(std::span<float> v, double bound) {
-    for (float& x : v) x = static_cast<float>((2.0 * unit() - 1.0) * bound);
-  }
-  void normal(std::span<float> v) {
-    for (std::size_t i = 0; i < v.size(); i += 2) {
-      const double u1 = 1.0 - unit();  // (0, 1]
-      const double u2 = unit();
-      const double r = std::sqrt(-2.0 * std::log(u1));
-      v[i] = static_cast<float>(r * std::cos(2.0 * std::numbers::pi * u2));
-      if (i + 1 < v.size()) v[i + 1] = static_cast<float>(r * std::sin(2.0 * std::numbers::pi * u2));
-    }
-  }
-};
 
 class phase_timer {
  public:
@@ -67,25 +46,11 @@ struct lstm_lm::layer_buffers {
   float* reserve = nullptr;                             // lstm_reserve_size(dims)
 };
 
-double step_gemm_flops(const lstm_lm_config& c) noexcept {
-  const double rows = static_cast<double>(c.seq) * static_cast<double>(c.batch);
-  const double g4 = 4.0 * static_cast<double>(c.hidden);
-  double flops = 0;
-  for (std::size_t l = 0; l < c.layers; ++l) {
-    const double in = static_cast<double>(l == 0 ? c.embed : c.hidden);
-    const double h = static_cast<double>(c.hidden);
-    // forward: x W_ih^T, h W_hh^T per step; backward: dgates W_hh per step, dx, dW_ih, dW_hh.
-    flops += 2.0 * rows * g4 * (in + h) + 2.0 * rows * g4 * h + 2.0 * rows * g4 * (in + in + h);
-  }
-  flops += 3.0 * 2.0 * rows * static_cast<double>(c.vocab) * static_cast<double>(c.hidden);
-  return flops;
-}
-
 void lstm_lm::arena_deleter::operator()(float* p) const noexcept {
   ::operator delete[](p, std::align_val_t{64});
 }
 
-lstm_lm::lstm_lm(const lstm_lm_config& config) : config_(config) {
+lstm_lm::lstm_lm(const lm::config& config) : config_(config) {
   const auto& c = config_;
   if (c.vocab == 0 || c.embed == 0 || c.layers == 0 || c.hidden == 0 || c.batch == 0 || c.seq == 0) {
     throw std::invalid_argument("lstm_lm: vocab, embed, layers, hidden, batch and seq must all be at least 1.");
@@ -104,32 +69,14 @@ lstm_lm::~lstm_lm() = default;
 void lstm_lm::carve() {
   const auto& c = config_;
   const std::size_t tb = c.seq * c.batch;
-  const std::size_t g4 = 4 * c.hidden;
 
-  struct spec {
-    std::string name;
-    std::vector<std::size_t> shape;
-  };
-  std::vector<spec> specs;
-  specs.push_back({"embedding.weight", {c.vocab, c.embed}});
-  for (std::size_t l = 0; l < c.layers; ++l) {
-    const std::string s = std::to_string(l);
-    const std::size_t in = l == 0 ? c.embed : c.hidden;
-    specs.push_back({"lstm.weight_ih_l" + s, {g4, in}});
-    specs.push_back({"lstm.weight_hh_l" + s, {g4, c.hidden}});
-    specs.push_back({"lstm.bias_ih_l" + s, {g4}});
-    specs.push_back({"lstm.bias_hh_l" + s, {g4}});
-  }
-  specs.push_back({"decoder.weight", {c.vocab, c.hidden}});
-  specs.push_back({"decoder.bias", {c.vocab}});
+  const std::vector<parameter_spec> specs = parameter_layout(c);
 
   std::vector<std::size_t> offsets;
   std::size_t block = 0;
   for (const auto& s : specs) {
-    std::size_t n = 1;
-    for (auto d : s.shape) n *= d;
     offsets.push_back(block);
-    block += round_up(n);
+    block += round_up(s.numel());
   }
 
   std::size_t total = 2 * block;
@@ -166,8 +113,7 @@ void lstm_lm::carve() {
   param_block_ = {base, block};
   grad_block_ = {base + block, block};
   for (std::size_t i = 0; i < specs.size(); ++i) {
-    std::size_t n = 1;
-    for (auto d : specs[i].shape) n *= d;
+    const std::size_t n = specs[i].numel();
     params_.push_back({specs[i].name, specs[i].shape, {base + offsets[i], n}, {base + block + offsets[i], n}});
   }
   embedded_ = base + embedded_at;
@@ -190,14 +136,9 @@ void lstm_lm::carve() {
 }
 
 void lstm_lm::initialise() {
-  init_generator gen{std::mt19937_64(config_.seed)};
-  const double bound = 1.0 / std::sqrt(static_cast<double>(config_.hidden));
   for (auto& p : params_) {
-    if (p.name == "embedding.weight") {
-      gen.normal(p.value);
-    } else {
-      gen.uniform(p.value, bound);  // LSTM: 1/sqrt(H); decoder: 1/sqrt(fan_in) = 1/sqrt(H)
-    }
+    const auto values = initial_parameter(config_, p.name);
+    std::copy(values.begin(), values.end(), p.value.begin());
   }
 }
 

@@ -9,7 +9,7 @@
 /// Example:
 /// \code
 ///   strata::kernels::cpu::set_blas_threads(1);   // oneTBB parallelism inside the kernels
-///   strata::lm::lstm_lm model({});                // the seed sizes, seed 0
+///   strata::lm::lstm_lm model(strata::lm::config{});  // the seed sizes, seed 0
 ///   std::vector<std::int32_t> tokens(35 * 20), targets(35 * 20);  // [seq, batch], seq-major
 ///   float loss = model.step(tokens.data(), targets.data());
 /// \endcode
@@ -21,20 +21,9 @@
 #include <string>
 #include <vector>
 
-namespace strata::lm {
+#include "strata/lm/config.hpp"
 
-/// Sizes and hyper-parameters of the model (defaults: the seed LM of the benchmarks).
-struct lstm_lm_config {
-  std::size_t vocab = 10000;  ///< V: embedding rows and decoder classes
-  std::size_t embed = 200;    ///< E: embedding width, layer 0's input
-  std::size_t layers = 8;     ///< LSTM layers
-  std::size_t hidden = 400;   ///< H
-  std::size_t batch = 20;     ///< B
-  std::size_t seq = 35;       ///< T (sequences are seq-major: tokens [T, B])
-  double clip = 5.0;          ///< clip_grad_norm max_norm (L2 over all gradients)
-  double lr = 1.0;            ///< SGD learning rate (no momentum, no weight decay)
-  std::uint64_t seed = 0;     ///< initialisation seed
-};
+namespace strata::lm {
 
 /// One parameter tensor, named and shaped as PyTorch's named_parameters() has it.
 struct lm_parameter {
@@ -60,25 +49,22 @@ struct lm_phase_times {
   }
 };
 
-/// FLOPs of all matrix products of one training step (2·m·n·k each): per layer the input
-/// projection, T recurrent products forward and T backward, dx, dW_ih and dW_hh; the decoder's
-/// logits, dh and dW. Pointwise work, reductions and the optimiser are not counted.
-[[nodiscard]] double step_gemm_flops(const lstm_lm_config& c) noexcept;
-
 /// The model, its gradients and every buffer one training step needs, allocated once.
 ///
-/// Parameters live in one contiguous block in named_parameters() order (each tensor starting
+/// The model is strata::lm's: its sizes and settings are an lm::config (vocab, embed, layers,
+/// hidden, batch, seq, lr, clip, seed; the pipeline's micro_batches and chunks do not apply: one
+/// step runs the whole batch and window), its parameters are lm::parameter_layout(config) with
+/// lm::initial_parameter's values. Parameters live in one contiguous block in that order (each tensor starting
 /// on a 64-byte boundary), gradients in a second block of the same layout, so zeroing,
 /// clipping and the SGD update are single passes. step() allocates nothing.
 /// Not thread-safe: one step at a time; the kernels parallelise inside the caller's oneTBB
 /// arena.
 class lstm_lm {
  public:
-  /// Allocates and initialises like PyTorch's defaults: embedding ~ N(0, 1), LSTM weights and
-  /// biases ~ U(-1/sqrt(H), 1/sqrt(H)), decoder weight and bias ~ U(-1/sqrt(H), 1/sqrt(H))
-  /// (kaiming_uniform with a = sqrt(5)), from a generator seeded with `config.seed`.
+  /// Allocates and initialises like the pipeline's stages (lm::initial_parameter: PyTorch's
+  /// defaults, from generators seeded with `config.seed` and each parameter's name).
   /// \throws std::invalid_argument if a size is 0 or clip/lr is negative.
-  explicit lstm_lm(const lstm_lm_config& config);
+  explicit lstm_lm(const lm::config& config);
   ~lstm_lm();
   lstm_lm(const lstm_lm&) = delete;
   lstm_lm& operator=(const lstm_lm&) = delete;
@@ -99,7 +85,7 @@ class lstm_lm {
   /// params -= lr * grads.
   void sgd();
 
-  [[nodiscard]] const lstm_lm_config& config() const noexcept { return config_; }
+  [[nodiscard]] const lm::config& config() const noexcept { return config_; }
   [[nodiscard]] std::span<const lm_parameter> parameters() const noexcept { return params_; }
   /// The parameter called `name` (PyTorch's name). \throws std::out_of_range if none is.
   [[nodiscard]] const lm_parameter& parameter(const std::string& name) const;
@@ -115,7 +101,7 @@ class lstm_lm {
   void carve();
   void initialise();
 
-  lstm_lm_config config_;
+  lm::config config_;
   std::size_t arena_floats_ = 0;
   struct arena_deleter {
     void operator()(float* p) const noexcept;

@@ -369,7 +369,7 @@ expected<checkpoint> load_checkpoint(const std::string& dir_name) {
   return ck;
 }
 
-error check_compatible(const checkpoint& ck, const lm_config& c, token_kind tokens) {
+error check_compatible(const checkpoint& ck, const config& c, token_kind tokens) {
   auto differ = [&](const char* what, auto saved, auto now) {
     std::ostringstream ss;
     ss << "the checkpoint was written for another configuration (" << what << " " << saved << ", this run " << now << ")";

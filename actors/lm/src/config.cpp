@@ -6,7 +6,7 @@
 
 namespace strata::lm {
 
-void lm_config::validate() const {
+void config::validate() const {
   auto positive = [](std::size_t v, const char* what) {
     if (v == 0) throw std::invalid_argument(std::string("model setting '") + what + "' must be at least 1");
   };
@@ -44,33 +44,59 @@ std::vector<stage_span> make_spans(std::size_t layers, const std::vector<std::si
   return spans;
 }
 
-std::vector<std::string> parameter_names(const lm_config& c) {
-  std::vector<std::string> names{"embedding.weight"};
-  for (std::size_t l = 0; l < c.layers; ++l)
-    for (const char* kind : {"weight_ih", "weight_hh", "bias_ih", "bias_hh"})
-      names.push_back("lstm." + std::string(kind) + "_l" + std::to_string(l));
-  names.push_back("decoder.weight");
-  names.push_back("decoder.bias");
+std::size_t parameter_spec::numel() const noexcept {
+  std::size_t n = 1;
+  for (auto d : shape) n *= d;
+  return n;
+}
+
+std::vector<std::string> lstm_parameter_names(std::size_t layer) {
+  const std::string l = std::to_string(layer);
+  return {"lstm.weight_ih_l" + l, "lstm.weight_hh_l" + l, "lstm.bias_ih_l" + l, "lstm.bias_hh_l" + l};
+}
+
+std::vector<parameter_spec> parameter_layout(const config& c, const stage_span& span) {
+  std::vector<parameter_spec> specs;
+  if (span.embedding) specs.push_back({"embedding.weight", {c.vocab, c.embed}});
+  for (std::size_t l = span.first; l < span.last; ++l) {
+    const auto names = lstm_parameter_names(l);
+    const std::size_t gates = 4 * c.hidden, in = l == 0 ? c.embed : c.hidden;
+    specs.push_back({names[0], {gates, in}});
+    specs.push_back({names[1], {gates, c.hidden}});
+    specs.push_back({names[2], {gates}});
+    specs.push_back({names[3], {gates}});
+  }
+  if (span.decoder) {
+    specs.push_back({"decoder.weight", {c.vocab, c.hidden}});
+    specs.push_back({"decoder.bias", {c.vocab}});
+  }
+  return specs;
+}
+
+std::vector<parameter_spec> parameter_layout(const config& c) {
+  return parameter_layout(c, stage_span{0, c.layers, true, true});
+}
+
+std::vector<std::string> parameter_names(const config& c) {
+  std::vector<std::string> names;
+  for (auto& p : parameter_layout(c)) names.push_back(std::move(p.name));
   return names;
 }
 
-std::vector<std::size_t> parameter_shape(const lm_config& c, const std::string& name) {
-  if (name == "embedding.weight") return {c.vocab, c.embed};
-  if (name == "decoder.weight") return {c.vocab, c.hidden};
-  if (name == "decoder.bias") return {c.vocab};
+std::vector<std::size_t> parameter_shape(const config& c, const std::string& name) {
   auto pos = name.rfind("_l");
-  if (name.rfind("lstm.", 0) == 0 && pos != std::string::npos) {
-    std::size_t layer = std::stoul(name.substr(pos + 2));
-    std::string kind = name.substr(5, pos - 5);
-    std::size_t in = layer == 0 ? c.embed : c.hidden;
-    if (kind == "weight_ih") return {4 * c.hidden, in};
-    if (kind == "weight_hh") return {4 * c.hidden, c.hidden};
-    if (kind == "bias_ih" || kind == "bias_hh") return {4 * c.hidden};
+  stage_span span{0, 0, true, true};
+  if (name.rfind("lstm.", 0) == 0 && pos != std::string::npos && pos + 2 < name.size() &&
+      name.find_first_not_of("0123456789", pos + 2) == std::string::npos && name.size() - pos - 2 < 10) {
+    const std::size_t layer = std::stoul(name.substr(pos + 2));
+    if (layer < c.layers) span = {layer, layer + 1, true, true};
   }
+  for (auto& p : parameter_layout(c, span))
+    if (p.name == name) return std::move(p.shape);
   throw std::invalid_argument("'" + name + "' is not a parameter of the LSTM language model");
 }
 
-std::vector<float> initial_parameter(const lm_config& c, const std::string& name) {
+std::vector<float> initial_parameter(const config& c, const std::string& name) {
   auto shape = parameter_shape(c, name);
   std::size_t n = 1;
   for (auto d : shape) n *= d;

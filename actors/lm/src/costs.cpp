@@ -16,6 +16,7 @@
 #include "ops.hpp"
 #include "stage.hpp"
 #include "strata/device/stream.hpp"
+#include "strata/kernels/costs.hpp"
 #include "strata/kernels/embedding.hpp"
 #include "strata/kernels/linear_cross_entropy.hpp"
 #include "strata/kernels/lstm.hpp"
@@ -28,16 +29,16 @@ namespace {
 
 constexpr std::uint64_t f32 = sizeof(float);
 
-std::size_t ce_block_rows(const lm_config& c) { return std::min<std::size_t>(c.chunk_steps() * c.micro_batch_size(), 256); }
+std::size_t ce_block_rows(const config& c) { return std::min<std::size_t>(c.chunk_steps() * c.micro_batch_size(), 256); }
 
-std::uint64_t lstm_weights(const lm_config& c, std::size_t in) {
+std::uint64_t lstm_weights(const config& c, std::size_t in) {
   const std::size_t H = c.hidden;
   return 4 * H * in + 4 * H * H + 8 * H;
 }
 
 // The per-micro-batch buffers lm_stage allocates for one LSTM layer (per unit: y, reserve, h, c;
 // per micro-batch: the backward's dh/dc carry, two parities).
-std::uint64_t lstm_activation_floats(const lm_config& c, std::size_t in) {
+std::uint64_t lstm_activation_floats(const config& c, std::size_t in) {
   const std::size_t tc = c.chunk_steps(), bm = c.micro_batch_size(), H = c.hidden;
   const std::size_t per_unit = tc * bm * H + k::lstm_reserve_size({tc, bm, in, H}) + 2 * bm * H;
   return c.chunks * per_unit + 4 * bm * H;
@@ -143,7 +144,7 @@ struct times {
   double forward = 0, backward = 0;
 };
 
-times measure_embedding(const lm_config& c, device_timer& timer) {
+times measure_embedding(const config& c, device_timer& timer) {
   const std::size_t T = c.seq, bm = c.micro_batch_size(), tc = c.chunk_steps(), E = c.embed, V = c.vocab;
   auto table = timer.upload(random_floats(V * E, 1.0f, 1));
   auto grad = timer.zeros(V * E), out = timer.zeros(T * bm * E);
@@ -163,7 +164,7 @@ times measure_embedding(const lm_config& c, device_timer& timer) {
 
 // One LSTM layer with `in` inputs, run over the micro-batch's chunks as lm_stage runs it: forward
 // chunks ascending carrying h/c, backward chunks descending carrying dh/dc.
-times measure_lstm(const lm_config& c, std::size_t in, device_timer& timer) {
+times measure_lstm(const config& c, std::size_t in, device_timer& timer) {
   const std::size_t T = c.seq, bm = c.micro_batch_size(), tc = c.chunk_steps(), H = c.hidden, C = c.chunks;
   const float scale = 1.0f / std::sqrt(static_cast<float>(H));
   auto w_ih = timer.upload(random_floats(4 * H * in, scale, 11)), w_hh = timer.upload(random_floats(4 * H * H, scale, 12));
@@ -206,7 +207,7 @@ times measure_lstm(const lm_config& c, std::size_t in, device_timer& timer) {
   return t;
 }
 
-times measure_decoder(const lm_config& c, device_timer& timer, bool gpu) {
+times measure_decoder(const config& c, device_timer& timer, bool gpu) {
   const std::size_t T = c.seq, bm = c.micro_batch_size(), tc = c.chunk_steps(), H = c.hidden, V = c.vocab;
   const float scale = 1.0f / std::sqrt(static_cast<float>(H));
   auto w = timer.upload(random_floats(V * H, scale, 21)), b = timer.upload(random_floats(V, scale, 22));
@@ -235,7 +236,7 @@ times measure_decoder(const lm_config& c, device_timer& timer, bool gpu) {
 
 // ---- sim: the same work items' modelled durations --------------------------------------------
 
-pipeline::model_costs model_on_sim(const lm_config& c, device& dev, pipeline::model_costs m) {
+pipeline::model_costs model_on_sim(const config& c, device& dev, pipeline::model_costs m) {
   const std::size_t tc = c.chunk_steps(), bm = c.micro_batch_size(), H = c.hidden, E = c.embed, C = c.chunks;
   struct seen_t {
     std::mutex mu;
@@ -256,23 +257,22 @@ pipeline::model_costs model_on_sim(const lm_config& c, device& dev, pipeline::mo
   } guard{dev};
   stream s = dev.create_stream();
   std::size_t launched = 0;
-  auto submit = [&](const std::string& name, work_kind kind, work_cost cost) {
+  auto submit = [&](const std::string& name, work_kind kind, k::work_cost cost) {
     s.launch({.name = name, .kind = kind, .flops = cost.flops, .bytes = cost.bytes});
     ++launched;
   };
   // One micro-batch = C chunk work items per layer, as the stages submit them (a chunk pays the
   // launch latency again). The embedding's gather and scatter-add are pointwise memory traffic.
-  const double rows = static_cast<double>(tc * bm), e = static_cast<double>(E);
   for (std::size_t ch = 0; ch < C; ++ch) {
-    submit("embedding_forward", work_kind::pointwise, {0, f32 * 2 * rows * e + 4 * rows});
-    submit("embedding_backward", work_kind::pointwise, {rows * e, f32 * 3 * rows * e + 4 * rows});
-    submit("lstm_e_forward", work_kind::matmul, lstm_forward_cost(tc, bm, E, H));
-    submit("lstm_e_backward", work_kind::matmul, lstm_backward_cost(tc, bm, E, H));
+    submit("embedding_forward", work_kind::pointwise, k::embedding_forward_cost(tc * bm, E));
+    submit("embedding_backward", work_kind::pointwise, k::embedding_backward_cost(tc * bm, E));
+    submit("lstm_e_forward", work_kind::matmul, k::lstm_forward_cost({tc, bm, E, H}));
+    submit("lstm_e_backward", work_kind::matmul, k::lstm_backward_cost({tc, bm, E, H}));
     if (c.layers > 1) {
-      submit("lstm_h_forward", work_kind::matmul, lstm_forward_cost(tc, bm, H, H));
-      submit("lstm_h_backward", work_kind::matmul, lstm_backward_cost(tc, bm, H, H));
+      submit("lstm_h_forward", work_kind::matmul, k::lstm_forward_cost({tc, bm, H, H}));
+      submit("lstm_h_backward", work_kind::matmul, k::lstm_backward_cost({tc, bm, H, H}));
     }
-    submit("decoder", work_kind::matmul, decoder_cost(tc * bm, H, c.vocab));
+    submit("decoder", work_kind::matmul, k::decoder_cost(tc * bm, H, c.vocab));
   }
   s.synchronize();
   std::unique_lock lk(seen->mu);
@@ -293,7 +293,7 @@ pipeline::model_costs model_on_sim(const lm_config& c, device& dev, pipeline::mo
 
 }  // namespace
 
-pipeline::model_costs layer_memory_costs(const lm_config& c) {
+pipeline::model_costs layer_memory_costs(const config& c) {
   c.validate();
   const std::uint64_t T = c.seq, bm = c.micro_batch_size(), H = c.hidden, E = c.embed, V = c.vocab;
   pipeline::model_costs m;
@@ -311,7 +311,25 @@ pipeline::model_costs layer_memory_costs(const lm_config& c) {
   return m;
 }
 
-pipeline::model_costs measure_layer_costs(const lm_config& config, device& dev, const cost_measurement_options& options) {
+pipeline::model_costs estimate_layer_costs(const lm::config& c, const nominal_rates& rates) {
+  if (!(rates.flops_per_s > 0) || !(rates.bytes_per_s > 0))
+    throw std::invalid_argument("estimate_layer_costs needs positive FLOP and byte rates");
+  auto m = layer_memory_costs(c);
+  const std::size_t T = c.seq, bm = c.micro_batch_size(), H = c.hidden;
+  auto seconds = [&](const k::work_cost& w) { return w.flops / rates.flops_per_s + w.bytes / rates.bytes_per_s; };
+  m.embedding.forward_s = seconds(k::embedding_forward_cost(T * bm, c.embed));
+  m.embedding.backward_s = seconds(k::embedding_backward_cost(T * bm, c.embed));
+  for (std::size_t l = 0; l < c.layers; ++l) {
+    const k::lstm_dims d{T, bm, l == 0 ? c.embed : H, H};
+    m.lstm[l].forward_s = seconds(k::lstm_forward_cost(d));
+    m.lstm[l].backward_s = seconds(k::lstm_backward_cost(d));
+  }
+  m.decoder.forward_s = seconds(k::decoder_cost(T * bm, H, c.vocab));
+  m.decoder.backward_s = 0;
+  return m;
+}
+
+pipeline::model_costs measure_layer_costs(const lm::config& config, device& dev, const cost_measurement_options& options) {
   config.validate();
   if (!dev.valid()) throw std::invalid_argument("measure_layer_costs needs a device");
   auto m = layer_memory_costs(config);

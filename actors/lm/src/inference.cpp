@@ -16,14 +16,13 @@ namespace strata::lm {
 
 namespace k = strata::kernels;
 
-lm_model::lm_model(const lm_config& config, const std::vector<named_parameter>& parameters) : config_(config) {
+model::model(const lm::config& config, const std::vector<named_parameter>& parameters) : config_(config) {
   std::map<std::string, const std::vector<float>*> by_name;
   for (const auto& p : parameters) by_name[p.name] = &p.values;
   auto take = [&](const std::string& name) {
     auto it = by_name.find(name);
     if (it == by_name.end()) throw std::invalid_argument("the model lacks parameter '" + name + "'");
-    std::size_t n = 1;
-    for (auto d : parameter_shape(config_, name)) n *= d;
+    const std::size_t n = parameter_spec{name, parameter_shape(config_, name)}.numel();
     if (it->second->size() != n)
       throw std::invalid_argument("parameter '" + name + "' has " + std::to_string(it->second->size()) +
                                   " values, expected " + std::to_string(n));
@@ -31,15 +30,14 @@ lm_model::lm_model(const lm_config& config, const std::vector<named_parameter>& 
   };
   embedding_ = take("embedding.weight");
   for (std::size_t l = 0; l < config_.layers; ++l) {
-    const std::string s = std::to_string(l);
-    layers_.push_back({take("lstm.weight_ih_l" + s), take("lstm.weight_hh_l" + s), take("lstm.bias_ih_l" + s),
-                       take("lstm.bias_hh_l" + s)});
+    const auto names = lstm_parameter_names(l);
+    layers_.push_back({take(names[0]), take(names[1]), take(names[2]), take(names[3])});
   }
   decoder_w_ = take("decoder.weight");
   decoder_b_ = take("decoder.bias");
 }
 
-lm_model::state lm_model::zero_state(std::size_t batch) const {
+model::state model::zero_state(std::size_t batch) const {
   state s;
   s.batch = batch;
   s.h.assign(config_.layers, std::vector<float>(batch * config_.hidden, 0.f));
@@ -47,7 +45,7 @@ lm_model::state lm_model::zero_state(std::size_t batch) const {
   return s;
 }
 
-void lm_model::forward(const std::int32_t* tokens, std::size_t steps, state& s, std::vector<float>& top) const {
+void model::forward(const std::int32_t* tokens, std::size_t steps, state& s, std::vector<float>& top) const {
   const std::size_t B = s.batch, H = config_.hidden, E = config_.embed;
   std::vector<float> x(steps * B * E);
   k::cpu::embedding_forward(config_.vocab, E, embedding_.data(), steps * B, tokens, x.data());
@@ -68,7 +66,7 @@ void lm_model::forward(const std::int32_t* tokens, std::size_t steps, state& s, 
   top.swap(x);
 }
 
-double lm_model::loss_sum(const std::int32_t* tokens, const std::int32_t* targets, std::size_t steps, state& s) const {
+double model::loss_sum(const std::int32_t* tokens, const std::int32_t* targets, std::size_t steps, state& s) const {
   std::vector<float> top;
   forward(tokens, steps, s, top);
   const std::size_t rows = steps * s.batch;
@@ -78,7 +76,7 @@ double lm_model::loss_sum(const std::int32_t* tokens, const std::int32_t* target
                                               work.data(), work.size());
 }
 
-std::vector<float> lm_model::logits(const std::vector<float>& top, std::size_t rows) const {
+std::vector<float> model::logits(const std::vector<float>& top, std::size_t rows) const {
   const std::size_t V = config_.vocab, H = config_.hidden;
   std::vector<float> out(rows * V);
   k::cpu::gemm(k::transpose::no, k::transpose::yes, rows, V, H, 1.f, top.data(), H, decoder_w_.data(), H, 0.f, out.data(), V);
@@ -87,7 +85,7 @@ std::vector<float> lm_model::logits(const std::vector<float>& top, std::size_t r
   return out;
 }
 
-eval_result evaluate_stream(const lm_model& model, const std::vector<std::int32_t>& ids, std::size_t window) {
+eval_result evaluate_stream(const model& model, const std::vector<std::int32_t>& ids, std::size_t window) {
   if (ids.size() < 2) throw std::invalid_argument("evaluation needs at least two tokens");
   window = std::max<std::size_t>(window, 1);
   auto s = model.zero_state(1);
@@ -100,7 +98,7 @@ eval_result evaluate_stream(const lm_model& model, const std::vector<std::int32_
   return {n, sum / static_cast<double>(n)};
 }
 
-eval_result evaluate_batched(const lm_model& model, const std::vector<std::int32_t>& ids, std::size_t batch,
+eval_result evaluate_batched(const model& model, const std::vector<std::int32_t>& ids, std::size_t batch,
                              std::size_t seq, std::size_t max_tokens) {
   batch = std::max<std::size_t>(batch, 1);
   seq = std::max<std::size_t>(seq, 1);
@@ -121,7 +119,7 @@ eval_result evaluate_batched(const lm_model& model, const std::vector<std::int32
   return {n, sum / static_cast<double>(n)};
 }
 
-std::vector<std::int32_t> generate(const lm_model& model, const std::vector<std::int32_t>& prompt, std::size_t length,
+std::vector<std::int32_t> generate(const model& model, const std::vector<std::int32_t>& prompt, std::size_t length,
                                    double temperature, std::uint64_t seed, std::int32_t excluded) {
   if (prompt.empty()) throw std::invalid_argument("generation needs a prompt of at least one token");
   std::mt19937_64 rng(seed);

@@ -4,6 +4,7 @@
 #include <stdexcept>
 
 #include "ops.hpp"
+#include "strata/kernels/costs.hpp"
 
 namespace strata::lm {
 
@@ -29,7 +30,7 @@ tensor lm_stage::floats(std::size_t n, const stream& s) {
 
 double* lm_stage::scalar_slot(std::size_t i) const { return reinterpret_cast<double*>(fp(scalars_)) + i; }
 
-lm_stage::lm_stage(const lm_config& config, stage_span span, device dev, const stream& s, bool carry_state)
+lm_stage::lm_stage(const lm::config& config, stage_span span, device dev, const stream& s, bool carry_state)
     : config_(config), span_(span), dev_(std::move(dev)), carry_state_(carry_state) {
   config_.validate();
 #if !STRATA_HAS_CUDA
@@ -41,28 +42,23 @@ lm_stage::lm_stage(const lm_config& config, stage_span span, device dev, const s
   tc_ = config_.chunk_steps();
   const std::size_t H = config_.hidden, M = config_.micro_batches, C = config_.chunks;
   const std::size_t units = M * C, nl = span_.last - span_.first;
+  std::vector<std::vector<std::size_t>> shapes;
 
-  if (span_.embedding) {
-    emb_index_ = names_.size();
-    names_.push_back("embedding.weight");
-  }
-  for (std::size_t l = span_.first; l < span_.last; ++l) {
-    layer_index_.push_back(names_.size());
-    for (const char* kind : {"weight_ih", "weight_hh", "bias_ih", "bias_hh"})
-      names_.push_back("lstm." + std::string(kind) + "_l" + std::to_string(l));
-  }
-  if (span_.decoder) {
-    dec_w_index_ = names_.size();
-    names_.push_back("decoder.weight");
-    dec_b_index_ = names_.size();
-    names_.push_back("decoder.bias");
+  for (auto& p : parameter_layout(config_, span_)) {
+    if (p.name == "embedding.weight") emb_index_ = names_.size();
+    if (p.name == "decoder.weight") dec_w_index_ = names_.size();
+    if (p.name == "decoder.bias") dec_b_index_ = names_.size();
+    if (p.name.rfind("lstm.weight_ih_l", 0) == 0) layer_index_.push_back(names_.size());
+    shapes.push_back(std::move(p.shape));
+    names_.push_back(std::move(p.name));
   }
   input_.assign(units, nullptr);
   dout_.assign(units, nullptr);
   stream str = s;
-  for (const auto& name : names_) {
+  for (std::size_t i = 0; i < names_.size(); ++i) {
+    const auto& name = names_[i];
     std::vector<std::int64_t> shape;
-    for (auto d : parameter_shape(config_, name)) shape.push_back(static_cast<std::int64_t>(d));
+    for (auto d : shapes[i]) shape.push_back(static_cast<std::int64_t>(d));
     values_.push_back(tensor::empty(shape, dtype::float32, dev_, s));
     grads_.push_back(tensor::empty(shape, dtype::float32, dev_, s));
     if (computes_) {
@@ -263,39 +259,11 @@ void lm_stage::zero_state_math(const Ops& ops) {
     }
 }
 
-namespace {
-double lstm_flops(std::size_t steps, std::size_t batch, std::size_t in, std::size_t hidden) {
-  return 2.0 * static_cast<double>(steps * batch * 4 * hidden * (in + hidden));
-}
-}  // namespace
-
-work_cost lstm_forward_cost(std::size_t steps, std::size_t batch, std::size_t input, std::size_t hidden) {
-  return {lstm_flops(steps, batch, input, hidden),
-          4.0 * static_cast<double>(steps * 4 * hidden * hidden + 4 * hidden * input + steps * batch * (input + 8 * hidden))};
-}
-
-work_cost lstm_backward_cost(std::size_t steps, std::size_t batch, std::size_t input, std::size_t hidden) {
-  return {2 * lstm_flops(steps, batch, input, hidden),
-          8.0 * static_cast<double>(steps * 4 * hidden * hidden + 4 * hidden * input + steps * batch * (input + 8 * hidden))};
-}
-
-work_cost decoder_cost(std::size_t rows, std::size_t hidden, std::size_t vocab) {
-  return {3 * 2.0 * static_cast<double>(rows * hidden * vocab), 4.0 * static_cast<double>(3 * vocab * hidden + 2 * rows * vocab)};
-}
-
 kernel_work lm_stage::forward_work(std::size_t mb, std::size_t chunk) {
-  double flops = 0, bytes = 0;
-  for (std::size_t l = span_.first; l < span_.last; ++l) {
-    const auto c = lstm_forward_cost(tc_, bm_, layer_input(l), config_.hidden);
-    flops += c.flops;
-    bytes += c.bytes;
-  }
-  if (span_.decoder) {
-    const auto c = decoder_cost(tc_ * bm_, config_.hidden, config_.vocab);
-    flops += c.flops;
-    bytes += c.bytes;
-  }
-  kernel_work w{.name = "forward", .kind = work_kind::matmul, .flops = flops, .bytes = bytes};
+  k::work_cost cost;
+  for (std::size_t l = span_.first; l < span_.last; ++l) cost += k::lstm_forward_cost({tc_, bm_, layer_input(l), config_.hidden});
+  if (span_.decoder) cost += k::decoder_cost(tc_ * bm_, config_.hidden, config_.vocab);
+  kernel_work w{.name = "forward", .kind = work_kind::matmul, .flops = cost.flops, .bytes = cost.bytes};
   auto run = [this, mb, chunk](const auto& ops) {
     maybe_fail();
     forward_math(ops, mb, chunk);
@@ -305,13 +273,9 @@ kernel_work lm_stage::forward_work(std::size_t mb, std::size_t chunk) {
 }
 
 kernel_work lm_stage::backward_work(std::size_t mb, std::size_t chunk) {
-  double flops = 0, bytes = 0;
-  for (std::size_t l = span_.first; l < span_.last; ++l) {
-    const auto c = lstm_backward_cost(tc_, bm_, layer_input(l), config_.hidden);
-    flops += c.flops;
-    bytes += c.bytes;
-  }
-  kernel_work w{.name = "backward", .kind = work_kind::matmul, .flops = flops, .bytes = bytes};
+  k::work_cost cost;
+  for (std::size_t l = span_.first; l < span_.last; ++l) cost += k::lstm_backward_cost({tc_, bm_, layer_input(l), config_.hidden});
+  kernel_work w{.name = "backward", .kind = work_kind::matmul, .flops = cost.flops, .bytes = cost.bytes};
   auto run = [this, mb, chunk](const auto& ops) {
     maybe_fail();
     backward_math(ops, mb, chunk);

@@ -21,18 +21,6 @@
 
 namespace strata::lm {
 
-/// What one layer's work item costs in the sim model: FLOPs and bytes read plus written. lm_stage
-/// sums these per stage; measure_layer_costs (lm_costs.cpp) submits them per layer on sim devices.
-struct work_cost {
-  double flops = 0;
-  double bytes = 0;
-};
-/// One LSTM layer over `steps` timesteps of `batch` rows with `input` inputs.
-work_cost lstm_forward_cost(std::size_t steps, std::size_t batch, std::size_t input, std::size_t hidden);
-work_cost lstm_backward_cost(std::size_t steps, std::size_t batch, std::size_t input, std::size_t hidden);
-/// The fused decoder + cross-entropy forward and backward over `rows` rows.
-work_cost decoder_cost(std::size_t rows, std::size_t hidden, std::size_t vocab);
-
 /// True when work on `consumer` can read `t`'s memory in place: host memory from a cpu device,
 /// memory of the same GPU from a cuda device, and sim (which holds no data) from a sim device.
 /// Anything else must be copied into the consumer's own memory first.
@@ -44,7 +32,7 @@ public:
   /// `carry_state`, each step's first chunk starts from the (h, c) its micro-batch's columns
   /// ended the previous step with (detached: no gradient crosses steps).
   /// \throws std::invalid_argument for an invalid config; device_error when memory runs out.
-  lm_stage(const lm_config& config, stage_span span, device dev, const stream& s, bool carry_state = false);
+  lm_stage(const lm::config& config, stage_span span, device dev, const stream& s, bool carry_state = false);
 
   const stage_span& span() const noexcept { return span_; }
   const device& get_device() const noexcept { return dev_; }
@@ -117,7 +105,7 @@ private:
   double* scalar_slot(std::size_t i) const;
   void maybe_fail();
 
-  lm_config config_;
+  lm::config config_;
   stage_span span_;
   device dev_;
   bool computes_;

@@ -53,7 +53,7 @@ expected<std::vector<safetensor>> decode_safetensors(const std::string& bytes);
 
 /// Everything a checkpoint holds.
 struct checkpoint {
-  lm_config config;                     ///< Sizes and training settings (vocab = vocabulary size).
+  lm::config config;                   ///< Sizes and training settings (vocab = vocabulary size).
   token_kind tokens = token_kind::chars;
   vocabulary vocab;
   std::vector<named_parameter> parameters;  ///< PyTorch order and names.
@@ -79,7 +79,7 @@ expected<checkpoint> load_checkpoint(const std::string& dir);
 /// Why a checkpoint cannot continue a run of `config` on `tokens`: one sentence naming the first
 /// differing setting (layers, hidden, embed, vocab, tokens, batch, seq), or a default error
 /// when it can.
-error check_compatible(const checkpoint& ck, const lm_config& config, token_kind tokens);
+error check_compatible(const checkpoint& ck, const lm::config& config, token_kind tokens);
 
 /// 64-bit FNV-1a of `bytes` (the checksum config.json records).
 std::uint64_t fnv1a64(const std::string& bytes) noexcept;

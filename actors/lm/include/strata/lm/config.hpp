@@ -10,7 +10,7 @@
 namespace strata::lm {
 
 /// Sizes and training settings of the LSTM language model (defaults: the seed configuration).
-struct lm_config {
+struct config {
   std::size_t vocab = 10000;      ///< V: embedding rows and decoder classes
   std::size_t embed = 200;        ///< E: embedding width (layer 0's input)
   std::size_t layers = 8;         ///< L: stacked LSTM layers
@@ -29,6 +29,9 @@ struct lm_config {
   void validate() const;
 };
 
+/// The former name, kept for code written against it.
+using lm_config = config;
+
 /// The layers one pipeline stage owns: LSTM layers [first, last), plus the embedding (first
 /// stage) and the decoder with the loss (last stage).
 struct stage_span {
@@ -43,16 +46,36 @@ struct stage_span {
 /// `layers` exactly or a stage gets none.
 std::vector<stage_span> make_spans(std::size_t layers, const std::vector<std::size_t>& counts);
 
-/// Names of every parameter in PyTorch's named_parameters() order: embedding.weight,
-/// lstm.weight_ih_l0, lstm.weight_hh_l0, lstm.bias_ih_l0, lstm.bias_hh_l0, ..., decoder.weight,
-/// decoder.bias.
-std::vector<std::string> parameter_names(const lm_config& config);
-/// Shape of parameter `name` (PyTorch's).
-std::vector<std::size_t> parameter_shape(const lm_config& config, const std::string& name);
+/// One parameter tensor of the model: PyTorch's name and shape.
+struct parameter_spec {
+  std::string name;                ///< e.g. "lstm.weight_ih_l3"
+  std::vector<std::size_t> shape;  ///< e.g. {1600, 400}
+  /// Number of values (the product of the shape).
+  std::size_t numel() const noexcept;
+};
+
+/// The model's parameters, the one definition every user of the model (pipeline stages,
+/// inference, checkpoints, the kernels benchmark) takes its names, order and shapes from:
+/// PyTorch's named_parameters() order of nn.Embedding(V, E) -> nn.LSTM(E, H, L) ->
+/// nn.Linear(H, V): embedding.weight [V, E]; per layer l lstm.weight_ih_l<l> [4H, in],
+/// lstm.weight_hh_l<l> [4H, H], lstm.bias_ih_l<l> [4H], lstm.bias_hh_l<l> [4H] (in = E for layer
+/// 0, else H); decoder.weight [V, H], decoder.bias [V].
+std::vector<parameter_spec> parameter_layout(const config& config);
+/// The part of parameter_layout that the layers of `span` own, in the same order.
+std::vector<parameter_spec> parameter_layout(const config& config, const stage_span& span);
+
+/// The four parameter names of LSTM layer `layer`: weight_ih, weight_hh, bias_ih, bias_hh.
+std::vector<std::string> lstm_parameter_names(std::size_t layer);
+
+/// Names of every parameter in parameter_layout's order.
+std::vector<std::string> parameter_names(const config& config);
+/// Shape of parameter `name` (PyTorch's). Throws std::invalid_argument for a name the model
+/// does not have.
+std::vector<std::size_t> parameter_shape(const config& config, const std::string& name);
 
 /// Deterministic initial values of parameter `name`, independent of how layers are split:
 /// embedding ~ N(0, 1); every other weight and bias ~ U(-1/sqrt(H), 1/sqrt(H)) (PyTorch's
 /// defaults), from a generator seeded by `seed` and the name.
-std::vector<float> initial_parameter(const lm_config& config, const std::string& name);
+std::vector<float> initial_parameter(const config& config, const std::string& name);
 
 }  // namespace strata::lm

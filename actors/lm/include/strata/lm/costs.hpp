@@ -42,13 +42,27 @@ struct cost_measurement_options {
 /// during the call and removes it at its end: not for a device a pipeline is using.
 /// \throws std::invalid_argument for an invalid config (or a cuda device in a build without
 ///         CUDA); what the kernels throw.
-pipeline::model_costs measure_layer_costs(const lm_config& config, device& dev,
+pipeline::model_costs measure_layer_costs(const lm::config& config, device& dev,
                                           const cost_measurement_options& options = {});
+
+/// A device's rates for estimate_layer_costs. The defaults are about what one core of a 2-core
+/// build machine reaches on the seed model.
+struct nominal_rates {
+  double flops_per_s = 60e9;
+  double bytes_per_s = 20e9;
+};
+
+/// Per-layer costs estimated without running anything: each layer's work per micro-batch (the
+/// kernels' FLOPs and bytes, strata/kernels/costs.hpp, over `seq` timesteps of
+/// `micro_batch_size()` columns) at `rates`; memory as layer_memory_costs. A rough guide: only
+/// the ratios matter to the partitioner. The fused decoder's forward carries its backward.
+/// \throws std::invalid_argument for an invalid config or rates that are not positive.
+pipeline::model_costs estimate_layer_costs(const lm::config& config, const nominal_rates& rates = {});
 
 /// Memory only (times 0), from the sizes of the buffers a pipeline stage allocates for each layer:
 /// `memory_bytes` = weights + gradients (float32; the decoder also its cross-entropy workspace),
 /// `activation_bytes` = what one micro-batch keeps from its forward to its backward (embedding
 /// output; LSTM output, reserve, chunk states and the backward's dh/dc carry; the decoder's dh).
-pipeline::model_costs layer_memory_costs(const lm_config& config);
+pipeline::model_costs layer_memory_costs(const lm::config& config);
 
 }  // namespace strata::lm

@@ -7,7 +7,7 @@
 /// Example:
 /// \code
 ///   auto ck = strata::lm::load_checkpoint("ckpt").value();
-///   strata::lm::lm_model model(ck.config, ck.parameters);
+///   strata::lm::model model(ck.config, ck.parameters);
 ///   auto ids = ck.vocab.encode("some text").value();
 ///   auto r = strata::lm::evaluate_stream(model, ids);       // {tokens, loss} from a zero state
 ///   auto more = strata::lm::generate(model, ids, 100, 0.8, 1);
@@ -24,11 +24,11 @@ namespace strata::lm {
 
 /// The model's parameters in host memory and a forward pass over [steps, batch] tokens.
 /// Thread-safety: const members may run concurrently on different states.
-class lm_model {
+class model {
 public:
   /// Throws std::invalid_argument with one sentence if a parameter is missing or has the wrong
   /// number of values for `config`.
-  lm_model(const lm_config& config, const std::vector<named_parameter>& parameters);
+  model(const lm::config& config, const std::vector<named_parameter>& parameters);
 
   /// The recurrent state of `batch` streams: per layer h and c, [batch, hidden].
   struct state {
@@ -50,16 +50,19 @@ public:
   /// Logits [rows, vocab] of the top-layer outputs `top` [rows, hidden].
   std::vector<float> logits(const std::vector<float>& top, std::size_t rows) const;
 
-  const lm_config& config() const noexcept { return config_; }
+  const lm::config& config() const noexcept { return config_; }
 
 private:
-  lm_config config_;
+  lm::config config_;
   std::vector<float> embedding_, decoder_w_, decoder_b_;
   struct layer {
     std::vector<float> w_ih, w_hh, b_ih, b_hh;
   };
   std::vector<layer> layers_;
 };
+
+/// The former name, kept for code written against it.
+using lm_model = model;
 
 /// Mean next-token cross-entropy and how many predictions it averages.
 struct eval_result {
@@ -69,18 +72,18 @@ struct eval_result {
 
 /// The text `ids` read as one stream from a zero state, in windows of `window` tokens with the
 /// state carried across them: predicts ids[1..n-1]. Needs at least two ids.
-eval_result evaluate_stream(const lm_model& model, const std::vector<std::int32_t>& ids, std::size_t window = 64);
+eval_result evaluate_stream(const model& model, const std::vector<std::int32_t>& ids, std::size_t window = 64);
 
 /// Faster evaluation of a long text: cut into `batch` columns (as token_batches does), each read
 /// as a stream from a zero state in windows of `seq`, state carried; at most `max_tokens`
 /// predictions (0: all).
-eval_result evaluate_batched(const lm_model& model, const std::vector<std::int32_t>& ids, std::size_t batch,
+eval_result evaluate_batched(const model& model, const std::vector<std::int32_t>& ids, std::size_t batch,
                              std::size_t seq, std::size_t max_tokens = 0);
 
 /// Feeds `prompt` (at least one id) from a zero state, then samples `length` ids, each from
 /// softmax(logits / temperature) (temperature 0: the most likely id), with a generator seeded by
 /// `seed`; `excluded` (e.g. the <unk> id; -1: none) is never sampled. Returns the sampled ids only.
-std::vector<std::int32_t> generate(const lm_model& model, const std::vector<std::int32_t>& prompt, std::size_t length,
+std::vector<std::int32_t> generate(const model& model, const std::vector<std::int32_t>& prompt, std::size_t length,
                                    double temperature, std::uint64_t seed, std::int32_t excluded = -1);
 
 }  // namespace strata::lm

@@ -1,0 +1,278 @@
+#include "strata/lm/trainer.hpp"
+
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cmath>
+#include <csignal>
+#include <cstring>
+#include <fstream>
+#include <memory>
+
+#include <nlohmann/json.hpp>
+
+#include "strata/actor_system.hpp"
+#include "strata/lm/pipeline.hpp"
+#include "trainer_setup.hpp"
+
+namespace strata::lm {
+
+namespace {
+
+namespace pl = strata::pipeline;
+using json = nlohmann::ordered_json;
+using detail::fixed;
+
+double median(std::vector<double> v) {
+  if (v.empty()) return 0;
+  std::sort(v.begin(), v.end());
+  const std::size_t n = v.size();
+  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
+}
+
+double param_norm(const std::vector<named_parameter>& params) {
+  double sq = 0;
+  for (const auto& p : params)
+    for (float v : p.values) sq += static_cast<double>(v) * v;
+  return std::sqrt(sq);
+}
+
+// Set by SIGINT/SIGTERM while a train() with handle_signals runs. An atomic rather than volatile
+// sig_atomic_t: the handler may run on any of the threads.
+std::atomic<bool> interrupted{false};
+static_assert(std::atomic<bool>::is_always_lock_free, "the signal handler needs a lock-free flag");
+char interrupt_note[256];
+std::size_t interrupt_note_size = 0;
+
+extern "C" void on_interrupt(int) {
+  interrupted.store(true, std::memory_order_relaxed);
+  [[maybe_unused]] auto n = ::write(2, interrupt_note, interrupt_note_size);
+}
+
+/// Installs on_interrupt for SIGINT and SIGTERM for its lifetime: the first signal stops the run
+/// after the current step (saved when there is a checkpoint); a second one ends it at once
+/// (SA_RESETHAND), which saves are atomic against.
+class signal_scope {
+public:
+  signal_scope(bool active, const std::string& program) : active_(active) {
+    if (!active_) return;
+    const std::string note = "\n" + program + ": interrupted: stopping after this step (interrupt again to quit at once)\n";
+    interrupt_note_size = std::min(note.size(), sizeof interrupt_note);
+    std::memcpy(interrupt_note, note.data(), interrupt_note_size);
+    interrupted.store(false, std::memory_order_relaxed);
+    struct sigaction stop_after_step {};
+    stop_after_step.sa_handler = on_interrupt;
+    stop_after_step.sa_flags = SA_RESETHAND | SA_RESTART;
+    ::sigemptyset(&stop_after_step.sa_mask);
+    ::sigaction(SIGINT, &stop_after_step, &old_int_);
+    ::sigaction(SIGTERM, &stop_after_step, &old_term_);
+  }
+  ~signal_scope() {
+    if (!active_) return;
+    ::sigaction(SIGINT, &old_int_, nullptr);
+    ::sigaction(SIGTERM, &old_term_, nullptr);
+  }
+  signal_scope(const signal_scope&) = delete;
+  signal_scope& operator=(const signal_scope&) = delete;
+
+private:
+  bool active_;
+  struct sigaction old_int_ {}, old_term_ {};
+};
+
+/// The JSON-lines log: one line per step, retry, validation and stop, and a summary.
+class run_log {
+public:
+  run_log(const std::string& path, bool append) {
+    if (path.empty()) return;
+    out_.open(path, append ? std::ios::app : std::ios::trunc);
+    if (!out_) throw input_error("--log '" + path + "' cannot be opened for writing");
+  }
+  void write(const json& j) {
+    if (out_.is_open()) out_ << j.dump() << '\n' << std::flush;
+  }
+
+private:
+  std::ofstream out_;
+};
+
+}  // namespace
+
+training_result train(const trainer_options& o, const trainer_events& events) {
+  auto run = detail::prepare_run(o, events);
+  training_result result;
+  result.setup = run.setup;
+  const training_setup& su = result.setup;
+  const lm::config& cfg = su.model;
+  const std::size_t windows = su.windows, first_step = su.first_step, total_steps = su.total_steps;
+  if (events.on_start) events.on_start(su);
+
+  // ---- the pipeline ------------------------------------------------------------------------
+  system_config sc;
+  sc.worker_threads = 2;
+  sc.trace_file = o.trace;
+  actor_system system(sc);
+  // Owned through a pointer so that it stops before the system's shutdown writes the trace.
+  auto pipe_owner = std::make_unique<lm_pipeline>(system, std::move(run.devices), cfg, su.schedule, su.layer_counts,
+                                                  lm_pipeline_options{.carry_state = o.carry_state});
+  lm_pipeline& pipe = *pipe_owner;
+  if (run.resume) {
+    if (auto r = pipe.set_parameters(run.resume->parameters); !r) throw std::runtime_error(r.error().message());
+  }
+  run_log log(o.log, run.resume.has_value());
+
+  auto validate = [&](std::size_t step) {
+    auto params = pipe.parameters();
+    if (!params) throw std::runtime_error(params.error().message());
+    lm::model model(cfg, *params);
+    auto r = evaluate_batched(model, run.validation_ids, 10, cfg.seq, o.val_tokens);
+    log.write({{"step", step}, {"epoch", step / windows}, {"val_loss", r.loss}, {"val_ppl", std::exp(r.loss)}, {"val_tokens", r.tokens}});
+    return std::pair{r, std::move(*params)};
+  };
+  auto save = [&](std::size_t step, const std::vector<named_parameter>* have) {
+    if (o.checkpoint.empty()) return;
+    checkpoint ck{cfg, su.tokens, run.vocab, {}, step, step / windows, windows, su.source};
+    if (have) {
+      ck.parameters = *have;
+    } else {
+      auto p = pipe.parameters();
+      if (!p) throw std::runtime_error(p.error().message());
+      ck.parameters = std::move(*p);
+    }
+    // A diverged run must not overwrite a good checkpoint with non-finite parameters.
+    for (const auto& p : ck.parameters)
+      if (!std::all_of(p.values.begin(), p.values.end(), [](float v) { return std::isfinite(v); }))
+        throw std::runtime_error("the training diverged: parameter '" + p.name + "' is not finite after step " +
+                                 std::to_string(step) + " (try a smaller --lr); the checkpoint was not overwritten");
+    if (auto e = save_checkpoint(o.checkpoint, ck); e) throw std::runtime_error(e.message());
+  };
+  auto stop_requested = [&] {
+    return interrupted.load(std::memory_order_relaxed) || (o.stop && o.stop->load(std::memory_order_relaxed));
+  };
+
+  std::vector<double> step_ms, bubbles, tokens_per_s;
+  std::vector<std::vector<double>> fwd_ms(pipe.stages()), bwd_ms(pipe.stages());
+  std::vector<std::int32_t> x, y;
+  const double tokens_per_step = static_cast<double>(cfg.seq * cfg.batch);
+  const auto started = std::chrono::steady_clock::now();
+  std::optional<std::pair<eval_result, std::vector<named_parameter>>> last_val;
+  std::size_t last_val_step = static_cast<std::size_t>(-1);
+  signal_scope signals(o.handle_signals, o.program);
+  for (std::size_t step = first_step; step < total_steps; ++step) {
+    run.batches->window(step % windows, x, y);
+    if (o.carry_state && step % windows == 0 && step != first_step)  // the column streams start over
+      if (auto r = pipe.reset_state(); !r) throw std::runtime_error(r.error().message());
+    if (o.fault_at_step == step + 1) pipe.inject_device_fault(pipe.stages() - 1, 1);
+    auto t0 = std::chrono::steady_clock::now();
+    auto r = pipe.train_step(x, y);
+    // A failed step changes no weights; the next train_step restarts the pipeline's actors.
+    for (std::size_t attempt = 1; !r && attempt <= o.retries; ++attempt) {
+      if (events.on_retry) events.on_retry(step + 1, attempt, o.retries, r.error().message());
+      log.write({{"step", step + 1}, {"retry", attempt}, {"error", r.error().message()}});
+      t0 = std::chrono::steady_clock::now();
+      r = pipe.train_step(x, y);
+    }
+    if (!r) throw std::runtime_error("step " + std::to_string(step + 1) + " failed: " + r.error().message());
+    if (!std::isfinite(r->loss))
+      throw std::runtime_error("the training diverged: the loss of step " + std::to_string(step + 1) + " is " +
+                               fixed(r->loss, 3) + " (try a smaller --lr)");
+    const double wall_ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    const double tps = tokens_per_step / (wall_ms / 1e3);
+    const double bubble = r->measured_bubble();
+    step_ms.push_back(r->step_ms);
+    bubbles.push_back(bubble);
+    tokens_per_s.push_back(tps);
+    auto st = pipe.measured_stage_times_ms();
+    for (std::size_t s = 0; s < st.size(); ++s) fwd_ms[s].push_back(st[s].first), bwd_ms[s].push_back(st[s].second);
+    const std::size_t done = step + 1;
+    result.loss = r->loss;
+    result.losses.push_back({static_cast<double>(done), r->loss});
+    log.write({{"step", done}, {"epoch", step / windows}, {"loss", r->loss}, {"ppl", std::exp(std::min(r->loss, 50.0))},
+               {"grad_norm", r->grad_norm}, {"step_ms", r->step_ms}, {"tokens_per_s", tps}, {"bubble", bubble}});
+    const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+    const double eta = elapsed / static_cast<double>(done - first_step) * static_cast<double>(total_steps - done);
+    if (events.on_step) events.on_step({done, total_steps, r->loss, r->grad_norm, r->step_ms, tps, bubble, eta});
+    bool saved = true;
+    if (done % windows == 0) {  // an epoch's end
+      last_val = validate(done);
+      last_val_step = done;
+      result.validation_losses.push_back({static_cast<double>(done), last_val->first.loss});
+      if (events.on_validation) events.on_validation(done, true, last_val->first);
+      save(done, &last_val->second);
+    } else if (o.save_every && done % o.save_every == 0 && done < total_steps) {
+      save(done, nullptr);
+    } else {
+      saved = false;
+    }
+    if (o.crash_after_step && done == o.crash_after_step) std::raise(SIGKILL);
+    if (stop_requested() && done < total_steps) {
+      if (!saved) save(done, nullptr);
+      log.write({{"step", done}, {"interrupted", true}});
+      result.interrupted = true;
+      result.steps = done;
+      result.steps_this_run = step_ms.size();
+      return result;
+    }
+  }
+  const std::size_t final_step = std::max(first_step, total_steps);
+  if (last_val_step != final_step) {
+    last_val = validate(final_step);
+    result.validation_losses.push_back({static_cast<double>(final_step), last_val->first.loss});
+    if (events.on_validation) events.on_validation(final_step, false, last_val->first);
+    save(final_step, &last_val->second);
+  }
+  result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+
+  // ---- summary: measured against the plan's ideal ------------------------------------------
+  pl::cost_model measured;
+  for (std::size_t s = 0; s < pipe.stages(); ++s) {
+    measured.forward.push_back(median(fwd_ms[s]));
+    measured.backward.push_back(median(bwd_ms[s]));
+  }
+  if (!step_ms.empty()) {
+    auto sim = pl::simulate(pipe.plan(), measured);
+    if (sim) result.ideal_step_ms = sim->makespan, result.ideal_bubble = sim->bubble, result.timeline = sim->timeline;
+  }
+  result.steps = final_step;
+  result.steps_this_run = step_ms.size();
+  result.validation = last_val->first;
+  result.param_norm = param_norm(last_val->second);
+  result.step_ms = median(step_ms);
+  result.bubble = median(bubbles);
+  result.tokens_per_s = median(tokens_per_s);
+  result.stage_forward_ms = measured.forward;
+  result.stage_backward_ms = measured.backward;
+  result.plan_text = pipe.plan().to_string();
+  log.write({{"summary", true},
+             {"steps", final_step},
+             {"steps_this_run", step_ms.size()},
+             {"carry_state", o.carry_state},
+             {"loss", result.loss},
+             {"val_loss", result.validation.loss},
+             {"val_ppl", std::exp(result.validation.loss)},
+             {"param_norm", result.param_norm},
+             {"step_ms", result.step_ms},
+             {"ideal_step_ms", result.ideal_step_ms},
+             {"bubble", result.bubble},
+             {"ideal_bubble", result.ideal_bubble},
+             {"tokens_per_s", result.tokens_per_s},
+             {"stage_forward_ms", measured.forward},
+             {"stage_backward_ms", measured.backward},
+             {"wall_s", result.wall_s},
+             {"devices", su.devices},
+             {"cpu_threads_per_device", su.cpu_stages ? json(su.cpu_threads) : json(nullptr)},
+             {"schedule", pl::to_string(su.schedule)},
+             {"micro_batches", cfg.micro_batches},
+             {"chunks", cfg.chunks},
+             {"layer_counts", su.layer_counts}});
+  if (!o.trace.empty()) {  // the trace is written at shutdown
+    pipe_owner.reset();
+    auto shut = system.shutdown();
+    result.trace_error = shut.trace_error;
+    result.trace_events = shut.trace_events;
+  }
+  return result;
+}
+
+}  // namespace strata::lm

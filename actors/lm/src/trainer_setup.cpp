@@ -1,0 +1,255 @@
+#include "trainer_setup.hpp"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <cerrno>
+#include <chrono>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <filesystem>
+#include <thread>
+
+#include "strata/device/device_manager.hpp"
+#include "strata/lm/costs.hpp"
+
+namespace strata::lm::detail {
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace pl = strata::pipeline;
+
+/// Hardware threads each cpu stage device may use: `flag`, or (0) all of them.
+std::size_t cpu_threads_of(std::size_t flag) {
+  return flag > 0 ? flag : std::max<std::size_t>(1, std::thread::hardware_concurrency());
+}
+
+/// The devices to train on: an explicit spec, else the CUDA GPUs when present (one stage per GPU;
+/// a single GPU is shared by two stages, cuda:0x2, so that the default is a pipeline as cpu:2 is),
+/// else cpu:2; cpu devices get `cpu_threads` threads each.
+std::vector<device> choose_devices(const std::string& spec_flag, std::size_t cpu_threads, std::string& spec_used) {
+  std::string spec = spec_flag;
+  if (spec.empty()) {
+    const int gpus = cuda_gpu_count();
+    spec = "cpu:2";
+    if (gpus == 1) {
+      spec = "cuda:0x2";
+    } else if (gpus > 1) {
+      spec = "cuda:0";
+      for (int g = 1; g < gpus; ++g) spec += "," + std::to_string(g);
+    }
+  } else if (spec.rfind("sim", 0) == 0) {
+    throw input_error("--devices '" + spec + "' names sim devices, which model time but compute nothing, so they cannot train; use cpu:N");
+  }
+  std::vector<device> devs;
+  try {
+    devs = make_devices(spec, {.cpu_threads_per_device = static_cast<int>(cpu_threads_of(cpu_threads))});
+  } catch (const std::exception& e) {
+    throw input_error("--devices '" + spec + "' cannot be met: " + e.what());
+  }
+  if (devs.empty()) throw input_error("--devices '" + spec + "' names no devices");
+  spec_used = spec;
+  return devs;
+}
+
+/// One micro-batch by default: on CPU stages an LSTM step at batch <= 20 is bound by streaming
+/// its weights, so splitting the batch multiplies that traffic and costs more than the pipeline
+/// bubble it removes (docs/lstm_lm.md has the measurements). Pass --micro-batches to pipeline.
+std::size_t default_micro_batches() { return 1; }
+
+/// Wavefront's time chunks when --chunks is not given: the largest divisor of the window up to 8
+/// (seq 35: 7 chunks of 5 timesteps). More chunks fill the pipeline sooner but each costs a
+/// message and a smaller input-projection GEMM; on cpu:2 with a core per stage and the seed model
+/// 7 chunks gave a 280 ms step, 5 gave 286 ms and 35 gave 347 ms (docs/lstm_lm.md).
+std::size_t default_chunks(std::size_t seq) {
+  std::size_t best = 1;
+  for (std::size_t c = 1; c <= std::min<std::size_t>(seq, 8); ++c)
+    if (seq % c == 0) best = c;
+  return best;
+}
+
+/// Fails before the run, not after it, when `file` (the value of `flag`) cannot be written: a
+/// directory, or a place where no file can be created (checked with a probe file beside it).
+void check_output_file(const std::string& flag, const std::string& file) {
+  std::error_code ec;
+  if (fs::is_directory(file, ec)) throw input_error(flag + " '" + file + "' is a directory; expected a file name");
+  const std::string probe = file + ".probe." + std::to_string(::getpid());
+  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
+  if (fd < 0) throw input_error(flag + " '" + file + "' cannot be written (" + std::strerror(errno) + ")");
+  ::close(fd);
+  ::unlink(probe.c_str());
+}
+
+/// As check_output_file for a directory flag: `dir` is created when missing and must be writable.
+void check_output_dir(const std::string& flag, const std::string& dir) {
+  std::error_code ec;
+  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
+    throw input_error(flag + " '" + dir + "' is a file; expected a directory");
+  fs::create_directories(dir, ec);
+  if (ec) throw input_error(flag + " '" + dir + "' cannot be created (" + ec.message() + ")");
+  check_output_file(flag, (fs::path(dir) / ".lstm_lm").string());
+}
+
+/// The option checks that need nothing read yet.
+void check_options(const trainer_options& o) {
+  for (auto [name, v] : {std::pair{"--layers", o.layers}, {"--hidden", o.hidden}, {"--embed", o.embed},
+                         {"--batch", o.batch}, {"--seq", o.seq}, {"--chunks", o.chunks_given ? o.chunks : 1}})
+    if (v == 0) throw input_error(std::string(name) + " must be at least 1");
+  if (o.micro_batches > 0 && o.batch % o.micro_batches != 0)
+    throw input_error("--micro-batches " + std::to_string(o.micro_batches) + " does not divide --batch " + std::to_string(o.batch));
+  if (o.chunks_given && o.seq % o.chunks != 0)
+    throw input_error("--seq " + std::to_string(o.seq) + " is not divisible by --chunks " + std::to_string(o.chunks));
+  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw input_error("--lr must be a positive number");
+  if (!(o.clip > 0) || !std::isfinite(o.clip)) throw input_error("--clip must be a positive number");
+  if (!(o.val_fraction > 0 && o.val_fraction < 0.5)) throw input_error("--val-fraction must lie in (0, 0.5)");
+}
+
+}  // namespace
+
+std::string fixed(double v, int precision) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
+  return buf;
+}
+
+prepared_run prepare_run(const trainer_options& o, const trainer_events& events) {
+  check_options(o);
+  prepared_run run;
+  training_setup& su = run.setup;
+  su.auto_schedule = o.schedule == "auto";
+  pl::schedule_kind schedule = pl::schedule_kind::one_f_one_b;
+  try {
+    if (!su.auto_schedule) schedule = pl::parse_schedule(o.schedule);
+  } catch (const std::exception& e) {
+    throw input_error(std::string("--schedule: ") + e.what() + " (or auto)");
+  }
+  if (!su.auto_schedule && o.chunks_given && o.chunks > 1 && schedule != pl::schedule_kind::wavefront)
+    throw input_error("--chunks " + std::to_string(o.chunks) + " needs --schedule wavefront");
+  try {
+    su.tokens = parse_token_kind(o.tokens);
+  } catch (const std::exception& e) {
+    throw input_error(std::string("--tokens: ") + e.what());
+  }
+  if (o.vocab_size < 2) throw input_error("--vocab-size must be at least 2");
+  if (o.vocab_size_given && su.tokens != token_kind::words)
+    throw input_error("--vocab-size applies to --tokens word only (char tokens keep every character)");
+  if (o.epochs_given && o.epochs == 0) throw input_error("--epochs must be at least 1");
+  if (!o.epochs_given && o.steps == 0) throw input_error("--steps must be at least 1");
+
+  run.devices = choose_devices(o.devices, o.cpu_threads, su.devices);
+  const std::size_t S = run.devices.size();
+  // auto (docs/lstm_lm.md): 1F1B, except on cpu stages that own their cores (cpu_threads times
+  // the stages fits the hardware threads), where wavefront's time chunks let the stages overlap;
+  // where the stages share every core (the default), a stage that waits lends its cores to the
+  // one that works and one micro-batch in order is fastest. chunks > 1 asks for wavefront.
+  su.cpu_stages = run.devices.front().kind() == device_kind::cpu;
+  su.cpu_threads = cpu_threads_of(o.cpu_threads);
+  su.own_cores = su.cpu_stages && S > 1 && su.cpu_threads * S <= cpu_threads_of(0);
+  if (su.auto_schedule)
+    schedule = (o.chunks_given && o.chunks > 1) || su.own_cores ? pl::schedule_kind::wavefront : pl::schedule_kind::one_f_one_b;
+  su.schedule = schedule;
+  const std::size_t chunks = o.chunks_given ? o.chunks : schedule == pl::schedule_kind::wavefront ? default_chunks(o.seq) : 1;
+  pl::partition_spec part;
+  try {
+    part = pl::parse_partition(o.partition, static_cast<int>(o.layers), static_cast<int>(S));
+  } catch (const std::exception& e) {
+    throw input_error(std::string("--partition: ") + e.what());
+  }
+
+  // ---- corpus, vocabulary, batches --------------------------------------------------------
+  std::string text;
+  try {
+    if (o.corpus.empty()) text = read_default_corpus(su.source);
+    else text = read_text_file(o.corpus), su.source = o.corpus;
+  } catch (const std::exception& e) {
+    throw input_error(e.what());
+  }
+  auto split = split_text(text, o.val_fraction);
+  text.clear();
+  run.vocab = vocabulary::build(su.tokens, split.train, su.tokens == token_kind::words ? o.vocab_size : 0);
+  auto train_ids = run.vocab.encode(split.train);
+  auto val_ids = run.vocab.encode(split.validation);
+  if (!train_ids || !val_ids) throw input_error("the corpus cannot be tokenised");
+  try {
+    run.batches.emplace(*train_ids, o.batch, o.seq);
+  } catch (const std::exception& e) {
+    throw input_error("the corpus is too small: " + std::string(e.what()));
+  }
+  if (val_ids->size() < 2) throw input_error("the corpus is too small to hold out a validation text");
+  su.train_tokens = train_ids->size();
+  su.validation_tokens = val_ids->size();
+  run.validation_ids = std::move(*val_ids);
+  su.windows = run.batches->windows();
+
+  lm::config& cfg = su.model;
+  cfg.vocab = run.vocab.size();
+  cfg.embed = o.embed;
+  cfg.layers = o.layers;
+  cfg.hidden = o.hidden;
+  cfg.batch = o.batch;
+  cfg.seq = o.seq;
+  cfg.micro_batches = o.micro_batches ? o.micro_batches : default_micro_batches();
+  cfg.chunks = chunks;
+  cfg.lr = o.lr;
+  cfg.clip = o.clip;
+  cfg.seed = o.seed;
+  try {
+    cfg.validate();
+  } catch (const std::exception& e) {
+    throw input_error(e.what());
+  }
+  su.total_steps = o.epochs_given ? o.epochs * su.windows : o.steps;
+
+  // ---- outputs: a path that cannot be written fails now, not after the run -----------------
+  if (!o.checkpoint.empty()) check_output_dir("--checkpoint", o.checkpoint);
+  if (!o.report.empty()) check_output_dir("--report", o.report);
+  if (!o.trace.empty()) check_output_file("--trace", o.trace);
+  if (!o.log.empty()) check_output_file("--log", o.log);
+
+  // ---- placement ---------------------------------------------------------------------------
+  std::vector<pl::device_slot> slots;
+  for (auto& d : run.devices) slots.push_back({d.name()});
+  // auto: per-layer costs measured on the first device (the kernels on one micro-batch, in its
+  // arena); the fixed splits only print a prediction, from FLOPs and bytes.
+  const nominal_rates rates;
+  su.costs_note = "costs estimated from FLOPs and bytes at nominal rates of " + fixed(rates.flops_per_s / 1e9, 0) +
+                  " GFLOP/s and " + fixed(rates.bytes_per_s / 1e9, 0) +
+                  " GB/s per device, so the predicted step is a rough guide; --partition auto measures the costs";
+  pl::model_costs costs;
+  if (part.kind == pl::partition_spec::kind_t::automatic) {
+    const auto t0 = std::chrono::steady_clock::now();
+    costs = measure_layer_costs(cfg, run.devices.front());
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    su.costs_note = "costs measured on " + run.devices.front().name() + " in " + fixed(ms, 0) + " ms";
+    if (events.on_costs_measured) events.on_costs_measured(costs, su.costs_note);
+  } else {
+    costs = estimate_layer_costs(cfg, rates);
+  }
+  try {
+    su.placement = pl::place_layers(costs, slots, part, {schedule, static_cast<int>(cfg.micro_batches), static_cast<int>(cfg.chunks)});
+  } catch (const std::exception& e) {
+    throw input_error(std::string("--partition: ") + e.what());
+  }
+  for (auto& st : su.placement.stages) su.layer_counts.push_back(static_cast<std::size_t>(st.lstm.last - st.lstm.first + 1));
+
+  // ---- resume? -----------------------------------------------------------------------------
+  if (!o.checkpoint.empty() && checkpoint_exists(o.checkpoint)) {
+    auto ck = load_checkpoint(o.checkpoint);
+    if (!ck) throw input_error(ck.error().message());
+    if (auto e = check_compatible(*ck, cfg, su.tokens); e) throw input_error("--checkpoint '" + o.checkpoint + "': " + e.message());
+    if (!(ck->vocab == run.vocab))
+      throw input_error("--checkpoint '" + o.checkpoint + "' was trained on another corpus (its vocab.json differs from this corpus's vocabulary)");
+    if (ck->windows_per_epoch != su.windows)
+      throw input_error("--checkpoint '" + o.checkpoint + "' was trained on another corpus (" + std::to_string(ck->windows_per_epoch) +
+                        " steps per epoch, this corpus " + std::to_string(su.windows) + ")");
+    run.resume = std::move(*ck);
+  }
+  su.resumed = run.resume.has_value();
+  su.first_step = run.resume ? run.resume->step : 0;
+  return run;
+}
+
+}  // namespace strata::lm::detail

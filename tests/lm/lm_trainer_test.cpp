@@ -1,0 +1,152 @@
+// strata::lm::train as a library: a run stopped and resumed from its checkpoint equals an
+// uninterrupted one, events report every step, and bad options get one sentence.
+
+#include <boost/test/unit_test.hpp>
+
+#include <unistd.h>
+
+#include <atomic>
+#include <cmath>
+#include <filesystem>
+#include <fstream>
+#include <string>
+#include <vector>
+
+#include "strata/lm/trainer.hpp"
+
+namespace {
+
+namespace fs = std::filesystem;
+namespace lm = strata::lm;
+
+/// An empty temporary directory holding corpus.txt: 300 generated lines.
+fs::path fresh_dir(const std::string& name) {
+  const fs::path dir = fs::temp_directory_path() / (name + std::to_string(::getpid()));
+  fs::remove_all(dir);
+  fs::create_directories(dir);
+  std::ofstream corpus(dir / "corpus.txt");
+  for (int i = 0; i < 300; ++i) corpus << "row " << i << ": " << (i * 7919 % 1000) << " pears and " << (i * 31 % 17) << " figs\n";
+  return dir;
+}
+
+/// A tiny model on cpu:2 over that corpus.
+lm::trainer_options tiny(const fs::path& dir, std::size_t steps) {
+  lm::trainer_options o;
+  o.corpus = (dir / "corpus.txt").string();
+  o.devices = "cpu:2";
+  o.cpu_threads = 1;
+  o.layers = 2;
+  o.hidden = 12;
+  o.embed = 6;
+  o.batch = 4;
+  o.seq = 6;
+  o.steps = steps;
+  o.val_tokens = 200;
+  o.seed = 7;
+  return o;
+}
+
+/// Stops the run once `after` steps are done.
+struct stop_after {
+  std::atomic<bool> flag{false};
+  std::size_t after;
+  explicit stop_after(std::size_t n) : after(n) {}
+};
+
+}  // namespace
+
+BOOST_AUTO_TEST_SUITE(lm_trainer)
+
+BOOST_AUTO_TEST_CASE(a_run_stopped_and_resumed_from_its_checkpoint_equals_an_uninterrupted_run) {
+  const auto dir = fresh_dir("strata_trainer_resume_");
+  const std::size_t steps = 8;
+  std::vector<double> whole;
+  lm::trainer_events ev;
+  ev.on_step = [&](const lm::step_progress& p) { whole.push_back(p.loss); };
+  const auto full = lm::train(tiny(dir, steps), ev);
+  BOOST_REQUIRE_EQUAL(whole.size(), steps);
+  BOOST_CHECK(!full.interrupted);
+  BOOST_CHECK_EQUAL(full.steps, steps);
+  BOOST_CHECK(std::isfinite(full.validation.loss) && full.validation.tokens > 0);
+
+  auto o = tiny(dir, steps);
+  o.checkpoint = (dir / "ck").string();
+  stop_after stop(3);
+  o.stop = &stop.flag;
+  std::vector<double> parts;
+  lm::trainer_events ev2;
+  ev2.on_step = [&](const lm::step_progress& p) {
+    parts.push_back(p.loss);
+    if (p.step == stop.after) stop.flag = true;
+  };
+  const auto first = lm::train(o, ev2);
+  BOOST_CHECK(first.interrupted);
+  BOOST_CHECK_EQUAL(first.steps, 3u);
+  stop.flag = false;
+  stop.after = 0;
+  const auto second = lm::train(o, ev2);
+  BOOST_CHECK(second.setup.resumed);
+  BOOST_CHECK_EQUAL(second.setup.first_step, 3u);
+  BOOST_CHECK_EQUAL(second.steps_this_run, steps - 3);
+  BOOST_REQUIRE_EQUAL(parts.size(), steps);
+  for (std::size_t i = 0; i < steps; ++i) BOOST_CHECK_CLOSE(parts[i], whole[i], 1e-4);
+  BOOST_CHECK_CLOSE(second.validation.loss, full.validation.loss, 1e-4);
+  fs::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(the_result_reports_the_plan_its_ideal_step_and_a_log_line_per_step) {
+  const auto dir = fresh_dir("strata_trainer_log_");
+  auto o = tiny(dir, 3);
+  o.log = (dir / "log.jsonl").string();
+  std::size_t starts = 0;
+  lm::trainer_events ev;
+  ev.on_start = [&](const lm::training_setup& s) {
+    ++starts;
+    BOOST_CHECK_EQUAL(s.layer_counts.size(), 2u);
+    BOOST_CHECK_EQUAL(s.total_steps, 3u);
+  };
+  const auto r = lm::train(o, ev);
+  BOOST_CHECK_EQUAL(starts, 1u);
+  BOOST_CHECK_EQUAL(r.losses.size(), 3u);
+  BOOST_CHECK_EQUAL(r.stage_forward_ms.size(), 2u);
+  BOOST_CHECK_GT(r.ideal_step_ms, 0.0);
+  BOOST_CHECK(r.ideal_bubble >= 0.0 && r.ideal_bubble < 1.0);
+  BOOST_CHECK(!r.plan_text.empty());
+  std::ifstream log(o.log);
+  std::size_t lines = 0;
+  for (std::string line; std::getline(log, line);) ++lines;
+  BOOST_CHECK_EQUAL(lines, 3u + 1u + 1u);  // steps, the final validation, the summary
+  fs::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(a_bad_option_gets_one_sentence_naming_it) {
+  const auto dir = fresh_dir("strata_trainer_bad_");
+  auto expect = [&](lm::trainer_options o, const std::string& words) {
+    try {
+      lm::train(o);
+      BOOST_ERROR("expected input_error containing '" << words << "'");
+    } catch (const lm::input_error& e) {
+      const std::string what = e.what();
+      BOOST_CHECK_MESSAGE(what.find(words) != std::string::npos, what);
+      BOOST_CHECK_MESSAGE(what.find('\n') == std::string::npos, what);
+    }
+  };
+  auto o = tiny(dir, 2);
+  o.lr = std::nan("");
+  expect(o, "--lr must be a positive number");
+  o = tiny(dir, 2);
+  o.schedule = "zigzag";
+  expect(o, "--schedule");
+  o = tiny(dir, 2);
+  o.devices = "sim:2";
+  expect(o, "compute nothing");
+  o = tiny(dir, 2);
+  o.corpus = (dir / "missing.txt").string();
+  expect(o, "missing.txt");
+  o = tiny(dir, 2);
+  o.log = dir.string();
+  expect(o, "is a directory");
+  fs::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
