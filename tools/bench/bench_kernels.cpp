@@ -33,6 +33,7 @@
 
 #include "lm_step.hpp"
 #include "torch_anchor.hpp"
+#include "strata/stats.hpp"
 #include "strata/kernels/costs.hpp"
 #include "strata/kernels/cpu.hpp"
 
@@ -47,12 +48,7 @@ using strata::bench::run_torch;
 using strata::bench::torch_result;
 using clock_type = std::chrono::steady_clock;
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using strata::median;
 
 double ms_since(clock_type::time_point t0) {
   return std::chrono::duration<double, std::milli>(clock_type::now() - t0).count();

@@ -25,6 +25,7 @@
 
 #include "cudnn_lstm_step.hpp"
 #include "torch_anchor.hpp"
+#include "strata/stats.hpp"
 #include "strata/lm/pipeline.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
@@ -46,12 +47,7 @@ struct row {
   std::string error;  // the configuration failed: nothing else is set
 };
 
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 == 1 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
+using strata::median;
 
 /// Tokens and targets of step k: the same sequence in every configuration.
 class token_source {

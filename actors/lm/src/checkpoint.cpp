@@ -1,5 +1,8 @@
 #include "strata/lm/checkpoint.hpp"
 
+#include "strata/checksum.hpp"
+#include "strata/files.hpp"
+
 #include <fcntl.h>
 #include <unistd.h>
 
@@ -38,22 +41,8 @@ error fail(const std::string& what) { return error(errc::invalid_argument, what)
 
 /// Writes `bytes` to dir/.tmp-<name> and fsyncs it.
 error write_temporary(const fs::path& dir, const std::string& name, const std::string& bytes) {
-  const fs::path tmp = dir / (".tmp-" + name);
-  int fd = ::open(tmp.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return fail("cannot write '" + tmp.string() + "': " + std::strerror(errno));
-  std::size_t done = 0;
-  while (done < bytes.size()) {
-    ssize_t n = ::write(fd, bytes.data() + done, bytes.size() - done);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      int e = errno;
-      ::close(fd);
-      return fail("cannot write '" + tmp.string() + "': " + std::strerror(e));
-    }
-    done += static_cast<std::size_t>(n);
-  }
-  if (::fsync(fd) != 0 || ::close(fd) != 0) return fail("cannot flush '" + tmp.string() + "': " + std::strerror(errno));
-  return {};
+  auto written = write_file_synced(dir / (".tmp-" + name), bytes);
+  return written ? error{} : fail(written.error().message());
 }
 
 /// Renames dir/.tmp-<name> (see write_temporary) over dir/<name>.
@@ -66,16 +55,8 @@ error commit_temporary(const fs::path& dir, const std::string& name) {
 
 /// Writes `bytes` to dir/.tmp-<name>, fsyncs it and renames it to dir/<name>.
 error write_atomically(const fs::path& dir, const std::string& name, const std::string& bytes) {
-  if (auto e = write_temporary(dir, name, bytes); e) return e;
-  return commit_temporary(dir, name);
-}
-
-void sync_directory(const fs::path& dir) {
-  int fd = ::open(dir.c_str(), O_RDONLY | O_DIRECTORY | O_CLOEXEC);
-  if (fd >= 0) {
-    ::fsync(fd);
-    ::close(fd);
-  }
+  auto written = write_file_atomically(dir / name, bytes, dir / (".tmp-" + name));
+  return written ? error{} : fail(written.error().message());
 }
 
 expected<std::string> read_file(const fs::path& path, const std::string& dir) {
@@ -103,7 +84,7 @@ bool matches_record(const json& cfg, const std::string& name, const std::string&
   if (!rec.is_object() || !rec.contains("bytes") || !rec.contains("fnv1a64")) return false;
   const json &size = rec["bytes"], &hash = rec["fnv1a64"];
   return size.is_number_unsigned() && size.get<std::size_t>() == bytes.size() && hash.is_string() &&
-         hash.get<std::string>() == hex64(fnv1a64(bytes));
+         hash.get<std::string>() == hex64(strata::fnv1a64(bytes));
 }
 
 /// The keys config.json may hold; any other is refused on load rather than ignored.
@@ -134,15 +115,6 @@ std::string config_text(const json& cfg, const char* key) {
 }
 
 }  // namespace
-
-std::uint64_t fnv1a64(const std::string& bytes) noexcept {
-  std::uint64_t h = 14695981039346656037ull;
-  for (unsigned char c : bytes) {
-    h ^= c;
-    h *= 1099511628211ull;
-  }
-  return h;
-}
 
 std::string encode_safetensors(const std::vector<safetensor>& tensors, const std::map<std::string, std::string>& metadata) {
   nlohmann::ordered_json header = nlohmann::ordered_json::object();
@@ -252,9 +224,9 @@ error save_checkpoint(const std::string& dir_name, const checkpoint& ck) {
       {"tokens", to_string(ck.tokens)}, {"seq", c.seq}, {"batch", c.batch},
       {"micro_batches", c.micro_batches}, {"chunks", c.chunks}, {"lr", c.lr}, {"clip", c.clip}, {"seed", c.seed},
       {"step", ck.step}, {"epoch", ck.epoch}, {"windows_per_epoch", ck.windows_per_epoch}, {"corpus", ck.corpus},
-      {"files", {{"model.safetensors", {{"bytes", model.size()}, {"fnv1a64", hex64(fnv1a64(model))}}},
-                 {"vocab.json", {{"bytes", vocab.size()}, {"fnv1a64", hex64(fnv1a64(vocab))}}},
-                 {"optimizer.json", {{"bytes", optimizer.size()}, {"fnv1a64", hex64(fnv1a64(optimizer))}}}}}};
+      {"files", {{"model.safetensors", {{"bytes", model.size()}, {"fnv1a64", hex64(strata::fnv1a64(model))}}},
+                 {"vocab.json", {{"bytes", vocab.size()}, {"fnv1a64", hex64(strata::fnv1a64(vocab))}}},
+                 {"optimizer.json", {{"bytes", optimizer.size()}, {"fnv1a64", hex64(strata::fnv1a64(optimizer))}}}}}};
   const std::map<std::string, const std::string*> bytes_of = {
       {"model.safetensors", &model}, {"vocab.json", &vocab}, {"optimizer.json", &optimizer}};
   for (const char* name : data_files)

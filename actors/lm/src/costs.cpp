@@ -1,3 +1,4 @@
+#include "strata/stats.hpp"
 #include "strata/lm/costs.hpp"
 
 #include <algorithm>
@@ -42,13 +43,6 @@ std::uint64_t lstm_activation_floats(const config& c, std::size_t in) {
   const std::size_t tc = c.chunk_steps(), bm = c.micro_batch_size(), H = c.hidden;
   const std::size_t per_unit = tc * bm * H + k::lstm_reserve_size({tc, bm, in, H}) + 2 * bm * H;
   return c.chunks * per_unit + 4 * bm * H;
-}
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
 }
 
 // Deterministic inputs: uniform(-scale, scale).

@@ -1,3 +1,4 @@
+#include "strata/stats.hpp"
 #include "strata/lm/trainer.hpp"
 
 #include <unistd.h>
@@ -23,13 +24,6 @@ namespace {
 namespace pl = strata::pipeline;
 using json = nlohmann::ordered_json;
 using detail::fixed;
-
-double median(std::vector<double> v) {
-  if (v.empty()) return 0;
-  std::sort(v.begin(), v.end());
-  const std::size_t n = v.size();
-  return n % 2 ? v[n / 2] : 0.5 * (v[n / 2 - 1] + v[n / 2]);
-}
 
 double param_norm(const std::vector<named_parameter>& params) {
   double sq = 0;

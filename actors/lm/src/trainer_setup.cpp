@@ -12,6 +12,7 @@
 #include <filesystem>
 #include <thread>
 
+#include "strata/files.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/lm/costs.hpp"
 
@@ -76,11 +77,8 @@ std::size_t default_chunks(std::size_t seq) {
 void check_output_file(const std::string& flag, const std::string& file) {
   std::error_code ec;
   if (fs::is_directory(file, ec)) throw input_error(flag + " '" + file + "' is a directory; expected a file name");
-  const std::string probe = file + ".probe." + std::to_string(::getpid());
-  const int fd = ::open(probe.c_str(), O_WRONLY | O_CREAT | O_EXCL | O_CLOEXEC, 0644);
-  if (fd < 0) throw input_error(flag + " '" + file + "' cannot be written (" + std::strerror(errno) + ")");
-  ::close(fd);
-  ::unlink(probe.c_str());
+  if (auto creatable = check_file_creatable_in(fs::path(file).parent_path()); !creatable)
+    throw input_error(flag + " '" + file + "' cannot be written (" + creatable.error().message() + ")");
 }
 
 /// As check_output_file for a directory flag: `dir` is created when missing and must be writable.

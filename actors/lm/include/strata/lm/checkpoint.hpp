@@ -28,7 +28,6 @@
 
 #include "strata/lm/config.hpp"
 #include "strata/lm/data.hpp"
-#include "strata/lm/pipeline.hpp"
 #include "strata/error.hpp"
 
 namespace strata::lm {
@@ -80,8 +79,5 @@ expected<checkpoint> load_checkpoint(const std::string& dir);
 /// differing setting (layers, hidden, embed, vocab, tokens, batch, seq), or a default error
 /// when it can.
 error check_compatible(const checkpoint& ck, const lm::config& config, token_kind tokens);
-
-/// 64-bit FNV-1a of `bytes` (the checksum config.json records).
-std::uint64_t fnv1a64(const std::string& bytes) noexcept;
 
 }  // namespace strata::lm

@@ -54,6 +54,12 @@ struct parameter_spec {
   std::size_t numel() const noexcept;
 };
 
+/// A named parameter, PyTorch's name and row-major values.
+struct named_parameter {
+  std::string name;
+  std::vector<float> values;
+};
+
 /// The model's parameters, the one definition every user of the model (pipeline stages,
 /// inference, checkpoints, the kernels benchmark) takes its names, order and shapes from:
 /// PyTorch's named_parameters() order of nn.Embedding(V, E) -> nn.LSTM(E, H, L) ->

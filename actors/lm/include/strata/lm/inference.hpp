@@ -18,7 +18,6 @@
 #include <vector>
 
 #include "strata/lm/config.hpp"
-#include "strata/lm/pipeline.hpp"
 
 namespace strata::lm {
 

@@ -41,12 +41,6 @@ struct ideal_step {
   pipeline::simulation simulation;
 };
 
-/// A named parameter, PyTorch's name and row-major values.
-struct named_parameter {
-  std::string name;
-  std::vector<float> values;
-};
-
 /// How an lm_pipeline runs, beyond its devices, model, schedule and partition.
 struct lm_pipeline_options {
   /// Where the KVStore merges. Default: on the host for cpu stages, on the first stage's device
