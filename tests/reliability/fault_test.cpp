@@ -6,6 +6,8 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <chrono>
 #include <cmath>
 #include <csignal>
 #include <cstdlib>
@@ -279,6 +281,28 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_survives_sigkill_of_the_writer_at_any_moment) 
     BOOST_REQUIRE(kv.save(path).get().has_value());
   }
 
+  // The kill window spans a few of the writer's saves: measured here with one writer that is
+  // killed only after its first save has landed (fsync of 8 MiB can take seconds on a busy disk,
+  // and a fixed window would then never let a save land).
+  const auto first_save_ms = [&] {
+    const auto before = fs::last_write_time(path);
+    const pid_t child = ::fork();
+    BOOST_REQUIRE(child >= 0);
+    if (child == 0) {
+      ::execl(STRATA_CHECKPOINT_WRITER, STRATA_CHECKPOINT_WRITER, path.c_str(), std::to_string(n).c_str(),
+              static_cast<char*>(nullptr));
+      ::_exit(127);
+    }
+    const auto start = std::chrono::steady_clock::now();
+    while (fs::last_write_time(path) == before && std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+    const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
+    ::kill(child, SIGKILL);
+    int status = 0;
+    ::waitpid(child, &status, 0);
+    return static_cast<int>(ms);
+  }();
+  BOOST_TEST_MESSAGE("checkpoint drill: the writer's first save landed after " << first_save_ms << " ms");
   const int kills = scaled(100, 10);
   std::mt19937 rng(11);
   float last = 0;
@@ -292,7 +316,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_survives_sigkill_of_the_writer_at_any_moment) 
       ::_exit(127);
     }
     // Sanitized writers start slower (scale < 1): give them proportionally longer.
-    const int max_delay = static_cast<int>(250 / std::min(1.0, test_scale()));
+    const int max_delay = std::max(static_cast<int>(250 / std::min(1.0, test_scale())), 2 * first_save_ms);
     std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(20, max_delay)(rng)));
     BOOST_REQUIRE(::kill(child, SIGKILL) == 0);
     int status = 0;
