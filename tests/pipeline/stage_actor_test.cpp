@@ -72,21 +72,36 @@ private:
   double loss_ = 0;
 };
 
+/// scale_stage that exchanges with a store at each update, under a name of its own.
+struct swap_request {};
+class exchanging_stage : public scale_stage {
+public:
+  using scale_stage::scale_stage;
+  using exchange_reply = int;
+  swap_request exchange(const std::vector<double>&, strata::stream&) { return {}; }
+  void exchanged(int&, strata::stream&) {}
+  std::string exchange_name() const { return "swap weights with the store"; }
+};
+static_assert(sp::stage_model<exchanging_stage>);
+
 struct fixture {
   strata::actor_system sys{strata::system_config{.worker_threads = 2}};
   std::vector<strata::device> devices = strata::make_devices("cpu:3");
   std::vector<std::shared_ptr<sp::stage_context>> contexts;
   std::vector<std::shared_ptr<scale_stage>> models;
 
-  sp::pipeline_actors build(const sp::plan& p) {
+  template <class M = scale_stage>
+  sp::pipeline_actors build(const sp::plan& p, sp::pipeline_options options = {}) {
     const auto n = p.stages.size();
+    std::vector<std::shared_ptr<M>> built;
     for (std::size_t s = 0; s < n; ++s) {
       contexts.push_back(std::make_shared<sp::stage_context>(static_cast<int>(s), devices[s]));
       auto compute = contexts.back()->compute();
-      models.push_back(std::make_shared<scale_stage>(static_cast<float>(s + 2), s == 0, s + 1 == n, devices[s], compute,
-                                                     static_cast<std::size_t>(p.micro_batches)));
+      built.push_back(std::make_shared<M>(static_cast<float>(s + 2), s == 0, s + 1 == n, devices[s], compute,
+                                          static_cast<std::size_t>(p.micro_batches)));
+      models.push_back(built.back());
     }
-    return sp::spawn_pipeline(sys, p, contexts, models);
+    return sp::spawn_pipeline(sys, p, contexts, built, std::move(options));
   }
   /// The models' work items capture the models: the stages stop, then every stream (current and
   /// retired) is drained before the models go, even after a failed step left work queued.
@@ -173,6 +188,19 @@ BOOST_AUTO_TEST_CASE(a_plan_that_sends_past_the_last_stage_fails_with_one_senten
   BOOST_REQUIRE(!r.has_value());
   BOOST_TEST(r.error().message().find("stage 1's plan sends (send_activation mb 0") != std::string::npos,
              r.error().message());
+}
+
+BOOST_AUTO_TEST_CASE(a_refused_exchange_fails_the_step_under_the_models_name_for_it) {
+  fixture f;
+  sp::pipeline_options o;
+  o.store = f.sys.spawn([](strata::actor&) -> strata::behavior { return {[](int) {}}; });
+  f.sys.stop(o.store);  // every exchange is refused: the store has terminated
+  auto actors = f.build<exchanging_stage>(sp::make_plan(sp::schedule_kind::gpipe, 2, 2), o);
+  auto r = f.step(actors);
+  BOOST_REQUIRE(!r.has_value());
+  const auto& m = r.error().message();
+  BOOST_TEST(m.find("pipeline stage ") != std::string::npos, m);
+  BOOST_TEST(m.find(" could not swap weights with the store during step 1: ") != std::string::npos, m);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

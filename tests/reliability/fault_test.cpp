@@ -122,7 +122,9 @@ BOOST_AUTO_TEST_CASE(a_device_fault_at_any_kernel_of_any_stage_ends_the_lm_step_
 }
 
 // (a') the same through the public device API alone: a kernel_work whose cpu function throws on
-// its N-th call fails the stage that owns the device, and the step names stage and step.
+// its N-th call fails the stage that owns the device, and the step names stage and step. (The
+// failure travels with the activations' events, so the stage that notices it first may be a later
+// one: as in (a), the error names the device whose kernel failed.)
 // (a'') the pipeline's KVStore stops between steps: the next step fails naming it, the one after
 // rebuilds the store from the stages' weights and trains on.
 BOOST_AUTO_TEST_CASE(an_lm_pipeline_whose_kvstore_stopped_fails_one_step_then_rebuilds_it) {
@@ -162,13 +164,16 @@ BOOST_AUTO_TEST_CASE(a_throwing_kernel_fails_its_stage_and_the_step_names_it) {
     auto r = p.step(4, 64, 60s);
     BOOST_REQUIRE(!r.has_value());
     const auto& m = r.error().message();
-    BOOST_TEST(contains(m, "mini pipeline stage " + std::to_string(stage) + " failed during step 2"), m);
+    BOOST_TEST(contains(m, "mini pipeline stage "), m);
+    BOOST_TEST(contains(m, " failed during step 2"), m);
     BOOST_TEST(contains(m, "injected device fault in kernel"), m);
+    BOOST_TEST(contains(m, " on " + devices[stage].name()), m);
   }
 }
 
-// (b) an actor throws in the middle of a step: its one-for-one supervisor restarts it behind the
-// same handle, the driver resends the micro-batches that were lost, and the step's result is exact.
+// (b) an actor throws in the middle of a step: the stages' all-for-one supervisor restarts every
+// stage behind the same handles, once, the step runs again from its start (the micro-batches of the
+// failed attempt are neither lost nor counted twice), and the step's result is exact.
 BOOST_AUTO_TEST_CASE(a_stage_that_throws_mid_step_is_restarted_and_the_step_completes_exactly) {
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   auto devices = strata::make_devices("cpu:3");
@@ -184,8 +189,9 @@ BOOST_AUTO_TEST_CASE(a_stage_that_throws_mid_step_is_restarted_and_the_step_comp
     auto r = p.step(M, W, 60s);
     BOOST_REQUIRE_MESSAGE(r.has_value(), r.error().message());
     BOOST_TEST(*r == expected_sum(M, W, 3));
-    BOOST_TEST(p.faults[stage]->instances.load() == 2);  // the first and one restart
-    BOOST_TEST(sys.stats().restarts - restarts_before == 1u);
+    BOOST_TEST(p.restarts() == 1u);  // one restart of the group
+    for (std::size_t s = 0; s < 3; ++s) BOOST_TEST(p.instances(s) == 2u);  // the first and one restart each
+    BOOST_TEST(sys.stats().restarts - restarts_before == 3u);  // that restart is one per stage
     // And it keeps working on the same handles afterwards.
     BOOST_TEST(p.step(M, W).value() == expected_sum(M, W, 3));
   }
@@ -204,7 +210,7 @@ BOOST_AUTO_TEST_CASE(a_stage_that_keeps_throwing_exhausts_the_restart_limit_and_
   BOOST_TEST_MESSAGE(r.error().message());
   BOOST_TEST(contains(r.error().message(), "mini pipeline supervisor failed during step 2"), r.error().message());
   BOOST_TEST(took < 30s);
-  BOOST_TEST(p.faults[1]->instances.load() == 4);  // the first + 3 restarts
+  BOOST_TEST(p.instances(1) == 4u);  // the first + 3 restarts
 }
 
 // (c) the kvstore dies (system.stop) while stages push to it: the step ends with an error naming a
@@ -232,7 +238,7 @@ BOOST_AUTO_TEST_CASE(a_kvstore_stopped_while_stages_push_ends_the_step_with_an_e
     }
     mini_pipeline p(sys, devices, false, store);
     BOOST_REQUIRE(p.step(M, W).value() == expected_sum(M, W, 3));
-    auto f = sys.request<double>(p.driver, 90s, strata::reliability::run_mini_step{M, W});
+    auto f = p.step_async(M, W, 90s);
     std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 3000)(rng)));
     const auto t0 = std::chrono::steady_clock::now();
     sys.stop(store);

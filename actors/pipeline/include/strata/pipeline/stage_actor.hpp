@@ -64,7 +64,9 @@ namespace strata::pipeline {
 ///   the `args` the driver's update rule computed from every stage's report.
 /// - or `exchange(args, s)` returning a request message for the stage's store, the reply type
 ///   `exchange_reply`, and `exchanged(reply, s)`: push gradients, pull weights through a parameter
-///   server (the LSTM LM's kvstore).
+///   server (the LSTM LM's kvstore). With `std::string exchange_name() const` ("push to the
+///   kvstore") a refused exchange fails the stage as "stage S could not <name> during step N: ...";
+///   without it, as "stage S could not update its weights: ...".
 template <class M>
 concept stage_model = requires(M& m, const M& cm, std::size_t mb, std::size_t ch, stream& s, const tensor& t) {
   m.forward(mb, ch, s);
@@ -203,6 +205,8 @@ protected:
   const actor_ref& store() const noexcept { return links_.store; }
   std::chrono::milliseconds update_timeout() const noexcept { return links_.update_timeout; }
   int index() const noexcept { return context_->index(); }
+  /// The step being run (as the driver numbered it).
+  std::uint64_t current_step() const noexcept { return step_; }
   /// The update's work has been submitted: pull_weights can complete.
   void update_finished();
   /// Reports `what` ("stage 1 could not ...") to the driver, then throws it.
@@ -256,6 +260,10 @@ concept has_exchange = requires(M& m, const std::vector<double>& a, stream& s, t
   m.exchange(a, s);
   m.exchanged(r, s);
 };
+template <class M>
+concept has_exchange_name = requires(const M& m) {
+  { m.exchange_name() } -> std::convertible_to<std::string>;
+};
 }  // namespace detail
 
 /// The stage actor of a model `M` (see stage_model); spawned by spawn_pipeline.
@@ -297,7 +305,10 @@ protected:
                 });
               },
               [this](const error& e) {
-                fail("stage " + std::to_string(index()) + " could not update its weights: " + e.message());
+                std::string what = "update its weights";
+                if constexpr (detail::has_exchange_name<M>)
+                  what = std::string(model_->exchange_name()) + " during step " + std::to_string(current_step());
+                fail("stage " + std::to_string(index()) + " could not " + what + ": " + e.message());
               });
     } else {
       if constexpr (detail::has_local_update<M>) model_->update(args, compute_stream());
