@@ -6,6 +6,7 @@
 #include <unistd.h>
 
 #include <algorithm>
+#include <chrono>
 #include <csignal>
 #include <cstring>
 #include <filesystem>
@@ -217,7 +218,13 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_survives_sigkill_of_the_saver_at_any_moment) {
     for (auto& p : c.parameters) std::fill(p.values.begin(), p.values.end(), static_cast<float>(step));
   };
   stamp(ck, 1);
+  // The kill window spans a few saves, measured on this first one: a save fsyncs several files,
+  // which on a busy disk or under a sanitizer outlasts a fixed 20 ms window.
+  const auto save_start = std::chrono::steady_clock::now();
   BOOST_REQUIRE(!save_checkpoint(dir.string(), ck));
+  const auto save_us = static_cast<unsigned>(
+      std::chrono::duration_cast<std::chrono::microseconds>(std::chrono::steady_clock::now() - save_start).count());
+  const unsigned max_delay_us = std::max(20000u, 3 * save_us);
   std::mt19937 rng(5);
   std::size_t last = 1;
   int mid_save = 0;
@@ -230,7 +237,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_survives_sigkill_of_the_saver_at_any_moment) {
         if (save_checkpoint(dir.string(), ck)) ::_exit(1);
       }
     }
-    ::usleep(std::uniform_int_distribution<unsigned>(500, 20000)(rng));
+    ::usleep(std::uniform_int_distribution<unsigned>(500, max_delay_us)(rng));
     BOOST_REQUIRE(::kill(child, SIGKILL) == 0);
     int status = 0;
     BOOST_REQUIRE(::waitpid(child, &status, 0) == child);
