@@ -5,6 +5,7 @@
 #include <chrono>
 #include <new>
 #include <string>
+#include <utility>
 
 #include "cell.hpp"
 #include "supervisor_msgs.hpp"
@@ -132,20 +133,39 @@ namespace {
 
 void fail_actor(actor_cell* c, error reason) {
   c->sys->failed.fetch_add(1, std::memory_order_relaxed);
-  if (c->supervisor) {
+  if (c->supervisor && c->supervisor_note == nullptr) {
+    // Suspended until the supervisor decides; the run loop sends the note once it has stopped
+    // touching the cell and its instance.
     c->suspended = true;
     auto* e = new detail::typed_envelope<detail::child_failed>(
         detail::child_failed{actor_ref::from_cell(c), reason});
     e->urgent = true;
     e->msg_id = detail::next_message_id();
     e->sender = actor_ref::from_cell(c);
-    if (detail::deliver(c->supervisor.cell(), e)) return;
-    c->suspended = false;  // no supervisor to decide: terminate
+    c->supervisor_note = e;
+    return;
   }
   if (!c->quit_pending) {
     c->quit_pending = true;
     c->quit_reason = std::move(reason);
   }
+}
+
+/// Sends a suspended cell's note to its supervisor. True: the cell now belongs to the supervisor
+/// and the calling thread must not touch it again. False: no supervisor took it; a failed actor
+/// is then marked to quit, a suspended sibling carries on.
+bool hand_to_supervisor(actor_cell* c) noexcept {
+  envelope* note = std::exchange(c->supervisor_note, nullptr);
+  error reason;
+  if (note->type == type_of<detail::child_failed>())
+    reason = static_cast<detail::typed_envelope<detail::child_failed>*>(note)->value.reason;
+  if (detail::deliver(c->supervisor.cell(), note)) return true;
+  c->suspended = false;
+  if (reason && !c->quit_pending) {
+    c->quit_pending = true;
+    c->quit_reason = std::move(reason);
+  }
+  return false;
 }
 
 void handle_link_exit(actor_cell* c, const exit_msg& m) {
@@ -278,12 +298,14 @@ void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
     case message_kind::control:
       if (e->type == type_of<suspend_for_restart>() && c->supervisor) {
         // An all-for-one supervisor restarts this child with a failed sibling.
-        c->suspended = true;
-        auto* note = new typed_envelope<child_suspended>(child_suspended{actor_ref::from_cell(c)});
-        note->urgent = true;
-        note->msg_id = next_message_id();
-        note->sender = actor_ref::from_cell(c);
-        if (!deliver(c->supervisor.cell(), note)) c->suspended = false;  // no supervisor: carry on
+        if (c->supervisor_note == nullptr) {
+          c->suspended = true;
+          auto* note = new typed_envelope<child_suspended>(child_suspended{actor_ref::from_cell(c)});
+          note->urgent = true;
+          note->msg_id = next_message_id();
+          note->sender = actor_ref::from_cell(c);
+          c->supervisor_note = note;  // sent by the run loop (hand_to_supervisor)
+        }
       }
       delete e;
       return;
@@ -328,14 +350,24 @@ detail::run_result detail::run_actor(actor_cell* c, std::size_t budget) noexcept
     if (c->capacity != 0 && e->kind == message_kind::user) c->queued.fetch_sub(1, std::memory_order_relaxed);
     actor_access::dispatch(c, e);
     if (c->quit_pending) {
+      delete std::exchange(c->supervisor_note, nullptr);
+      c->suspended = false;
       error reason = std::move(c->quit_reason);
       terminate_actor(c, std::move(reason));
       result = run_result::done;
       break;
     }
     if (c->suspended) {
-      result = run_result::done;
-      break;
+      if (hand_to_supervisor(c)) {
+        result = run_result::done;
+        break;  // the supervisor may be restarting `c` already: not touched again here
+      }
+      if (c->quit_pending) {
+        error reason = std::move(c->quit_reason);
+        terminate_actor(c, std::move(reason));
+        result = run_result::done;
+        break;
+      }
     }
     if ((n & 31) == 0) c->box.fetch();  // let newly arrived urgent messages overtake
   }

@@ -40,6 +40,9 @@ struct actor_cell : cell_base {
   bool quit_pending = false;
   bool trap_exit = false;
   bool suspended = false;  // failed, waiting for the supervisor's decision
+  // The note for the supervisor (child_failed or child_suspended), sent by the run loop only
+  // after this thread has let go of the cell: the supervisor may restart it at once.
+  envelope* supervisor_note = nullptr;
   error quit_reason;
 
   // Guarded by `mu`: termination state, watchers and links.
