@@ -67,13 +67,17 @@ void bounce(envelope* e, error err) noexcept {
 
 void detail::reject(envelope* e, error err) noexcept { bounce(e, std::move(err)); }
 
-expected<void> detail::deliver(cell_base* target, envelope* e) noexcept {
+expected<void> detail::deliver(cell_base* target, envelope* e, system_impl* origin) noexcept {
   if (target != nullptr && target->remote) return static_cast<remote_cell*>(target)->forward(e);
   const std::uint64_t sender_id = e->sender.id();
   const std::uint64_t msg_id = e->msg_id;
   const std::uint32_t type_id = e->type ? e->type->id : 0;
   if (target == nullptr) {
     error err(errc::invalid_argument, "message sent to an empty actor handle");
+    system_impl* counted_in = origin;
+    if (counted_in == nullptr && e->sender && !e->sender.cell()->remote) counted_in = as_cell(e->sender.cell())->sys.get();
+    if (counted_in == nullptr && tls_current != nullptr) counted_in = tls_current->sys.get();
+    if (counted_in != nullptr) counted_in->undeliverable.fetch_add(1, std::memory_order_relaxed);
     trace::emit(event_kind::drop, 0, sender_id, msg_id, type_id, static_cast<std::uint32_t>(err.code()));
     bounce(e, err);
     return err;
@@ -121,6 +125,10 @@ expected<void> detail::deliver(cell_base* target, envelope* e) noexcept {
 detail::system_impl* detail::system_of(cell_base* cell) noexcept { return as_cell(cell)->sys.get(); }
 actor_system& detail::public_system(system_impl* sys) noexcept { return *sys->pub; }
 detail::actor_cell* detail::current_cell() noexcept { return tls_current; }
+
+void detail::count_unanswered_result() noexcept {
+  if (tls_current != nullptr) tls_current->sys->unanswered_results.fetch_add(1, std::memory_order_relaxed);
+}
 
 void detail::destroy_cell(cell_base* cell) noexcept {
   if (cell->remote) delete static_cast<remote_cell*>(cell);

@@ -194,6 +194,7 @@ system_stats actor_system::stats() const {
   out.dropped = s.dropped.load();
   out.discarded = s.discarded.load();
   out.late_responses = s.late_responses.load();
+  out.unanswered_results = s.unanswered_results.load();
   out.messages_handled = s.handled.load();
   return out;
 }

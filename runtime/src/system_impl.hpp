@@ -42,7 +42,8 @@ struct system_impl {
   std::condition_variable live_cv;
 
   std::atomic<std::uint64_t> spawned{0}, terminated{0}, failed{0}, restarts{0}, undeliverable{0},
-      unhandled{0}, mailbox_full{0}, dropped{0}, discarded{0}, late_responses{0};
+      unhandled{0}, mailbox_full{0}, dropped{0}, discarded{0}, late_responses{0},
+      unanswered_results{0};
   alignas(64) std::atomic<std::uint64_t> handled{0};  // added once per actor turn
 
   std::mutex dedicated_m;

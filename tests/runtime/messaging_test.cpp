@@ -162,6 +162,36 @@ BOOST_AUTO_TEST_CASE(a_send_to_a_terminated_actor_returns_an_error_and_is_counte
   strata::actor_ref empty;
   auto e = sys.send(empty, 3);
   BOOST_TEST(e.error().code() == strata::errc::invalid_argument);
+  BOOST_TEST(sys.stats().undeliverable == 2u);  // an empty handle counts too (docs/runtime.md)
+}
+
+BOOST_AUTO_TEST_CASE(a_send_to_an_empty_handle_from_an_actor_is_counted_undeliverable) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 1});
+  auto sender = sys.spawn([](strata::actor& self) -> strata::behavior {
+    return {[&self](int n) {
+      strata::actor_ref nobody;
+      for (int i = 0; i < n; ++i) BOOST_CHECK(!self.send(nobody, i).has_value());
+    }};
+  });
+  std::mt19937 rng(std::random_device{}());
+  const int n = 1 + static_cast<int>(rng() % 50);
+  sys.send(sender, n);
+  auto report = sys.shutdown();  // drains first
+  BOOST_TEST(report.stats.undeliverable == static_cast<std::uint64_t>(n));
+}
+
+BOOST_AUTO_TEST_CASE(a_handler_result_for_a_plain_send_is_dropped_and_counted) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 1});
+  auto doubler = sys.spawn([](strata::actor&) -> strata::behavior { return {[](int x) { return 2 * x; }}; });
+  std::mt19937 rng(std::random_device{}());
+  const int sends = 1 + static_cast<int>(rng() % 40);
+  for (int i = 0; i < sends; ++i) sys.send(doubler, i);
+  auto reply = sys.request<int>(doubler, 5s, 21);  // a request is answered, not counted
+  auto answered = await(reply);
+  BOOST_REQUIRE(answered.has_value());
+  BOOST_TEST(*answered == 42);
+  auto report = sys.shutdown();  // drains first
+  BOOST_TEST(report.stats.unanswered_results == static_cast<std::uint64_t>(sends));
 }
 
 namespace {

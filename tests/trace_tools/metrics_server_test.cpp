@@ -125,7 +125,7 @@ const char* const system_counters[] = {
     "strata_actors_spawned_total", "strata_actors_terminated_total", "strata_actors_failed_total",
     "strata_messages_handled_total", "strata_undeliverable_total", "strata_unhandled_total",
     "strata_mailbox_dropped_total", "strata_mailbox_refused_total", "strata_messages_discarded_total",
-    "strata_late_responses_total", "strata_restarts_total"};
+    "strata_late_responses_total", "strata_restarts_total", "strata_unanswered_results_total"};
 
 }  // namespace
 

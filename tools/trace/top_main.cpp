@@ -135,6 +135,7 @@ constexpr row_spec system_rows[] = {
     {"strata_messages_discarded_total", "discarded", true},
     {"strata_late_responses_total", "late responses", true},
     {"strata_restarts_total", "restarts", true},
+    {"strata_unanswered_results_total", "unanswered results", true},
     {"strata_worker_threads", "worker threads", false},
 };
 

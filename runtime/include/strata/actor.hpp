@@ -36,8 +36,9 @@ struct actor_access;
 
 /// Puts `e` into `target`'s mailbox and wakes the actor. On failure (empty handle, terminated
 /// actor, full mailbox) the message is counted, traced, deleted, and a request among them gets
-/// a failed reply; the error is returned. Takes ownership of `e` in every case.
-expected<void> deliver(cell_base* target, envelope* e) noexcept;
+/// a failed reply; the error is returned. Takes ownership of `e` in every case. A message to an
+/// empty handle is counted in the sender's system, or in `origin` when there is no sending actor.
+expected<void> deliver(cell_base* target, envelope* e, system_impl* origin = nullptr) noexcept;
 
 /// Runs `fire` after `delay`, then every `period` if `period` is non-zero, on the system's timer
 /// thread, until cancelled.
@@ -336,10 +337,16 @@ response_promise<R> actor::make_response_promise() {
 }
 
 namespace detail {
+/// Counts a handler's result that answers nothing (the message was a plain send).
+void count_unanswered_result() noexcept;
+
 template <class R>
 void reply_with(actor& self, envelope& request, R&& result) {
   using value = std::remove_cvref_t<R>;
-  if (request.request_id == 0 || !request.sender) return;
+  if (request.request_id == 0 || !request.sender) {
+    count_unanswered_result();
+    return;
+  }
   if (self.promise_taken_) {
     self.promise_taken_ = false;
     return;

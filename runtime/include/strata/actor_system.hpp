@@ -61,6 +61,7 @@ struct system_stats {
   std::uint64_t dropped = 0;            ///< Dropped by a bounded mailbox (policy drop).
   std::uint64_t discarded = 0;          ///< Still queued when their actor terminated.
   std::uint64_t late_responses = 0;     ///< Responses that arrived after their request timed out.
+  std::uint64_t unanswered_results = 0; ///< Handler results dropped: the message was a plain send, not a request.
   std::uint64_t messages_handled = 0;   ///< Messages taken from mailboxes (handled or not), all actors.
 };
 
@@ -166,7 +167,7 @@ public:
   /// Sends `msg` to `to` from outside any actor (anonymous sender).
   template <class T>
   expected<void> send(const actor_ref& to, T&& msg) {
-    return detail::deliver(to.cell(), make_envelope(std::forward<T>(msg), false));
+    return detail::deliver(to.cell(), make_envelope(std::forward<T>(msg), false), impl_.get());
   }
   template <class P, class T>
   expected<void> send(const typed_actor<P>& to, T&& msg) {
@@ -175,7 +176,7 @@ public:
   }
   template <class T>
   expected<void> send_urgent(const actor_ref& to, T&& msg) {
-    return detail::deliver(to.cell(), make_envelope(std::forward<T>(msg), true));
+    return detail::deliver(to.cell(), make_envelope(std::forward<T>(msg), true), impl_.get());
   }
 
   /// Requests from outside any actor: the future holds the response or the error (timeout,

@@ -94,6 +94,7 @@ constexpr builtin builtins[] = {
     {"strata_messages_discarded_total", true, "Messages still queued when their actor terminated."},
     {"strata_late_responses_total", true, "Responses that arrived after their request timed out."},
     {"strata_restarts_total", true, "Supervisor restarts."},
+    {"strata_unanswered_results_total", true, "Handler results dropped because the message was a plain send, not a request."},
     {"strata_worker_threads", false, "Scheduler threads of the actor system."},
 };
 
@@ -233,7 +234,8 @@ std::string detail::server_state::render() const {
                            static_cast<double>(s.undeliverable), static_cast<double>(s.unhandled),
                            static_cast<double>(s.dropped),       static_cast<double>(s.mailbox_full),
                            static_cast<double>(s.discarded),     static_cast<double>(s.late_responses),
-                           static_cast<double>(s.restarts),      static_cast<double>(system->worker_count())};
+                           static_cast<double>(s.restarts),      static_cast<double>(s.unanswered_results),
+                           static_cast<double>(system->worker_count())};
   static_assert(std::size(values) == std::size(builtins));
   std::vector<prometheus::MetricFamily> families;
   families.reserve(std::size(builtins) + 8);

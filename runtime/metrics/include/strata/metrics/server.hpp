@@ -52,6 +52,7 @@ struct server_options {
 /// | `strata_messages_discarded_total` | counter | still queued when their actor terminated |
 /// | `strata_late_responses_total` | counter | responses after their request timed out |
 /// | `strata_restarts_total` | counter | supervisor restarts |
+/// | `strata_unanswered_results_total` | counter | handler results dropped: the message was a plain send |
 /// | `strata_worker_threads` | gauge | scheduler threads |
 ///
 /// One Asio thread serves every connection (one request per connection, then `Connection:
