@@ -1,7 +1,9 @@
 #include "strata/actor_system.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <thread>
 
 #include "cell.hpp"
@@ -199,6 +201,27 @@ system_stats actor_system::stats() const {
   return out;
 }
 
+bool actor_system::await_idle(std::chrono::nanoseconds timeout) {
+  if (detail::current_cell() != nullptr)
+    throw std::logic_error("actor_system::await_idle was called from inside an actor, whose own turn keeps the system busy");
+  auto& s = *impl_;
+  const auto deadline = std::chrono::steady_clock::now() + timeout;
+  auto pause = std::chrono::microseconds(50);
+  for (;;) {
+    bool busy = false;
+    {
+      std::lock_guard lock(s.dedicated_m);
+      for (auto& d : s.dedicated)
+        if (d->busy()) busy = true;
+    }
+    // Timers first: a timer that fires makes an actor runnable before it stops being pending.
+    if (!busy && s.timers.pending() == 0 && s.sched.quiescent() && s.timers.pending() == 0) return true;
+    if (std::chrono::steady_clock::now() >= deadline) return false;
+    std::this_thread::sleep_for(pause);
+    pause = std::min<std::chrono::microseconds>(pause * 2, std::chrono::milliseconds(5));
+  }
+}
+
 shutdown_report actor_system::shutdown(shutdown_mode mode) {
   auto& s = *impl_;
   std::lock_guard guard(s.shutdown_m);
@@ -233,6 +256,12 @@ shutdown_report actor_system::shutdown(shutdown_mode mode) {
   await_all_for(std::chrono::seconds(30));
   live.clear();
   report.messages_discarded = s.discarded.load() - discarded_before;
+  if (report.drain_timed_out)  // never silent: shutdown is not a wait (await_idle is)
+    std::fprintf(stderr,
+                 "strata: shutdown stopped draining after %lld ms with actors still busy; %llu queued "
+                 "messages were discarded (wait with actor_system::await_idle first)\n",
+                 static_cast<long long>(s.config.drain_timeout.count()),
+                 static_cast<unsigned long long>(report.messages_discarded));
   s.accepting.store(false, std::memory_order_release);
   s.timers.stop();
   s.sched.stop();

@@ -68,6 +68,14 @@ void timer_service::cancel(const std::shared_ptr<timer_state>& t) noexcept {
   }
 }
 
+std::size_t timer_service::pending() noexcept {
+  std::lock_guard lock(m_);
+  std::size_t n = 0;
+  for (auto& [ptr, t] : active_)
+    if (!t->cancelled.load() && !t->finished.load()) ++n;
+  return n;
+}
+
 std::uint64_t timer_service::cancel_all() noexcept {
   std::vector<std::shared_ptr<timer_state>> all;
   {

@@ -39,6 +39,8 @@ public:
   void cancel(const std::shared_ptr<timer_state>& t) noexcept;
   /// Cancels every active timer; returns how many.
   std::uint64_t cancel_all() noexcept;
+  /// Timers neither cancelled nor finished (a periodic timer stays until cancelled).
+  std::size_t pending() noexcept;
   /// Ends the timer thread (pending timers are cancelled).
   void stop() noexcept;
 

@@ -3,6 +3,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <future>
+#include <random>
 #include <stdexcept>
 #include <string>
 
@@ -187,6 +189,59 @@ BOOST_AUTO_TEST_CASE(shutdown_in_drain_mode_handles_every_queued_message) {
   BOOST_TEST(report.messages_discarded == 0u);
   BOOST_TEST(report.actors_stopped == 1u);
   BOOST_TEST(!report.drain_timed_out);
+}
+
+BOOST_AUTO_TEST_CASE(await_idle_returns_once_every_message_and_delayed_send_is_handled) {
+  // A token hops between actors a random number of times; every fifth hop goes through a
+  // delayed send, so the system is briefly without a runnable actor but not idle.
+  std::mt19937 rng(std::random_device{}());
+  const int hops = 20 + static_cast<int>(rng() % 200);
+  auto done = std::make_shared<std::atomic<int>>(0);
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  auto peer = std::make_shared<strata::actor_ref>();
+  auto hop = [done, peer](strata::actor& self) -> strata::behavior {
+    return {[&self, done, peer](int left) {
+      if (left == 0) {
+        done->fetch_add(1);
+        return;
+      }
+      if (left % 5 == 0) (void)self.delayed_send(*peer, 2ms, left - 1);
+      else self.send(*peer, left - 1);
+    }};
+  };
+  auto a = sys.spawn(hop);
+  *peer = sys.spawn(hop);
+  sys.send(a, hops);
+  BOOST_REQUIRE(sys.await_idle(30s));
+  BOOST_TEST(done->load() == 1);
+  auto report = sys.shutdown();
+  BOOST_TEST(report.messages_discarded == 0u);
+  BOOST_TEST(report.timers_cancelled == 0u);
+}
+
+BOOST_AUTO_TEST_CASE(await_idle_times_out_while_a_periodic_timer_runs_and_refuses_an_actor_caller) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 1});
+  auto ticks = std::make_shared<std::atomic<int>>(0);
+  auto ticker = sys.spawn([ticks](strata::actor&) -> strata::behavior { return {[ticks](int) { ticks->fetch_add(1); }}; });
+  auto timer = sys.periodic_send(ticker, 5ms, 1);
+  BOOST_TEST(!sys.await_idle(100ms));
+  BOOST_TEST(ticks->load() > 0);
+  timer.cancel();
+  BOOST_TEST(sys.await_idle(10s));
+  auto threw = std::make_shared<std::promise<bool>>();
+  auto inside = sys.spawn([threw](strata::actor& self) -> strata::behavior {
+    return {[&self, threw](int) {
+      try {
+        (void)self.system().await_idle(1ms);
+        threw->set_value(false);
+      } catch (const std::logic_error&) {
+        threw->set_value(true);
+      }
+    }};
+  });
+  sys.send(inside, 0);
+  auto f = threw->get_future();
+  BOOST_TEST(await(f));
 }
 
 BOOST_AUTO_TEST_CASE(shutdown_in_discard_mode_reports_the_messages_it_dropped) {

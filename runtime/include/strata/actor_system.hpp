@@ -205,6 +205,12 @@ public:
   /// Stops `target` (reason `stopped` unless given): it handles no further message.
   void stop(const actor_ref& target, error reason = error(errc::stopped, "the actor was stopped"));
 
+  /// Blocks until the system is idle: no actor runnable or running and no timer pending (delayed
+  /// and periodic sends, request timeouts), or until `timeout` passed; true if idle. Work queued
+  /// on device streams is not seen: wait for the message it sends. Call it from outside actors
+  /// (from inside one it throws std::logic_error: the caller's own turn is never idle).
+  bool await_idle(std::chrono::nanoseconds timeout);
+
   /// Blocks until every actor has terminated.
   void await_all();
   /// Blocks until every actor has terminated or `timeout` passed; true if all terminated.
