@@ -1,0 +1,109 @@
+#pragma once
+/// \file
+/// `strata::kvstore_dist::store`: MXNet's distributed KVStore types (`dist_sync`, `dist_async`)
+/// for the workers of an MPI job, built on strata::net and the kvstore actor.
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "strata/actor_system.hpp"
+#include "strata/device/all.hpp"
+#include "strata/kernels/optimizers.hpp"
+#include "strata/kvstore/kvstore.hpp"
+#include "strata/net/endpoint.hpp"
+
+namespace strata::kvstore_dist {
+
+/// How pushes of the workers become updates (MXNet's store types).
+enum class mode : std::uint8_t {
+  /// `dist_sync`: a key's update runs once per version, when every worker's push for that
+  /// version has arrived; the values are summed in rank order, so results equal one process
+  /// pushing the same values in one call, bit for bit. Without an optimizer the stored value
+  /// becomes the merged sum.
+  sync,
+  /// `dist_async`: every push updates the key at once. An optimizer is required.
+  async,
+};
+
+/// Settings of a distributed store. Every field has a working default.
+struct store_options {
+  kvstore_dist::mode mode = kvstore_dist::mode::sync;
+  /// How long one call waits for the servers (a vanished rank ends the job before that: see
+  /// docs/distributed.md).
+  std::chrono::nanoseconds timeout = std::chrono::seconds(120);
+  /// A cpu device for this worker's local sums (several values in one push) and for the values
+  /// its server shard answers with. Empty: a one-thread cpu device made by the store.
+  device value_device;
+};
+
+namespace internal {
+struct worker_state;
+}
+
+/// One per worker (every rank of the job constructs one, with the same options: it is a
+/// collective, like MXNet's `kv.create('dist_sync')`). Each rank also runs one server shard
+/// (a kvstore actor, published on the endpoint); key k lives on rank `owner(k)`.
+///
+/// Every call blocks until its reply (a push until the owner has taken it, a pull until the
+/// value is there) and returns an error with one sentence instead of throwing. `init` and
+/// `barrier` are collectives: every worker calls them in the same order.
+///
+/// \code
+///   strata::actor_system sys({.worker_threads = 1});
+///   strata::net::endpoint net(sys);
+///   strata::kvstore_dist::store kv(sys, net);                 // dist_sync
+///   kv.init("3", ones_2x3).value();                            // rank 0's value, then a barrier
+///   kv.push("3", {grad}).value();
+///   strata::tensor merged = kv.pull("3").value();              // the round this worker pushed to
+/// \endcode
+class store {
+public:
+  /// \throws std::invalid_argument for a non-cpu `value_device`.
+  store(actor_system& system, net::endpoint& endpoint, store_options options = {});
+  /// Stops this rank's server shard. Call `barrier()` first when other workers may still use it.
+  ~store();
+  store(const store&) = delete;
+  store& operator=(const store&) = delete;
+
+  /// "dist_sync" or "dist_async", as MXNet names them.
+  std::string type() const;
+  /// This worker's rank and the number of workers (MXNet's `rank`, `num_workers`).
+  int rank() const noexcept;
+  int num_workers() const noexcept;
+  /// The rank whose server shard keeps `key` (the same on every rank).
+  int owner(const kvstore::key& key) const;
+
+  /// Returns once every worker has called it as often as this one.
+  expected<void> barrier();
+
+  /// Collective: rank 0's `value` becomes the key's initial value (the others' are ignored, as
+  /// in MXNet's distributed stores), then a barrier. Fails for a key that exists.
+  expected<void> init(const kvstore::key& key, const tensor& value);
+
+  /// Pushes this worker's contribution for `key`: `values` (float32 cpu tensors of the key's
+  /// shape) summed here in the order given, then sent to the owner. `dist_sync`: it counts
+  /// towards this worker's next version of the key; `dist_async`: it updates the key at once.
+  expected<void> push(const kvstore::key& key, const std::vector<tensor>& values);
+
+  /// The key's value. `dist_sync`: the value after every version this worker has pushed to (it
+  /// waits for the other workers' pushes of that version); `dist_async`: the current value. The
+  /// tensor lives on a cpu device of this rank; its ready event fires when the data is there.
+  expected<tensor> pull(const kvstore::key& key);
+
+  /// `push` then `pull`: in `dist_sync` the merged round this push contributed to (MXNet's
+  /// pushpull, which Gluon's `Trainer.step` relies on), never a stale value.
+  expected<tensor> pushpull(const kvstore::key& key, const std::vector<tensor>& values);
+
+  /// Installs the update rule on this rank's server shard. Every worker calls it (each shard
+  /// updates its own keys), before the first push.
+  expected<void> set_optimizer(kernels::sgd_options options);
+  expected<void> set_optimizer(kernels::adam_options options);
+
+private:
+  std::unique_ptr<internal::worker_state> state_;
+};
+
+}  // namespace strata::kvstore_dist

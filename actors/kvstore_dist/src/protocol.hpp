@@ -1,0 +1,85 @@
+#pragma once
+// The messages between a worker and the server shards of a distributed store (they cross ranks),
+// and the server actor.
+
+#include <cstdint>
+#include <string>
+#include <variant>
+
+#include "strata/actor_system.hpp"
+#include "strata/kernels/optimizers.hpp"
+#include "strata/kvstore/kvstore.hpp"
+#include "strata/kvstore_dist/store.hpp"
+#include "strata/net/serialize.hpp"
+
+namespace strata::kvstore_dist::internal {
+
+/// The name each rank publishes its server shard under.
+inline constexpr const char* server_name = "strata.kvstore_dist.server";
+
+/// A kvstore::key on the wire.
+struct wire_key {
+  std::int32_t is_int = 1;
+  std::int64_t number = 0;
+  std::string text;
+};
+template <class A>
+void serialize(A& a, wire_key& k) {
+  a(k.is_int, k.number, k.text);
+}
+wire_key to_wire(const kvstore::key& key);
+kvstore::key from_wire(const wire_key& key);
+
+/// Rank 0's initial value of a key. Reply: unit.
+struct init_msg {
+  wire_key key;
+  tensor value;
+};
+template <class A>
+void serialize(A& a, init_msg& m) {
+  a(m.key, m.value);
+}
+
+/// One worker's contribution: its `seq`-th push of the key (dist_sync versions count from 1).
+/// Reply: unit once the owner has taken it (dist_async: once the update has run).
+struct push_msg {
+  wire_key key;
+  std::int32_t rank = 0;
+  std::uint64_t seq = 0;
+  tensor value;
+};
+template <class A>
+void serialize(A& a, push_msg& m) {
+  a(m.key, m.rank, m.seq, m.value);
+}
+
+/// The key's value once it has had `min_version` updates. Reply: tensor.
+struct pull_msg {
+  wire_key key;
+  std::uint64_t min_version = 0;
+};
+template <class A>
+void serialize(A& a, pull_msg& m) {
+  a(m.key, m.min_version);
+}
+
+/// To rank 0's server: `rank` reached its `generation`-th barrier. Reply: unit when all have.
+struct barrier_msg {
+  std::int32_t rank = 0;
+  std::uint64_t generation = 0;
+};
+template <class A>
+void serialize(A& a, barrier_msg& m) {
+  a(m.rank, m.generation);
+}
+
+/// Local only: the update rule of this rank's shard. Reply: unit.
+struct optimizer_msg {
+  std::variant<kernels::sgd_options, kernels::adam_options> options;
+};
+
+/// Spawns this rank's server shard (a kvstore actor behind it, on `device`).
+actor_ref spawn_server(actor_system& system, int world, kvstore_dist::mode mode, std::chrono::nanoseconds timeout,
+                       device device);
+
+}  // namespace strata::kvstore_dist::internal

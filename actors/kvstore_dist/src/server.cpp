@@ -1,0 +1,250 @@
+// A server shard of a distributed store: one per rank, in front of a kvstore actor. It orders
+// the workers' pushes into versions (dist_sync) or forwards each at once (dist_async), parks
+// pulls until their version, and coordinates barriers (rank 0's shard).
+
+#include <map>
+#include <optional>
+#include <string>
+#include <utility>
+#include <vector>
+
+#include "protocol.hpp"
+#include "strata/device/shape.hpp"
+
+namespace strata::kvstore_dist::internal {
+
+wire_key to_wire(const kvstore::key& key) {
+  wire_key w;
+  if (key.is_int()) {
+    w.is_int = 1;
+    w.number = std::get<std::int64_t>(key.value());
+  } else {
+    w.is_int = 0;
+    w.text = std::get<std::string>(key.value());
+  }
+  return w;
+}
+
+kvstore::key from_wire(const wire_key& key) {
+  if (key.is_int != 0) return kvstore::key(key.number);
+  return kvstore::key(key.text);
+}
+
+namespace {
+
+class server final : public actor {
+public:
+  server(int world, kvstore_dist::mode mode, std::chrono::nanoseconds timeout, device dev)
+      : world_(world), mode_(mode), timeout_(timeout), dev_(std::move(dev)) {}
+
+  behavior make_behavior() override {
+    stream_ = dev_.create_stream();
+    store_ = kvstore::spawn(system(), kvstore::options{.name = "kvstore_dist.shard"});
+    return {
+        [this](init_msg& m) { on_init(m); },
+        [this](push_msg& m) { on_push(m); },
+        [this](const pull_msg& m) { on_pull(m); },
+        [this](const barrier_msg& m) { on_barrier(m); },
+        [this](optimizer_msg& m) { on_optimizer(m); },
+    };
+  }
+
+  void on_exit(const error&) override { system().stop(store_); }
+
+private:
+  struct parked_pull {
+    std::uint64_t min_version = 0;
+    response_promise<tensor> reply;
+  };
+  struct version_slots {
+    std::vector<tensor> values;  // by rank
+    std::vector<char> have;
+    int count = 0;
+  };
+  struct key_state {
+    std::vector<std::int64_t> shape;
+    std::uint64_t done = 0;                              // updates applied
+    std::map<std::uint64_t, version_slots> versions;     // dist_sync: the values of each version
+    bool merging = false;
+    std::vector<parked_pull> pulls;
+  };
+
+  void on_init(init_msg& m) {
+    auto key = from_wire(m.key);
+    auto reply = make_response_promise<unit_t>();
+    if (keys_.count(key) != 0) {
+      reply.deliver(error(errc::invalid_argument, "kvstore dist init: key " + key.to_string() + " exists already."));
+      return;
+    }
+    auto shape = m.value.shape();
+    request<void>(store_, timeout_, kvstore::init{{key}, {std::move(m.value)}})
+        .then(
+            [this, key, shape, reply]() mutable {
+              keys_[key].shape = shape;
+              reply.deliver(unit_t{});
+            },
+            [reply](error e) mutable { reply.deliver(std::move(e)); });
+  }
+
+  void on_push(push_msg& m) {
+    auto key = from_wire(m.key);
+    auto reply = make_response_promise<unit_t>();
+    auto it = keys_.find(key);
+    if (it == keys_.end()) {
+      reply.deliver(error(errc::invalid_argument, "kvstore dist push: key " + key.to_string() +
+                                                       " was never initialised; call init first (every worker)."));
+      return;
+    }
+    key_state& st = it->second;
+    if (m.value.shape() != st.shape || m.value.dtype() != dtype::float32) {
+      reply.deliver(error(errc::invalid_argument, "kvstore dist push: the value for key " + key.to_string() + " is " +
+                                                       shape_text(m.value.shape()) + ", expected float32 " +
+                                                       shape_text(st.shape) + "."));
+      return;
+    }
+    if (mode_ == kvstore_dist::mode::async) {
+      if (!has_optimizer_) {
+        reply.deliver(error(errc::invalid_argument,
+                            "kvstore dist_async push: no optimizer is set; dist_async updates at every push and "
+                            "needs set_optimizer first (as MXNet's)."));
+        return;
+      }
+      request<void>(store_, timeout_, kvstore::push{{key}, {std::move(m.value)}})
+          .then(
+              [this, key, reply]() mutable {
+                ++keys_[key].done;
+                reply.deliver(unit_t{});
+                serve_pulls(key);
+              },
+              [reply](error e) mutable { reply.deliver(std::move(e)); });
+      return;
+    }
+    if (m.rank < 0 || m.rank >= world_ || m.seq <= st.done) {
+      reply.deliver(error(errc::invalid_argument, "kvstore dist push: push " + std::to_string(m.seq) + " of key " +
+                                                       key.to_string() + " from rank " + std::to_string(m.rank) +
+                                                       " is out of order."));
+      return;
+    }
+    auto& slots = st.versions[m.seq];
+    if (slots.values.empty()) {
+      slots.values.resize(static_cast<std::size_t>(world_));
+      slots.have.assign(static_cast<std::size_t>(world_), 0);
+    }
+    if (slots.have[static_cast<std::size_t>(m.rank)] != 0) {
+      reply.deliver(error(errc::invalid_argument, "kvstore dist push: rank " + std::to_string(m.rank) +
+                                                       " pushed version " + std::to_string(m.seq) + " of key " +
+                                                       key.to_string() + " twice."));
+      return;
+    }
+    slots.values[static_cast<std::size_t>(m.rank)] = std::move(m.value);
+    slots.have[static_cast<std::size_t>(m.rank)] = 1;
+    ++slots.count;
+    reply.deliver(unit_t{});
+    try_merge(key);
+  }
+
+  // dist_sync: the next version of `key` runs once every worker's value is there, summed in rank
+  // order by one kvstore push (values of one key are summed in the order given).
+  void try_merge(const kvstore::key& key) {
+    key_state& st = keys_[key];
+    if (st.merging) return;
+    auto it = st.versions.find(st.done + 1);
+    if (it == st.versions.end()) return;
+    if (it->second.count < world_) return;
+    std::vector<tensor> values = std::move(it->second.values);
+    st.versions.erase(it);
+    st.merging = true;
+    std::vector<kvstore::key> keys(values.size(), key);
+    request<void>(store_, timeout_, kvstore::push{std::move(keys), std::move(values)})
+        .then(
+            [this, key]() {
+              key_state& s = keys_[key];
+              s.merging = false;
+              ++s.done;
+              serve_pulls(key);
+              try_merge(key);
+            },
+            [this, key](error e) {
+              key_state& s = keys_[key];
+              s.merging = false;
+              for (auto& p : s.pulls) p.reply.deliver(e);
+              s.pulls.clear();
+            });
+  }
+
+  void on_pull(const pull_msg& m) {
+    auto key = from_wire(m.key);
+    auto reply = make_response_promise<tensor>();
+    auto it = keys_.find(key);
+    if (it == keys_.end()) {
+      reply.deliver(error(errc::invalid_argument, "kvstore dist pull: key " + key.to_string() +
+                                                       " was never initialised; call init first (every worker)."));
+      return;
+    }
+    if (it->second.done >= m.min_version) {
+      send_value(key, std::move(reply));
+      return;
+    }
+    it->second.pulls.push_back(parked_pull{m.min_version, std::move(reply)});
+  }
+
+  void serve_pulls(const kvstore::key& key) {
+    key_state& st = keys_[key];
+    std::vector<parked_pull> waiting;
+    for (auto& p : st.pulls) {
+      if (p.min_version <= st.done) send_value(key, std::move(p.reply));
+      else waiting.push_back(std::move(p));
+    }
+    st.pulls = std::move(waiting);
+  }
+
+  void send_value(const kvstore::key& key, response_promise<tensor> reply) {
+    tensor out = tensor::empty(keys_[key].shape, dtype::float32, dev_, stream_);
+    request<std::vector<tensor>>(store_, timeout_, kvstore::pull{{key}, {out}})
+        .then([reply](std::vector<tensor> outs) mutable { reply.deliver(std::move(outs.front())); },
+              [reply](error e) mutable { reply.deliver(std::move(e)); });
+  }
+
+  void on_barrier(const barrier_msg& m) {
+    auto reply = make_response_promise<unit_t>();
+    auto& arrived = barriers_[m.generation];
+    arrived.push_back(std::move(reply));
+    if (static_cast<int>(arrived.size()) < world_) return;
+    for (auto& r : arrived) r.deliver(unit_t{});
+    barriers_.erase(m.generation);
+  }
+
+  void on_optimizer(optimizer_msg& m) {
+    auto reply = make_response_promise<unit_t>();
+    request<void>(store_, timeout_, kvstore::set_optimizer{m.options})
+        .then(
+            [this, reply]() mutable {
+              has_optimizer_ = true;
+              reply.deliver(unit_t{});
+            },
+            [reply](error e) mutable { reply.deliver(std::move(e)); });
+  }
+
+  int world_;
+  kvstore_dist::mode mode_;
+  std::chrono::nanoseconds timeout_;
+  device dev_;
+  stream stream_;
+  actor_ref store_;
+  bool has_optimizer_ = false;
+  std::map<kvstore::key, key_state> keys_;
+  std::map<std::uint64_t, std::vector<response_promise<unit_t>>> barriers_;
+};
+
+}  // namespace
+
+actor_ref spawn_server(actor_system& system, int world, kvstore_dist::mode mode, std::chrono::nanoseconds timeout,
+                       device dev) {
+  return system.spawn_with<server>(spawn_options{.name = "kvstore_dist.server"}, world, mode, timeout, std::move(dev));
+}
+
+}  // namespace strata::kvstore_dist::internal
+
+STRATA_NET_DECLARE(strata::kvstore_dist::internal::init_msg, strata::kvstore_dist::internal::push_msg,
+                   strata::kvstore_dist::internal::pull_msg, strata::kvstore_dist::internal::barrier_msg,
+                   strata::tensor);
