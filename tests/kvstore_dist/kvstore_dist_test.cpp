@@ -1,0 +1,227 @@
+// strata::kvstore_dist under mpirun: every rank is a worker and runs every case (they are
+// collectives). Data is random: rank 0 draws the seed and shares it through the store itself.
+// The reference is one process: a local kvstore fed every rank's values in rank order.
+#define BOOST_TEST_MODULE strata_kvstore_dist
+#include <boost/test/unit_test.hpp>
+
+#include <cmath>
+#include <cstdint>
+#include <random>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "strata/kvstore_dist/store.hpp"
+
+using namespace std::chrono_literals;
+namespace kvd = strata::kvstore_dist;
+
+namespace {
+
+struct world {
+  strata::actor_system sys{strata::system_config{.worker_threads = 1}};
+  strata::device cpu = strata::make_devices("cpu:1").front();
+  strata::stream s = cpu.create_stream();
+  strata::net::endpoint net{sys, strata::net::endpoint_config{.receive_device = cpu}};
+  ~world() {
+    net.shutdown();
+    sys.shutdown();
+  }
+
+  strata::tensor make(const std::vector<float>& v, std::vector<std::int64_t> shape) {
+    return strata::tensor::from_host<float>(std::span<const float>(v), std::move(shape), cpu, s);
+  }
+  std::vector<float> host(const strata::tensor& t) { return t.to_host<float>(s); }
+
+  /// A seed every rank agrees on: rank 0 draws it, the others pull it.
+  std::uint32_t shared_seed(kvd::store& kv, const strata::kvstore::key& key = "seed") {
+    float drawn = static_cast<float>(std::random_device{}() % (1u << 20));
+    BOOST_REQUIRE(kv.init(key, make({drawn}, {1})));
+    auto got = kv.pull(key);
+    BOOST_REQUIRE(got);
+    auto seed = static_cast<std::uint32_t>(host(*got).front());
+    BOOST_TEST_MESSAGE("rank " << kv.rank() << " seed " << seed);
+    return seed;
+  }
+};
+
+// One endpoint per process (MPI starts once): every case shares the world; each makes its own
+// store (a collective), so the cases run in the same order on every rank.
+world* the_world = nullptr;
+struct world_fixture {
+  world_fixture() { the_world = new world; }
+  ~world_fixture() { delete the_world; }
+};
+
+/// The gradient rank `r` pushes for key `k` in round `t`: reproducible on every rank.
+std::vector<float> gradient(std::uint32_t seed, int r, int k, int t, std::size_t n) {
+  std::mt19937 rng(seed * 7919u + static_cast<std::uint32_t>(r) * 104729u + static_cast<std::uint32_t>(k) * 1299709u +
+                   static_cast<std::uint32_t>(t));
+  std::normal_distribution<float> d(0.0f, 1.0f);
+  std::vector<float> g(n);
+  for (auto& x : g) x = d(rng);
+  return g;
+}
+
+struct key_spec {
+  strata::kvstore::key key;
+  std::vector<std::int64_t> shape;
+  std::size_t numel() const {
+    std::size_t n = 1;
+    for (auto d : shape) n *= static_cast<std::size_t>(d);
+    return n;
+  }
+};
+
+/// Integer keys (MXNet's) with random shapes; a store holds keys of one kind.
+std::vector<key_spec> some_keys(std::uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::vector<key_spec> keys;
+  for (int i = 0; i < 6; ++i) {
+    std::vector<std::int64_t> shape{1 + static_cast<std::int64_t>(rng() % 7), 1 + static_cast<std::int64_t>(rng() % 300)};
+    keys.push_back({strata::kvstore::key(std::int64_t{i}), shape});
+  }
+  return keys;
+}
+
+}  // namespace
+
+BOOST_TEST_GLOBAL_FIXTURE(world_fixture);
+
+BOOST_AUTO_TEST_CASE(dist_sync_with_momentum_equals_one_process_bit_for_bit) {
+  world& w = *the_world;
+  kvd::store kv(w.sys, w.net, kvd::store_options{.value_device = w.cpu});
+  BOOST_TEST(kv.type() == "dist_sync");
+  const std::uint32_t seed = w.shared_seed(kv, std::int64_t{1000});
+  const int n = kv.num_workers();
+  const strata::kernels::sgd_options sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 1e-3};
+  BOOST_REQUIRE(kv.set_optimizer(sgd));
+
+  // One process: a local store gets every rank's values of a round in one push, in rank order.
+  strata::kvstore::client ref(w.sys, strata::kvstore::spawn(w.sys));
+  BOOST_REQUIRE(ref.set_optimizer(sgd).get());
+  auto keys = some_keys(seed);
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    auto w0 = gradient(seed, 99, static_cast<int>(k), 0, keys[k].numel());
+    BOOST_REQUIRE(kv.barrier());  // every shard has its optimizer before the first push
+    BOOST_REQUIRE(kv.init(keys[k].key, w.make(w0, keys[k].shape)));
+    BOOST_REQUIRE(ref.init(keys[k].key, w.make(w0, keys[k].shape)).get());
+  }
+  for (int t = 1; t <= 4; ++t) {
+    for (std::size_t k = 0; k < keys.size(); ++k) {
+      auto mine = gradient(seed, kv.rank(), static_cast<int>(k), t, keys[k].numel());
+      auto got = kv.pushpull(keys[k].key, {w.make(mine, keys[k].shape)});
+      BOOST_REQUIRE_MESSAGE(got, (got ? "" : got.error().message()));
+      std::vector<strata::kvstore::key> ks(static_cast<std::size_t>(n), keys[k].key);
+      std::vector<strata::tensor> vs;
+      for (int r = 0; r < n; ++r) vs.push_back(w.make(gradient(seed, r, static_cast<int>(k), t, keys[k].numel()), keys[k].shape));
+      BOOST_REQUIRE(ref.push(ks, vs).get());
+      auto expected = ref.pull(keys[k].key, w.make(std::vector<float>(keys[k].numel()), keys[k].shape)).get();
+      BOOST_REQUIRE(expected);
+      auto a = w.host(*got);
+      auto b = w.host(expected->front());
+      BOOST_REQUIRE_EQUAL(a.size(), b.size());
+      std::size_t differ = 0;
+      for (std::size_t i = 0; i < a.size(); ++i) differ += a[i] != b[i] ? 1 : 0;
+      BOOST_TEST(differ == 0u, "key " << keys[k].key.to_string() << " round " << t << ": " << differ << " elements differ");
+    }
+  }
+  BOOST_REQUIRE(kv.barrier());
+}
+
+BOOST_AUTO_TEST_CASE(dist_sync_pushpull_without_an_optimizer_answers_the_merged_round_not_a_stale_value) {
+  world& w = *the_world;
+  kvd::store kv(w.sys, w.net, kvd::store_options{.value_device = w.cpu});
+  const std::uint32_t seed = w.shared_seed(kv);
+  const int n = kv.num_workers();
+  const std::size_t len = 1000;
+  BOOST_REQUIRE(kv.init("g", w.make(std::vector<float>(len, 0.0f), {static_cast<std::int64_t>(len)})));
+  for (int t = 1; t <= 5; ++t) {
+    auto got = kv.pushpull("g", {w.make(gradient(seed, kv.rank(), 0, t, len), {static_cast<std::int64_t>(len)})});
+    BOOST_REQUIRE(got);
+    // The stored value becomes this round's sum, in rank order (MXNet without an updater).
+    std::vector<float> sum = gradient(seed, 0, 0, t, len);
+    for (int r = 1; r < n; ++r) {
+      auto g = gradient(seed, r, 0, t, len);
+      for (std::size_t i = 0; i < len; ++i) sum[i] += g[i];
+    }
+    auto a = w.host(*got);
+    std::size_t differ = 0;
+    for (std::size_t i = 0; i < len; ++i) differ += a[i] != sum[i] ? 1 : 0;
+    BOOST_TEST(differ == 0u, "round " << t << ": " << differ << " elements differ from the round's sum");
+  }
+  // Several local values in one push are summed on the worker first, in the order given.
+  auto g1 = gradient(seed, kv.rank(), 1, 9, len), g2 = gradient(seed, kv.rank(), 2, 9, len);
+  auto got = kv.pushpull("g", {w.make(g1, {static_cast<std::int64_t>(len)}), w.make(g2, {static_cast<std::int64_t>(len)})});
+  BOOST_REQUIRE(got);
+  std::vector<float> sum(len, 0.0f);
+  for (int r = 0; r < n; ++r) {
+    auto a = gradient(seed, r, 1, 9, len), b = gradient(seed, r, 2, 9, len);
+    for (std::size_t i = 0; i < len; ++i) sum[i] += a[i] + b[i];
+  }
+  auto a = w.host(*got);
+  std::size_t differ = 0;
+  for (std::size_t i = 0; i < len; ++i) differ += a[i] != sum[i] ? 1 : 0;
+  BOOST_TEST(differ == 0u);
+  BOOST_REQUIRE(kv.barrier());
+}
+
+BOOST_AUTO_TEST_CASE(dist_async_applies_every_push_and_refuses_to_run_without_an_optimizer) {
+  world& w = *the_world;
+  kvd::store kv(w.sys, w.net, kvd::store_options{.mode = kvd::mode::async, .value_device = w.cpu});
+  BOOST_TEST(kv.type() == "dist_async");
+  const std::uint32_t seed = w.shared_seed(kv);
+  const int n = kv.num_workers();
+  const std::size_t len = 257;
+  const std::vector<std::int64_t> shape{static_cast<std::int64_t>(len)};
+  BOOST_REQUIRE(kv.init("w", w.make(std::vector<float>(len, 0.0f), shape)));
+  auto refused = kv.push("w", {w.make(gradient(seed, kv.rank(), 0, 0, len), shape)});
+  BOOST_REQUIRE(!refused);
+  BOOST_TEST(refused.error().message().find("needs set_optimizer") != std::string::npos);
+  BOOST_REQUIRE(kv.barrier());
+  BOOST_REQUIRE(kv.set_optimizer(strata::kernels::sgd_options{.lr = 1.0}));
+  BOOST_REQUIRE(kv.barrier());
+  const int pushes = 6;
+  for (int t = 1; t <= pushes; ++t) BOOST_REQUIRE(kv.push("w", {w.make(gradient(seed, kv.rank(), 0, t, len), shape)}));
+  BOOST_REQUIRE(kv.barrier());
+  auto got = kv.pull("w");
+  BOOST_REQUIRE(got);
+  // Every push was applied once, in some order: w = -sum of all gradients (float64 reference).
+  std::vector<double> expected(len, 0.0);
+  for (int r = 0; r < n; ++r)
+    for (int t = 1; t <= pushes; ++t) {
+      auto g = gradient(seed, r, 0, t, len);
+      for (std::size_t i = 0; i < len; ++i) expected[i] -= g[i];
+    }
+  auto a = w.host(*got);
+  double worst = 0;
+  for (std::size_t i = 0; i < len; ++i) worst = std::max(worst, std::abs(a[i] - expected[i]));
+  BOOST_TEST(worst < 1e-4);
+  BOOST_REQUIRE(kv.barrier());
+}
+
+BOOST_AUTO_TEST_CASE(rank_workers_owners_and_bad_input_each_get_one_sentence) {
+  world& w = *the_world;
+  kvd::store kv(w.sys, w.net, kvd::store_options{.value_device = w.cpu});
+  BOOST_TEST(kv.rank() == w.net.rank());
+  BOOST_TEST(kv.num_workers() == w.net.size());
+  for (int k = 0; k < 20; ++k) {
+    int o = kv.owner(strata::kvstore::key(std::int64_t{k}));
+    BOOST_TEST((o >= 0 && o < kv.num_workers()));
+  }
+  auto unknown = kv.push("never-initialised", {w.make({1.0f}, {1})});
+  BOOST_REQUIRE(!unknown);
+  BOOST_TEST(unknown.error().message().find("never initialised") != std::string::npos);
+  BOOST_REQUIRE(kv.init("x", w.make({1.0f, 2.0f}, {2})));
+  auto bad_shape = kv.push("x", {w.make({1.0f, 2.0f, 3.0f}, {3})});
+  BOOST_REQUIRE(!bad_shape);
+  BOOST_TEST(bad_shape.error().message().find("expected float32") != std::string::npos);
+  auto twice = kv.init("x", w.make({1.0f, 2.0f}, {2}));
+  if (kv.rank() == 0) {
+    BOOST_REQUIRE(!twice);
+    BOOST_TEST(twice.error().message().find("exists already") != std::string::npos);
+  }
+  auto empty = kv.push("x", {});
+  BOOST_REQUIRE(!empty);
+  BOOST_REQUIRE(kv.barrier());
+}
