@@ -195,6 +195,7 @@ struct detail::actor_access {
     a.sys_ = c->sys.get();
   }
   static void start(actor& a) { a.behavior_ = a.make_behavior(); }
+  static const behavior::handler* find(const actor& a, const type_meta* t) noexcept { return a.behavior_.find(t); }
 };
 
 void detail::attach_instance(actor_cell* c, std::unique_ptr<actor> instance) noexcept {
@@ -214,6 +215,12 @@ bool detail::start_instance(actor_cell* c, error& failure) noexcept {
   }
   tls_current = outer;
   return !failure;
+}
+
+const type_meta* detail::missing_handler(actor_cell* c, const std::vector<const type_meta*>& required) noexcept {
+  for (const type_meta* t : required)
+    if (actor_access::find(*c->instance, t) == nullptr) return t;
+  return nullptr;
 }
 
 void detail::actor_access::dispatch(actor_cell* c, envelope* e) {

@@ -107,7 +107,8 @@ std::size_t actor_system::worker_count() const noexcept { return impl_->sched.si
 
 actor_ref actor_system::spawn_instance(std::unique_ptr<actor> instance, spawn_options options,
                                        const actor_ref& supervisor,
-                                       std::function<std::unique_ptr<actor>()> factory) {
+                                       std::function<std::unique_ptr<actor>()> factory,
+                                       const std::vector<const type_meta*>& required) {
   if (!impl_->accepting.load(std::memory_order_acquire))
     throw error_exception(error(errc::runtime_failure, "cannot spawn an actor: the actor system has shut down"));
   auto* c = new actor_cell;
@@ -137,6 +138,14 @@ actor_ref actor_system::spawn_instance(std::unique_ptr<actor> instance, spawn_op
     if (c->supervisor) c->supervisor = actor_ref{};  // a child that cannot start is not restarted
     detail::terminate_actor(c, std::move(failure));
     return ref;
+  }
+  if (const type_meta* missing = detail::missing_handler(c, required)) {
+    // A typed actor whose behavior does not cover its protocol: a programming error, said at once.
+    if (c->supervisor) c->supervisor = actor_ref{};
+    std::string text = "actor '" + c->name + "' declares " + missing->name +
+                       " in its protocol, but make_behavior() has no handler for it";
+    detail::terminate_actor(c, error(errc::invalid_argument, text));
+    throw error_exception(error(errc::invalid_argument, text));
   }
   if (c->quit_pending) {  // quit() during start-up
     error reason = std::move(c->quit_reason);

@@ -87,6 +87,9 @@ void attach_instance(actor_cell* cell, std::unique_ptr<actor> instance) noexcept
 /// Runs the instance's make_behavior(); on an exception fills `failure` and returns false.
 bool start_instance(actor_cell* cell, error& failure) noexcept;
 
+/// The first of `required` that the cell's current behavior has no handler for, or null.
+const type_meta* missing_handler(actor_cell* cell, const std::vector<const type_meta*>& required) noexcept;
+
 /// The actor running on this thread, or nullptr.
 actor_cell* current_cell() noexcept;
 

@@ -210,7 +210,30 @@ public:
 private:
   int total_;
 };
+/// Declares get_total but forgot its handler.
+class forgetful : public strata::actor {
+public:
+  using protocol = strata::protocol<add, get_total>;
+  strata::behavior make_behavior() override {
+    return {[](const add&) {}};
+  }
+};
 }  // namespace
+
+BOOST_AUTO_TEST_CASE(spawning_a_typed_actor_whose_behavior_misses_a_protocol_type_fails_with_one_sentence) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 1});
+  try {
+    (void)sys.spawn<forgetful>();
+    BOOST_FAIL("the spawn should have thrown");
+  } catch (const strata::error_exception& e) {
+    std::string what = e.what();
+    BOOST_TEST(what.find("get_total") != std::string::npos);
+    BOOST_TEST(what.find("no handler") != std::string::npos);
+  }
+  auto report = sys.shutdown();
+  BOOST_TEST(report.stats.live_actors == 0u);
+  BOOST_TEST(report.actors_stopped == 0u);  // the actor never ran
+}
 
 BOOST_AUTO_TEST_CASE(class_based_actors_get_typed_handles_and_keep_private_state) {
   strata::actor_system sys(strata::system_config{.worker_threads = 2});

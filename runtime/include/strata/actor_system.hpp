@@ -91,6 +91,18 @@ template <has_protocol T>
 struct spawn_result<T> {
   using type = typed_actor<typename T::protocol>;
 };
+template <class P>
+struct protocol_metas;
+template <class... Ms>
+struct protocol_metas<protocol<Ms...>> {
+  static std::vector<const type_meta*> get() { return {type_of<Ms>()...}; }
+};
+/// The message types `T`'s first behavior must handle: its protocol's, if it declares one.
+template <class T>
+std::vector<const type_meta*> required_handlers() {
+  if constexpr (has_protocol<T>) return protocol_metas<typename T::protocol>::get();
+  else return {};
+}
 }  // namespace detail
 
 /// The runtime: a fixed pool of scheduler threads, a timer thread, and the actors.
@@ -132,7 +144,8 @@ public:
   template <class T, class... Args>
     requires std::derived_from<T, actor>
   typename detail::spawn_result<T>::type spawn_with(spawn_options options, Args&&... args) {
-    auto ref = spawn_instance(std::make_unique<T>(std::forward<Args>(args)...), std::move(options), {}, {});
+    auto ref = spawn_instance(std::make_unique<T>(std::forward<Args>(args)...), std::move(options), {}, {},
+                              detail::required_handlers<T>());
     return typename detail::spawn_result<T>::type(std::move(ref));
   }
   /// Spawns a function-based actor: `fn(actor& self, args...)` returns its behavior.
@@ -160,7 +173,8 @@ public:
                                                      Args... args) {
     std::function<std::unique_ptr<actor>()> factory = [args...]() { return std::make_unique<T>(args...); };
     auto first = factory();
-    auto ref = spawn_instance(std::move(first), std::move(options), supervisor, std::move(factory));
+    auto ref = spawn_instance(std::move(first), std::move(options), supervisor, std::move(factory),
+                              detail::required_handlers<T>());
     return typename detail::spawn_result<T>::type(std::move(ref));
   }
 
@@ -226,8 +240,11 @@ public:
 
 private:
   friend struct detail::system_impl;
+  /// `required`: message types the first behavior must handle (a typed actor's protocol); a
+  /// missing one throws error_exception (invalid_argument) and the actor is not started.
   actor_ref spawn_instance(std::unique_ptr<actor> instance, spawn_options options, const actor_ref& supervisor,
-                           std::function<std::unique_ptr<actor>()> factory);
+                           std::function<std::unique_ptr<actor>()> factory,
+                           const std::vector<const type_meta*>& required = {});
 
   template <class T>
   detail::envelope* make_envelope(T&& msg, bool urgent) {
