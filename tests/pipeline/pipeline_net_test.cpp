@@ -225,12 +225,9 @@ struct rank_part {
   /// Rank 0 stops the driver when done; the others wait for that, then everyone cleans up.
   void end() {
     auto& w = *the_world;
-    const bool driving = w.net.rank() == 0;
-    if (!driving) {
-      auto r = spn::wait_for_driver_exit(w.sys, actors.driver, 100s);
-      BOOST_TEST(r.has_value(), (r ? std::string() : r.error().message()));
-    }
-    finish(w.sys, actors, contexts, driving);
+    auto r = spn::stop_pipeline(w.sys, w.net, actors, 100s);
+    BOOST_TEST(r.has_value(), (r ? std::string() : r.error().message()));
+    finish(w.sys, actors, contexts, false);
     w.sys.stop(probe);
   }
 };

@@ -131,4 +131,12 @@ expected<void> wait_for_driver_exit(actor_system& system, const actor_ref& drive
   return e;
 }
 
+expected<void> stop_pipeline(actor_system& system, const net::endpoint& net, const pipeline::pipeline_actors& actors,
+                             std::chrono::milliseconds timeout) {
+  if (net.rank() == 0 && actors.driver) system.stop(actors.driver);
+  auto done = wait_for_driver_exit(system, actors.driver, timeout);
+  if (actors.supervisor) system.stop(actors.supervisor);
+  return done;
+}
+
 }  // namespace strata::pipeline_net

@@ -21,13 +21,9 @@
 ///   contexts[s] = std::make_shared<strata::pipeline::stage_context>(s, cpu);
 ///   models[s] = std::make_shared<my_stage>(s, contexts[s]->compute());
 ///   auto p = strata::pipeline_net::spawn_pipeline(sys, net, plan, ranks, contexts, models);
-///   if (net.rank() == 0) {
+///   if (net.rank() == 0)
 ///     auto outcome = sys.request<strata::pipeline::step_outcome>(p.driver, 1min, strata::pipeline::run_step{}).get();
-///     sys.stop(p.driver);                                                  // the other ranks' cue
-///   } else {
-///     (void)strata::pipeline_net::wait_for_driver_exit(sys, p.driver, 10min);
-///   }
-///   sys.stop(p.supervisor);
+///   (void)strata::pipeline_net::stop_pipeline(sys, net, p, 10min);  // rank 0 stops the driver, the others wait for that
 /// \endcode
 
 #include <chrono>
@@ -132,5 +128,13 @@ pipeline::pipeline_actors spawn_pipeline(actor_system& system, net::endpoint& ne
 /// \returns nothing when the driver stopped or quit; its reason when it failed or its rank left;
 ///   `errc::request_timeout` when it still runs after `timeout`.
 expected<void> wait_for_driver_exit(actor_system& system, const actor_ref& driver, std::chrono::milliseconds timeout);
+
+/// Ends this rank's part of a pipeline, on every rank once the steps are done: rank 0 stops the
+/// driver and waits until it has terminated (so that the other ranks hear of it before this rank
+/// may leave the job); the others wait until it has (wait_for_driver_exit). Then this rank's
+/// stages stop. Drain the stage contexts' streams before destroying the models.
+/// \returns what wait_for_driver_exit returns.
+expected<void> stop_pipeline(actor_system& system, const net::endpoint& net, const pipeline::pipeline_actors& actors,
+                             std::chrono::milliseconds timeout);
 
 }  // namespace strata::pipeline_net
