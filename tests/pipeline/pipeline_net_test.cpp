@@ -140,9 +140,14 @@ void serialize(A& a, weights_request& m) {
   a(m.stage);
 }
 
+/// Asks a rank to stop its stages (its supervisor), as if they had gone down.
+struct stop_stages {};
+template <class A>
+void serialize(A&, stop_stages&) {}
+
 }  // namespace
 
-STRATA_NET_DECLARE(weights_request, std::vector<float>);
+STRATA_NET_DECLARE(weights_request, std::vector<float>, stop_stages, std::int32_t);
 
 namespace {
 
@@ -188,7 +193,7 @@ struct rank_part {
   std::vector<std::shared_ptr<sp::stage_context>> contexts{stages};
   std::vector<std::shared_ptr<dense_stage>> models{stages};
   sp::pipeline_actors actors;
-  strata::actor_ref probe;
+  strata::actor_ref probe, control;
 
   rank_part(const sp::plan& p, const std::string& tag, int throw_on_rank1_at = 0) {
     auto& w = *the_world;
@@ -209,6 +214,13 @@ struct rank_part {
       return {[model](const weights_request&) { return model ? model->weights() : std::vector<float>{}; }};
     });
     BOOST_REQUIRE(w.net.publish(probe, tag + "-probe"));
+    control = w.sys.spawn([supervisor = actors.supervisor](strata::actor& self) -> strata::behavior {
+      return {[&self, supervisor](const stop_stages&) {
+        self.system().stop(supervisor);
+        return std::int32_t{1};
+      }};
+    });
+    BOOST_REQUIRE(w.net.publish(control, tag + "-control"));
   }
   /// Rank 0: every stage's weights, from its rank.
   std::vector<std::vector<float>> gather_weights(const std::string& tag) {
@@ -229,6 +241,7 @@ struct rank_part {
     BOOST_TEST(r.has_value(), (r ? std::string() : r.error().message()));
     finish(w.sys, actors, contexts, false);
     w.sys.stop(probe);
+    w.sys.stop(control);
   }
 };
 
@@ -320,6 +333,26 @@ BOOST_AUTO_TEST_CASE(a_stage_that_fails_on_rank_1_fails_the_step_on_rank_0_by_na
     BOOST_TEST(std::isfinite(again->reports[1].at(0)));
     BOOST_TEST(again->step == 3u);
     BOOST_TEST(part.contexts[0]->instances() == 2u);
+  }
+  part.end();
+}
+
+BOOST_AUTO_TEST_CASE(a_stage_that_goes_down_on_rank_1_fails_every_later_step_on_rank_0_by_name) {
+  auto& w = *the_world;
+  const auto p = sp::make_plan(sp::schedule_kind::gpipe, stages, micro_batches);
+  rank_part part(p, "down");
+  if (w.net.rank() == 0) {
+    auto first = w.sys.request<sp::step_outcome>(part.actors.driver, 60s, sp::run_step{}).get();
+    BOOST_REQUIRE_MESSAGE(first.has_value(), first.error().message());
+    auto control = w.net.remote(1, "down-control").value();
+    BOOST_REQUIRE(w.sys.request<std::int32_t>(control, 30s, stop_stages{}).get().has_value());
+    for (int k = 0; k < 2; ++k) {  // no hang: the driver heard of it, and this and later steps fail
+      auto r = w.sys.request<sp::step_outcome>(part.actors.driver, 60s, sp::run_step{}).get();
+      BOOST_REQUIRE(!r.has_value());
+      const auto& m = r.error().message();
+      BOOST_TEST(m.find("pipeline stage 1 went down during step ") != std::string::npos, m);
+      BOOST_TEST(r.error().code() != strata::errc::request_timeout, m);
+    }
   }
   part.end();
 }
