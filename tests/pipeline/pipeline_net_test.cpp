@@ -26,16 +26,19 @@ using namespace std::chrono_literals;
 
 namespace {
 
-constexpr std::size_t width = 6, rows = 5, micro_batches = 4, stages = 2;
+constexpr std::size_t width = 6, rows = 6, micro_batches = 4, stages = 2;
 constexpr float lr = 0.05f;
 
 /// One dense layer per stage (tanh except on the last, which adds half the squared error to the
-/// targets). Reports {loss, squared gradient norm}; the update scales its step by the driver's
-/// args[0] (a clip coefficient from every stage's norm, so the scalars cross ranks both ways).
-/// Forward throws on the host at its `throw_at`-th call when set.
+/// targets). A unit (micro-batch, chunk) is rows / chunks rows of its micro-batch, so that
+/// wavefront plans send several messages per micro-batch. Reports {loss, squared gradient norm};
+/// the update scales its step by the driver's args[0] (a clip coefficient from every stage's
+/// norm, so the scalars cross ranks both ways). Forward throws on the host at its `throw_at`-th
+/// call when set.
 class dense_stage {
 public:
-  dense_stage(std::size_t index, strata::device dev, strata::stream& s) : index_(index) {
+  dense_stage(std::size_t index, strata::device dev, strata::stream& s, std::size_t chunks = 1)
+      : index_(index), chunks_(chunks), unit_rows_(rows / chunks) {
     std::mt19937 rng(100 + static_cast<unsigned>(index));
     std::normal_distribution<float> init(0.0f, 0.6f);
     w_.resize(width * width);
@@ -47,24 +50,26 @@ public:
     targets_.resize(data_.size());
     for (auto& v : data_) v = u(data_rng);
     for (auto& v : targets_) v = u(data_rng);
-    for (std::size_t mb = 0; mb < micro_batches; ++mb) {
-      y_.push_back(strata::tensor::empty({rows, width}, strata::dtype::float32, dev, s));
-      dx_.push_back(strata::tensor::empty({rows, width}, strata::dtype::float32, dev, s));
+    const auto units = micro_batches * chunks_;
+    const auto n = static_cast<std::int64_t>(unit_rows_);
+    for (std::size_t k = 0; k < units; ++k) {
+      y_.push_back(strata::tensor::empty({n, static_cast<std::int64_t>(width)}, strata::dtype::float32, dev, s));
+      dx_.push_back(strata::tensor::empty({n, static_cast<std::int64_t>(width)}, strata::dtype::float32, dev, s));
     }
-    x_.resize(micro_batches);
-    dy_.resize(micro_batches);
-    in_.resize(micro_batches);
+    x_.resize(units);
+    dy_.resize(units);
+    in_.resize(units);
   }
   std::atomic<int> throw_at{0};
   bool last() const { return index_ + 1 == stages; }
 
-  void forward(std::size_t mb, std::size_t, strata::stream& s) {
+  void forward(std::size_t mb, std::size_t ch, strata::stream& s) {
     if (++forwards_ == throw_at.load()) throw std::runtime_error("dense_stage forward " + std::to_string(forwards_) + " failed on purpose");
-    s.launch({.name = "forward", .cpu = [this, mb] {
-                const float* x = index_ == 0 ? data_.data() + mb * rows * width : x_[mb].data<float>();
-                in_[mb].assign(x, x + rows * width);
-                float* y = y_[mb].data<float>();
-                for (std::size_t r = 0; r < rows; ++r)
+    s.launch({.name = "forward", .cpu = [this, u = unit(mb, ch)] {
+                const float* x = index_ == 0 ? data_.data() + offset(u) : x_[u].data<float>();
+                in_[u].assign(x, x + unit_rows_ * width);
+                float* y = y_[u].data<float>();
+                for (std::size_t r = 0; r < unit_rows_; ++r)
                   for (std::size_t j = 0; j < width; ++j) {
                     float acc = 0;
                     for (std::size_t i = 0; i < width; ++i) acc += x[r * width + i] * w_[i * width + j];
@@ -72,36 +77,38 @@ public:
                   }
               }});
   }
-  void backward(std::size_t mb, std::size_t, strata::stream& s) {
-    s.launch({.name = "backward", .cpu = [this, mb] {
-                const float* y = y_[mb].data<float>();
-                std::vector<float> d(rows * width);
+  void backward(std::size_t mb, std::size_t ch, strata::stream& s) {
+    s.launch({.name = "backward", .cpu = [this, u = unit(mb, ch)] {
+                const float* y = y_[u].data<float>();
+                std::vector<float> d(unit_rows_ * width);
                 for (std::size_t k = 0; k < d.size(); ++k)
-                  d[k] = last() ? y[k] - targets_[mb * rows * width + k] : dy_[mb].data<float>()[k] * (1 - y[k] * y[k]);
-                float* dx = dx_[mb].data<float>();
-                for (std::size_t r = 0; r < rows; ++r)
+                  d[k] = last() ? y[k] - targets_[offset(u) + k] : dy_[u].data<float>()[k] * (1 - y[k] * y[k]);
+                float* dx = dx_[u].data<float>();
+                for (std::size_t r = 0; r < unit_rows_; ++r)
                   for (std::size_t i = 0; i < width; ++i) {
                     float acc = 0;
                     for (std::size_t j = 0; j < width; ++j) {
-                      gw_[i * width + j] += in_[mb][r * width + i] * d[r * width + j];
+                      gw_[i * width + j] += in_[u][r * width + i] * d[r * width + j];
                       acc += w_[i * width + j] * d[r * width + j];
                     }
                     dx[r * width + i] = acc;
                   }
               }});
   }
-  strata::tensor output(std::size_t mb, std::size_t) const { return y_[mb]; }
-  strata::tensor input_grad(std::size_t mb, std::size_t) const { return dx_[mb]; }
-  void accept_input(std::size_t mb, std::size_t, const strata::tensor& t, strata::stream&) { x_[mb] = t; }
-  void accept_output_grad(std::size_t mb, std::size_t, const strata::tensor& t, strata::stream&) { dy_[mb] = t; }
+  strata::tensor output(std::size_t mb, std::size_t ch) const { return y_[unit(mb, ch)]; }
+  strata::tensor input_grad(std::size_t mb, std::size_t ch) const { return dx_[unit(mb, ch)]; }
+  void accept_input(std::size_t mb, std::size_t ch, const strata::tensor& t, strata::stream&) { x_[unit(mb, ch)] = t; }
+  void accept_output_grad(std::size_t mb, std::size_t ch, const strata::tensor& t, strata::stream&) {
+    dy_[unit(mb, ch)] = t;
+  }
   void end_compute(strata::stream& s) {
     s.launch({.name = "report", .cpu = [this] {
                 loss_ = 0;
                 norm_ = 0;
                 if (last())
-                  for (std::size_t mb = 0; mb < micro_batches; ++mb)
-                    for (std::size_t k = 0; k < rows * width; ++k) {
-                      const double e = y_[mb].data<float>()[k] - targets_[mb * rows * width + k];
+                  for (std::size_t u = 0; u < y_.size(); ++u)
+                    for (std::size_t k = 0; k < unit_rows_ * width; ++k) {
+                      const double e = y_[u].data<float>()[k] - targets_[offset(u) + k];
                       loss_ += 0.5 * e * e;
                     }
                 for (float g : gw_) norm_ += static_cast<double>(g) * g;
@@ -116,7 +123,10 @@ public:
   const std::vector<float>& weights() const { return w_; }  // read once the stream has completed
 
 private:
-  std::size_t index_;
+  std::size_t unit(std::size_t mb, std::size_t ch) const { return mb * chunks_ + ch; }
+  std::size_t offset(std::size_t u) const { return u * unit_rows_ * width; }  // units tile the data in order
+
+  std::size_t index_, chunks_, unit_rows_;
   int forwards_ = 0;
   std::vector<float> w_, gw_, data_, targets_;
   std::vector<strata::tensor> y_, dx_, x_, dy_;
@@ -201,7 +211,7 @@ struct rank_part {
     if (s < stages) {
       contexts[s] = std::make_shared<sp::stage_context>(static_cast<int>(s), w.cpu);
       auto compute = contexts[s]->compute();
-      models[s] = std::make_shared<dense_stage>(s, w.cpu, compute);
+      models[s] = std::make_shared<dense_stage>(s, w.cpu, compute, static_cast<std::size_t>(p.chunks));
       if (s == 1) models[s]->throw_at = throw_on_rank1_at;
     }
     sp::pipeline_options o;
@@ -258,7 +268,7 @@ one_process_run run_in_one_process(const sp::plan& p, int steps) {
   for (std::size_t s = 0; s < stages; ++s) {
     contexts.push_back(std::make_shared<sp::stage_context>(static_cast<int>(s), w.cpu));
     auto compute = contexts.back()->compute();
-    models.push_back(std::make_shared<dense_stage>(s, w.cpu, compute));
+    models.push_back(std::make_shared<dense_stage>(s, w.cpu, compute, static_cast<std::size_t>(p.chunks)));
   }
   sp::pipeline_options o;
   o.stage_name = "reference-stage";
@@ -280,11 +290,11 @@ one_process_run run_in_one_process(const sp::plan& p, int steps) {
 
 BOOST_AUTO_TEST_CASE(the_job_has_two_ranks) { BOOST_REQUIRE(the_world->net.size() == 2); }
 
-BOOST_AUTO_TEST_CASE(stages_on_two_ranks_train_bit_for_bit_like_one_process_with_gpipe_and_1f1b) {
+BOOST_AUTO_TEST_CASE(stages_on_two_ranks_train_bit_for_bit_like_one_process_with_gpipe_1f1b_and_wavefront) {
   auto& w = *the_world;
   constexpr int steps = 3;
-  for (auto kind : {sp::schedule_kind::gpipe, sp::schedule_kind::one_f_one_b}) {
-    const auto p = sp::make_plan(kind, stages, micro_batches);
+  for (auto kind : {sp::schedule_kind::gpipe, sp::schedule_kind::one_f_one_b, sp::schedule_kind::wavefront}) {
+    const auto p = sp::make_plan(kind, stages, micro_batches, kind == sp::schedule_kind::wavefront ? 3 : 1);
     const std::string tag = std::string("train-") + sp::to_string(kind);
     rank_part part(p, tag);
     if (w.net.rank() == 0) {
