@@ -4,6 +4,7 @@
 #define BOOST_TEST_MODULE strata_kvstore_dist
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdint>
 #include <random>
@@ -223,5 +224,62 @@ BOOST_AUTO_TEST_CASE(rank_workers_owners_and_bad_input_each_get_one_sentence) {
   }
   auto empty = kv.push("x", {});
   BOOST_REQUIRE(!empty);
+  BOOST_REQUIRE(kv.barrier());
+}
+
+BOOST_AUTO_TEST_CASE(dist_sync_allreduce_sums_every_rank_in_one_fused_call_and_updates_every_replica_alike) {
+  world& w = *the_world;
+  kvd::store kv(w.sys, w.net, kvd::store_options{.mode = kvd::mode::allreduce, .value_device = w.cpu});
+  BOOST_TEST(kv.type() == "dist_sync_allreduce");
+  const std::uint32_t seed = w.shared_seed(kv, std::int64_t{1000});
+  const int n = kv.num_workers();
+  const strata::kernels::sgd_options sgd{.lr = 0.05, .momentum = 0.9};
+  BOOST_REQUIRE(kv.set_optimizer(sgd));
+  strata::kvstore::client ref(w.sys, strata::kvstore::spawn(w.sys));
+  BOOST_REQUIRE(ref.set_optimizer(sgd).get());
+  auto keys = some_keys(seed + 1);
+  std::vector<strata::kvstore::key> names;
+  for (std::size_t k = 0; k < keys.size(); ++k) {
+    // Only rank 0's initial value counts; the others offer their own, which must be ignored.
+    auto w0 = gradient(seed, 99, static_cast<int>(k), 0, keys[k].numel());
+    auto offered = kv.rank() == 0 ? w0 : gradient(seed, kv.rank(), static_cast<int>(k), 77, keys[k].numel());
+    BOOST_REQUIRE(kv.init(keys[k].key, w.make(offered, keys[k].shape)));
+    auto back = kv.pull(keys[k].key);
+    BOOST_REQUIRE(back);
+    BOOST_TEST((w.host(*back) == w0));
+    BOOST_REQUIRE(ref.init(keys[k].key, w.make(w0, keys[k].shape)).get());
+    names.push_back(keys[k].key);
+  }
+  // Keys given in reverse order: the fused buffer is packed in key order whatever the call order.
+  std::reverse(names.begin(), names.end());
+  for (int t = 1; t <= 3; ++t) {
+    std::vector<strata::tensor> grads;
+    for (const auto& name : names) {
+      auto k = static_cast<std::size_t>(std::get<std::int64_t>(name.value()));
+      grads.push_back(w.make(gradient(seed, kv.rank(), static_cast<int>(k), t, keys[k].numel()), keys[k].shape));
+    }
+    auto got = kv.pushpull(names, grads);
+    BOOST_REQUIRE_MESSAGE(got, (got ? "" : got.error().message()));
+    for (std::size_t i = 0; i < names.size(); ++i) {
+      auto k = static_cast<std::size_t>(std::get<std::int64_t>(names[i].value()));
+      std::vector<float> sum(keys[k].numel(), 0.0f);
+      for (int r = 0; r < n; ++r) {
+        auto g = gradient(seed, r, static_cast<int>(k), t, keys[k].numel());
+        for (std::size_t j = 0; j < sum.size(); ++j) sum[j] += g[j];
+      }
+      BOOST_REQUIRE(ref.push(names[i], w.make(sum, keys[k].shape)).get());
+      auto expected = ref.pull(names[i], w.make(std::vector<float>(keys[k].numel()), keys[k].shape)).get();
+      BOOST_REQUIRE(expected);
+      auto a = w.host((*got)[i]);
+      auto b = w.host(expected->front());
+      double worst = 0;
+      for (std::size_t j = 0; j < a.size(); ++j) worst = std::max(worst, static_cast<double>(std::abs(a[j] - b[j])));
+      // MPI picks the order of the additions: equal to one process up to float rounding.
+      BOOST_TEST(worst < 1e-5, "key " << k << " round " << t << ": max |diff| " << worst);
+    }
+  }
+  auto refused = kv.push(names.front(), {w.make(std::vector<float>(keys.back().numel()), keys.back().shape)});
+  BOOST_REQUIRE(!refused);
+  BOOST_TEST(refused.error().message().find("supports pushpull only") != std::string::npos);
   BOOST_REQUIRE(kv.barrier());
 }

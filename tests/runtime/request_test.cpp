@@ -3,6 +3,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <future>
+#include <random>
 #include <string>
 
 #include "strata/strata.hpp"
@@ -147,6 +149,33 @@ BOOST_AUTO_TEST_CASE(an_error_without_error_continuation_fails_the_requester) {
   auto reason = await(f);
   BOOST_TEST(reason.code() == strata::errc::unhandled_exception);
   BOOST_TEST(reason.message().find("division by zero") != std::string::npos);
+}
+
+BOOST_AUTO_TEST_CASE(a_request_without_timeout_arms_no_timer_and_waits_for_its_answer) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  // The server keeps the promise until told to answer: meanwhile the system is idle, which it
+  // would not be with a timer armed for the request.
+  auto kept = std::make_shared<strata::response_promise<int>>();
+  auto server = sys.spawn([kept](strata::actor& self) -> strata::behavior {
+    return {[&self, kept](int x) {
+              *kept = self.make_response_promise<int>();
+              (void)x;
+            },
+            [kept](const std::string& answer) { kept->deliver(static_cast<int>(answer.size())); }};
+  });
+  auto got = std::make_shared<std::promise<int>>();
+  auto client = sys.spawn([server, got](strata::actor& self) -> strata::behavior {
+    return {[&self, server, got](bool) {
+      self.request<int>(server, strata::no_timeout, 1).then([got](int v) { got->set_value(v); });
+    }};
+  });
+  sys.send(client, true);
+  BOOST_REQUIRE(sys.await_idle(10s));  // idle while the request is unanswered: no timer
+  std::mt19937 rng(std::random_device{}());
+  std::string answer(1 + rng() % 100, 'x');
+  sys.send(server, answer);
+  auto f = got->get_future();
+  BOOST_TEST(await(f) == static_cast<int>(answer.size()));
 }
 
 BOOST_AUTO_TEST_SUITE_END()

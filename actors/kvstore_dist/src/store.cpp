@@ -1,5 +1,6 @@
 // The worker's side of a distributed store: blocking calls that reach the owner's server shard.
 
+#include <algorithm>
 #include <atomic>
 #include <map>
 #include <span>
@@ -8,6 +9,7 @@
 
 #include "protocol.hpp"
 #include "strata/checksum.hpp"
+#include "strata/device/shape.hpp"
 
 namespace strata::kvstore_dist {
 
@@ -26,6 +28,9 @@ struct worker_state {
   int rank = 0;
   int world = 1;
   std::string name;
+  // dist_sync_allreduce: this rank's replica of every key, and the keys' shapes.
+  std::unique_ptr<kvstore::client> replica;
+  std::map<kvstore::key, std::vector<std::int64_t>> shapes;
 };
 
 }  // namespace internal
@@ -59,6 +64,11 @@ store::store(actor_system& system, net::endpoint& endpoint, store_options option
   if (w.dev.kind() != device_kind::cpu)
     throw std::invalid_argument("kvstore_dist::store: value_device is " + w.dev.name() + "; expected a cpu device.");
   w.s = w.dev.create_stream();
+  if (w.options.mode == mode::allreduce) {
+    w.replica = std::make_unique<kvstore::client>(system, kvstore::spawn(system, kvstore::options{.name = "kvstore_dist.replica"}),
+                                                  w.options.timeout);
+    return;
+  }
   w.server = internal::spawn_server(system, w.world, w.options.mode, w.options.timeout, w.dev);
   // Stores are collectives, made in the same order on every rank: the n-th store of each rank
   // publishes its shard under the same name.
@@ -77,10 +87,23 @@ store::store(actor_system& system, net::endpoint& endpoint, store_options option
 }
 
 store::~store() {
-  if (state_) state_->sys->stop(state_->server);
+  if (!state_) return;
+  if (state_->replica) {
+    actor_ref replica = state_->replica->store();
+    state_->replica.reset();
+    state_->sys->stop(replica);
+  }
+  if (state_->server) state_->sys->stop(state_->server);
 }
 
-std::string store::type() const { return state_->options.mode == mode::sync ? "dist_sync" : "dist_async"; }
+std::string store::type() const {
+  switch (state_->options.mode) {
+    case mode::sync: return "dist_sync";
+    case mode::async: return "dist_async";
+    case mode::allreduce: return "dist_sync_allreduce";
+  }
+  return "dist_sync";
+}
 int store::rank() const noexcept { return state_->rank; }
 int store::num_workers() const noexcept { return state_->world; }
 
@@ -90,14 +113,61 @@ int store::owner(const kvstore::key& key) const {
   return static_cast<int>(fnv1a64(text) % static_cast<std::uint64_t>(state_->world));
 }
 
+namespace {
+
+/// Sums `host` over all ranks in place (one allreduce).
+expected<void> allreduce(internal::worker_state& w, std::vector<float>& host) {
+  return w.net->allreduce_sum(std::span<float>(host)).get();
+}
+
+/// `values` summed on this worker, in the order given, as host floats.
+expected<std::vector<float>> local_sum(internal::worker_state& w, const kvstore::key& key,
+                                       const std::vector<tensor>& values, const std::vector<std::int64_t>* shape) {
+  if (values.empty()) return error(errc::invalid_argument, "kvstore dist push: no values for key " + key.to_string() + ".");
+  for (const auto& v : values) {
+    if (v.dtype() != dtype::float32 || v.shape() != values.front().shape() || v.get_device().kind() != device_kind::cpu)
+      return error(errc::invalid_argument, "kvstore dist push: the values for key " + key.to_string() +
+                                               " must be float32 cpu tensors of one shape.");
+    if (shape != nullptr && v.shape() != *shape)
+      return error(errc::invalid_argument, "kvstore dist push: the value for key " + key.to_string() + " is " +
+                                               shape_text(v.shape()) + ", expected float32 " + shape_text(*shape) + ".");
+  }
+  std::vector<float> sum = values.front().to_host<float>(w.s);
+  for (std::size_t i = 1; i < values.size(); ++i) {
+    std::vector<float> next = values[i].to_host<float>(w.s);
+    for (std::size_t j = 0; j < sum.size(); ++j) sum[j] += next[j];
+  }
+  return sum;
+}
+
+}  // namespace
+
 expected<void> store::barrier() {
   auto& w = *state_;
+  if (w.replica) {
+    std::vector<float> token{1.0f};
+    return allreduce(w, token);
+  }
   ++w.barriers;
   return done(ask<unit_t>(w, w.servers[0], internal::barrier_msg{w.rank, w.barriers}));
 }
 
 expected<void> store::init(const kvstore::key& key, const tensor& value) {
   auto& w = *state_;
+  if (w.replica) {
+    // Rank 0's value reaches every replica: the others add zeros (x + 0 is x, exactly).
+    if (value.dtype() != dtype::float32 || value.get_device().kind() != device_kind::cpu)
+      return error(errc::invalid_argument, "kvstore dist init: the value for key " + key.to_string() +
+                                               " must be a float32 cpu tensor.");
+    std::vector<float> host = w.rank == 0 ? value.to_host<float>(w.s) : std::vector<float>(static_cast<std::size_t>(value.numel()), 0.0f);
+    if (auto summed = allreduce(w, host); !summed) return summed;
+    if (w.shapes.count(key) != 0)
+      return error(errc::invalid_argument, "kvstore dist init: key " + key.to_string() + " exists already.");
+    auto got = w.replica->init(key, tensor::from_host<float>(std::span<const float>(host), value.shape(), w.dev, w.s)).get();
+    if (!got) return got.error();
+    w.shapes[key] = value.shape();
+    return {};
+  }
   expected<void> result;
   if (w.rank == 0) result = done(ask<unit_t>(w, w.servers[static_cast<std::size_t>(owner(key))],
                                              internal::init_msg{internal::to_wire(key), value}));
@@ -110,22 +180,15 @@ expected<void> store::init(const kvstore::key& key, const tensor& value) {
 
 expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& values) {
   auto& w = *state_;
-  if (values.empty())
-    return error(errc::invalid_argument, "kvstore dist push: no values for key " + key.to_string() + ".");
-  tensor value = values.front();
-  if (values.size() > 1) {
+  if (w.replica)
+    return error(errc::invalid_argument, "kvstore dist_sync_allreduce push of key " + key.to_string() +
+                                             ": this store type supports pushpull only (push and pull in one call).");
+  tensor value = values.empty() ? tensor() : values.front();
+  if (values.size() != 1) {
     // Several local values (one per device, as MXNet's workers): summed here, in the order given.
-    for (const auto& v : values) {
-      if (v.dtype() != dtype::float32 || v.shape() != value.shape() || v.get_device().kind() != device_kind::cpu)
-        return error(errc::invalid_argument, "kvstore dist push: the values for key " + key.to_string() +
-                                                 " must be float32 cpu tensors of one shape.");
-    }
-    std::vector<float> sum = values.front().to_host<float>(w.s);
-    for (std::size_t i = 1; i < values.size(); ++i) {
-      std::vector<float> next = values[i].to_host<float>(w.s);
-      for (std::size_t j = 0; j < sum.size(); ++j) sum[j] += next[j];
-    }
-    value = tensor::from_host<float>(std::span<const float>(sum), value.shape(), w.dev, w.s);
+    auto sum = local_sum(w, key, values, nullptr);
+    if (!sum) return sum.error();
+    value = tensor::from_host<float>(std::span<const float>(*sum), value.shape(), w.dev, w.s);
   }
   const std::uint64_t seq = w.pushes[key] + 1;
   auto sent = done(ask<unit_t>(w, w.servers[static_cast<std::size_t>(owner(key))],
@@ -137,24 +200,111 @@ expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& v
 
 expected<tensor> store::pull(const kvstore::key& key) {
   auto& w = *state_;
+  if (w.replica) {
+    auto shape = w.shapes.find(key);
+    if (shape == w.shapes.end())
+      return error(errc::invalid_argument, "kvstore dist pull: key " + key.to_string() +
+                                               " was never initialised; call init first (every worker).");
+    auto got = w.replica->pull(key, tensor::empty(shape->second, dtype::float32, w.dev, w.s)).get();
+    if (!got) return got.error();
+    return std::move(got->front());
+  }
   const std::uint64_t min_version = w.options.mode == mode::sync ? w.pushes[key] : 0;
   return ask<tensor>(w, w.servers[static_cast<std::size_t>(owner(key))],
                      internal::pull_msg{internal::to_wire(key), min_version});
 }
 
 expected<tensor> store::pushpull(const kvstore::key& key, const std::vector<tensor>& values) {
+  if (state_->replica) {
+    auto& w = *state_;
+    auto shape = w.shapes.find(key);
+    if (shape == w.shapes.end())
+      return error(errc::invalid_argument, "kvstore dist pushpull: key " + key.to_string() +
+                                               " was never initialised; call init first (every worker).");
+    auto sum = local_sum(w, key, values, &shape->second);
+    if (!sum) return sum.error();
+    auto got = pushpull(std::vector<kvstore::key>{key},
+                        std::vector<tensor>{tensor::from_host<float>(std::span<const float>(*sum), shape->second, w.dev, w.s)});
+    if (!got) return got.error();
+    return std::move(got->front());
+  }
   auto pushed = push(key, values);
   if (!pushed) return pushed.error();
   return pull(key);
 }
 
+expected<std::vector<tensor>> store::pushpull(const std::vector<kvstore::key>& keys, const std::vector<tensor>& values) {
+  auto& w = *state_;
+  if (keys.size() != values.size())
+    return error(errc::invalid_argument, "kvstore dist pushpull: " + std::to_string(keys.size()) + " keys but " +
+                                             std::to_string(values.size()) + " values; expected one value per key.");
+  if (!w.replica) {
+    for (std::size_t i = 0; i < keys.size(); ++i)
+      if (auto pushed = push(keys[i], {values[i]}); !pushed) return pushed.error();
+    std::vector<tensor> outs;
+    for (const auto& k : keys) {
+      auto got = pull(k);
+      if (!got) return got.error();
+      outs.push_back(std::move(*got));
+    }
+    return outs;
+  }
+  // One fused allreduce: every key's gradient packed in key order, summed over the ranks.
+  std::vector<std::size_t> order(keys.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
+  for (std::size_t i = 1; i < order.size(); ++i)
+    if (keys[order[i]] == keys[order[i - 1]])
+      return error(errc::invalid_argument, "kvstore dist pushpull: key " + keys[order[i]].to_string() +
+                                               " appears twice; dist_sync_allreduce takes each key once per call.");
+  std::vector<float> packed;
+  std::vector<std::size_t> offsets;
+  for (std::size_t i : order) {
+    auto shape = w.shapes.find(keys[i]);
+    if (shape == w.shapes.end())
+      return error(errc::invalid_argument, "kvstore dist pushpull: key " + keys[i].to_string() +
+                                               " was never initialised; call init first (every worker).");
+    auto host = local_sum(w, keys[i], {values[i]}, &shape->second);
+    if (!host) return host.error();
+    offsets.push_back(packed.size());
+    packed.insert(packed.end(), host->begin(), host->end());
+  }
+  if (auto summed = allreduce(w, packed); !summed) return summed.error();
+  std::vector<kvstore::key> push_keys;
+  std::vector<tensor> merged, outs;
+  for (std::size_t j = 0; j < order.size(); ++j) {
+    const auto& key = keys[order[j]];
+    const auto& shape = w.shapes[key];
+    const auto n = static_cast<std::size_t>(values[order[j]].numel());
+    push_keys.push_back(key);
+    merged.push_back(tensor::from_host<float>(std::span<const float>(packed.data() + offsets[j], n), shape, w.dev, w.s));
+    outs.push_back(tensor::empty(shape, dtype::float32, w.dev, w.s));
+  }
+  if (auto pushed = w.replica->push(push_keys, merged).get(); !pushed) return pushed.error();
+  auto pulled = w.replica->pull(push_keys, outs).get();
+  if (!pulled) return pulled.error();
+  std::vector<tensor> result(keys.size());
+  for (std::size_t j = 0; j < order.size(); ++j) result[order[j]] = std::move((*pulled)[j]);
+  return result;
+}
+
 expected<void> store::set_optimizer(kernels::sgd_options options) {
   auto& w = *state_;
+  if (w.replica) {
+    auto got = w.replica->set_optimizer(options).get();
+    if (!got) return got.error();
+    return {};
+  }
   return done(ask<unit_t>(w, w.server, internal::optimizer_msg{options}));
 }
 
 expected<void> store::set_optimizer(kernels::adam_options options) {
   auto& w = *state_;
+  if (w.replica) {
+    auto got = w.replica->set_optimizer(options).get();
+    if (!got) return got.error();
+    return {};
+  }
   return done(ask<unit_t>(w, w.server, internal::optimizer_msg{options}));
 }
 

@@ -52,6 +52,9 @@ system_impl* system_of(cell_base* cell) noexcept;
 actor_system& public_system(system_impl* sys) noexcept;
 }  // namespace detail
 
+/// A request timeout that never expires: no timer is armed for the request.
+inline constexpr std::chrono::nanoseconds no_timeout = std::chrono::nanoseconds::max();
+
 /// A cancellable delayed or periodic send. Cancelling is thread-safe and takes effect at once: a
 /// cancelled timer delivers nothing more. Destroying the handle does not cancel.
 class timer_handle {
@@ -191,7 +194,9 @@ public:
   }
 
   /// Sends a request expecting a response of type `R` (`void` for handlers that return
-  /// nothing) within `timeout`. Continue with `.then(...)` in the same handler.
+  /// nothing) within `timeout`. Continue with `.then(...)` in the same handler. With
+  /// `strata::no_timeout` no timer is armed (about 1 us less per request): the request waits
+  /// for its response, or for the error of a request that cannot be delivered or handled.
   template <class R, class T>
   request_handle<R> request(const actor_ref& to, std::chrono::nanoseconds timeout, T&& msg);
   template <class R, class P, class T>

@@ -98,6 +98,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
 
   in_flight_requests active;
   std::deque<outgoing> batch;
+  std::deque<endpoint_state::collective> collectives;
   std::vector<std::byte> frame_buffer;
   auto idle_since = clock::now();
   for (;;) {
@@ -106,8 +107,21 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
     {
       std::lock_guard lock(s.out_mu);
       batch.swap(s.outbox);
+      collectives.swap(s.collectives);
       leaving = s.leaving;
     }
+    // Collectives in call order: the same order on every rank (MPI requires it).
+    for (auto& c : collectives) {
+      work = true;
+      MPI_Request r = MPI_REQUEST_NULL;
+      int rc = MPI_Iallreduce(MPI_IN_PLACE, c.data, static_cast<int>(c.count), MPI_FLOAT, MPI_SUM, comm, &r);
+      if (rc != MPI_SUCCESS) {
+        c.done->set_value(error(errc::runtime_failure, "MPI_Iallreduce failed: " + mpi_error_text(rc)));
+        continue;
+      }
+      active.add(r, [done = std::move(c.done)] { done->set_value({}); });
+    }
+    collectives.clear();
     for (auto& o : batch) {
       work = true;
       MPI_Request r = MPI_REQUEST_NULL;
@@ -174,6 +188,13 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
     s.sleeping = true;
     s.out_cv.wait_for(lock, step);
     s.sleeping = false;
+  }
+  {
+    // Collectives asked for after this rank began to leave are never posted.
+    std::lock_guard lock(s.out_mu);
+    for (auto& c : s.collectives)
+      c.done->set_value(error(errc::rank_down, "allreduce_sum: rank " + std::to_string(s.rank) + " has left the job"));
+    s.collectives.clear();
   }
   MPI_Comm_free(&comm);
   if (!already) MPI_Finalize();

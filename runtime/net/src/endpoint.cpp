@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <future>
+#include <limits>
 #include <string>
 
 #include "state.hpp"
@@ -426,6 +427,29 @@ void endpoint::shutdown() {
     s.exported.clear();
     s.names.clear();
   }
+}
+
+std::future<expected<void>> endpoint::allreduce_sum(std::span<float> values) {
+  auto& s = *state_;
+  auto done = std::make_shared<std::promise<expected<void>>>();
+  auto future = done->get_future();
+  if (!s.mpi || s.size == 1) {
+    done->set_value({});
+    return future;
+  }
+  if (values.size() > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
+    done->set_value(error(errc::invalid_argument, "allreduce_sum: " + std::to_string(values.size()) +
+                                                      " values exceed MPI's int count; split them."));
+    return future;
+  }
+  std::lock_guard lock(s.out_mu);
+  if (s.leaving) {
+    done->set_value(error(errc::rank_down, "allreduce_sum: rank " + std::to_string(s.rank) + " has left the job"));
+    return future;
+  }
+  s.collectives.push_back(detail::endpoint_state::collective{values.data(), values.size(), std::move(done)});
+  s.wake_locked();
+  return future;
 }
 
 endpoint_stats endpoint::stats() const {

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <deque>
 #include <functional>
+#include <future>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -96,6 +97,13 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   bool leaving = false;                 // guarded by out_mu
   std::vector<char> goodbye_sent;       // guarded by out_mu
   std::atomic<std::int64_t> chunks_owed{0};  // announced tensor chunks not yet in the outbox
+  /// Collectives in call order (guarded by out_mu): the communication thread posts them.
+  struct collective {
+    float* data = nullptr;
+    std::size_t count = 0;
+    std::shared_ptr<std::promise<expected<void>>> done;
+  };
+  std::deque<collective> collectives;
   std::unique_ptr<std::atomic<std::uint64_t>[]> next_tag;  // per destination rank
 
   // Names, exported local actors, proxies, requests in flight (guarded by mu).

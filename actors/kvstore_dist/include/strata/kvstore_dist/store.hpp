@@ -26,6 +26,11 @@ enum class mode : std::uint8_t {
   sync,
   /// `dist_async`: every push updates the key at once. An optimizer is required.
   async,
+  /// `dist_sync_allreduce` (Horovod's way): no servers; every rank keeps a replica of every key.
+  /// `pushpull` sums the gradients of all ranks with one fused allreduce (in key order), then each
+  /// rank applies the same update to its replica. `push` alone is refused; `pull` reads the
+  /// replica.
+  allreduce,
 };
 
 /// Settings of a distributed store. Every field has a working default.
@@ -68,7 +73,7 @@ public:
   store(const store&) = delete;
   store& operator=(const store&) = delete;
 
-  /// "dist_sync" or "dist_async", as MXNet names them.
+  /// "dist_sync", "dist_async" or "dist_sync_allreduce", as MXNet names them.
   std::string type() const;
   /// This worker's rank and the number of workers (MXNet's `rank`, `num_workers`).
   int rank() const noexcept;
@@ -96,6 +101,9 @@ public:
   /// `push` then `pull`: in `dist_sync` the merged round this push contributed to (MXNet's
   /// pushpull, which Gluon's `Trainer.step` relies on), never a stale value.
   expected<tensor> pushpull(const kvstore::key& key, const std::vector<tensor>& values);
+  /// Several keys, one value each: in `dist_sync_allreduce` one fused allreduce for all of them
+  /// (keys in `kvstore::key` order, the same on every rank), else every push, then every pull.
+  expected<std::vector<tensor>> pushpull(const std::vector<kvstore::key>& keys, const std::vector<tensor>& values);
 
   /// Installs the update rule on this rank's server shard. Every worker calls it (each shard
   /// updates its own keys), before the first push.

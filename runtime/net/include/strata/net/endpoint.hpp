@@ -3,7 +3,9 @@
 /// `strata::net::endpoint`: this process's place in an MPI job; handles to actors on other ranks.
 
 #include <cstdint>
+#include <future>
 #include <memory>
+#include <span>
 #include <string>
 #include <string_view>
 
@@ -102,6 +104,15 @@ public:
     if (!ref) return ref.error();
     return typed_actor<P>(std::move(*ref));
   }
+
+  /// Collective: every rank calls it with buffers of the same sizes, in the same order. Sums
+  /// `values` element-wise over all ranks, in place, with one `MPI_Iallreduce` (MPI_SUM on
+  /// MPI_FLOAT) that the communication thread posts and completes; the future resolves when the
+  /// sums are there. MPI chooses the order of the additions (the same algorithm on every rank of
+  /// one job). In a world of one it resolves at once. The caller keeps `values` alive and
+  /// untouched until then.
+  /// \returns (in the future) runtime_failure if MPI fails, rank_down once this rank has left.
+  std::future<expected<void>> allreduce_sum(std::span<float> values);
 
   /// Leaves the job (see the class comment). Idempotent; the destructor calls it.
   void shutdown();
