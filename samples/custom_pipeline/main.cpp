@@ -9,6 +9,7 @@
 #include <chrono>
 #include <cmath>
 #include <cstdio>
+#include <cstdlib>
 #include <exception>
 #include <memory>
 #include <random>
@@ -22,6 +23,9 @@
 #include "strata/device/all.hpp"
 #include "strata/pipeline/stage_actor.hpp"
 #include "strata/strata.hpp"
+#ifndef STRATA_HAS_NET
+#define STRATA_HAS_NET 0
+#endif
 #if STRATA_HAS_NET
 #include "strata/net/endpoint.hpp"
 #include "strata/pipeline_net/spawn.hpp"
@@ -47,16 +51,12 @@ int main(int argc, char** argv) {
                  "cpu devices of this process, one stage each (default: cpu:2; under mpirun cpu:1 per rank)");
   CLI11_PARSE(app, argc, argv);
 
-  strata::actor_system system(strata::system_config{.worker_threads = 1});
-#if STRATA_HAS_NET
-  strata::net::endpoint net(system);  // without mpirun: a world of one, MPI not started
-  const int rank = net.rank(), world = net.size();
-#else
-  const int rank = 0, world = 1;
-#endif
+  // Started by a launcher (the variables strata::net looks for): one device per rank by default.
+  const bool launched =
+      STRATA_HAS_NET && (std::getenv("OMPI_COMM_WORLD_SIZE") || std::getenv("PMIX_RANK") || std::getenv("PMI_SIZE"));
   std::vector<strata::device> devices;
   try {
-    devices = strata::make_devices(devices_flag.empty() ? (world > 1 ? "cpu:1" : "cpu:2") : devices_flag);
+    devices = strata::make_devices(devices_flag.empty() ? (launched ? "cpu:1" : "cpu:2") : devices_flag);
     for (const auto& d : devices)
       if (d.kind() != strata::device_kind::cpu)
         throw std::invalid_argument("--devices '" + devices_flag + "' must name cpu devices (cpu:N)");
@@ -64,6 +64,14 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "custom_pipeline: %s\n", e.what());
     return 2;
   }
+  strata::actor_system system(strata::system_config{.worker_threads = 1});
+#if STRATA_HAS_NET
+  // Tensors from other ranks land on this rank's first device (no extra receive thread).
+  strata::net::endpoint net(system, strata::net::endpoint_config{.receive_device = devices.front()});
+  const int rank = net.rank(), world = net.size();  // without mpirun: a world of one, MPI not started
+#else
+  const int rank = 0, world = 1;
+#endif
   // Stage s runs on rank s / (devices per rank), on that rank's device s % (devices per rank).
   const std::size_t per_rank = devices.size(), num_stages = per_rank * static_cast<std::size_t>(world);
   const std::size_t layers = widths.size() - 1;

@@ -8,7 +8,8 @@
 /// driver runs on rank 0, gets every stage's report and sends back the update's arguments, as in
 /// one process. GPipe, 1F1B and wavefront plans run unchanged.
 ///
-/// Example (the whole program: samples/custom_pipeline; docs/pipeline.md, "Across ranks"):
+/// Example, under `mpirun -np 2` (the whole program: samples/custom_pipeline; docs/pipeline.md,
+/// "Across ranks"):
 /// \code
 ///   strata::actor_system sys({.worker_threads = 1});
 ///   auto cpu = strata::make_devices("cpu:1").front();
@@ -21,8 +22,9 @@
 ///   contexts[s] = std::make_shared<strata::pipeline::stage_context>(s, cpu);
 ///   models[s] = std::make_shared<my_stage>(s, contexts[s]->compute());
 ///   auto p = strata::pipeline_net::spawn_pipeline(sys, net, plan, ranks, contexts, models);
-///   if (net.rank() == 0)
+///   if (net.rank() == 0) {  // the driver lives on rank 0
 ///     auto outcome = sys.request<strata::pipeline::step_outcome>(p.driver, 1min, strata::pipeline::run_step{}).get();
+///   }
 ///   (void)strata::pipeline_net::stop_pipeline(sys, net, p, 10min);  // rank 0 stops the driver, the others wait for that
 /// \endcode
 
