@@ -1,5 +1,6 @@
 #include "strata/pipeline/stage_actor.hpp"
 
+#include <algorithm>
 #include <stdexcept>
 
 #include "strata/device_messages.hpp"
@@ -227,15 +228,34 @@ void basic_stage_actor::advance() {
 
 // ---- step_driver ---------------------------------------------------------------------------------
 
-step_driver::step_driver(std::vector<actor_ref> stages, actor_ref supervisor, update_rule rule)
-    : stages_(std::move(stages)), supervisor_(std::move(supervisor)), rule_(std::move(rule)) {}
+step_driver::step_driver(std::vector<actor_ref> stages, actor_ref supervisor, update_rule rule, std::vector<int> groups)
+    : stages_(std::move(stages)), supervisor_(std::move(supervisor)), rule_(std::move(rule)), groups_(std::move(groups)) {
+  if (!groups_.empty() && groups_.size() != stages_.size())
+    throw std::invalid_argument("a step driver of " + std::to_string(stages_.size()) + " stages needs as many groups, got " +
+                                std::to_string(groups_.size()));
+}
 
 void step_driver::fail_step(error e) {
   if (promise_.pending()) promise_.deliver(std::move(e));
 }
 
+void step_driver::restart_other_groups(int failed_stage) {
+  if (groups_.empty() || failed_stage < 0 || static_cast<std::size_t>(failed_stage) >= groups_.size()) return;
+  // The failed stage's own supervisor restarts its group; one restart_stage per other group
+  // makes that group's all-for-one supervisor restart the rest.
+  auto done = [&](int g) { return std::find(restarted_groups_.begin(), restarted_groups_.end(), g) != restarted_groups_.end(); };
+  if (!done(groups_[static_cast<std::size_t>(failed_stage)])) restarted_groups_.push_back(groups_[static_cast<std::size_t>(failed_stage)]);
+  for (std::size_t s = 0; s < stages_.size(); ++s) {
+    if (done(groups_[s])) continue;
+    restarted_groups_.push_back(groups_[s]);
+    send(stages_[s], restart_stage{});
+  }
+}
+
 behavior step_driver::make_behavior() {
   if (supervisor_) monitor(supervisor_);
+  if (!groups_.empty())
+    for (auto& s : stages_) monitor(s);
   return {
       [this](const run_step&) {
         promise_ = make_response_promise<step_outcome>();
@@ -246,6 +266,7 @@ behavior step_driver::make_behavior() {
         ++step_;
         start_ = std::chrono::steady_clock::now();
         reports_.assign(stages_.size(), {});
+        restarted_groups_.clear();
         args_.clear();
         computed_ = updated_ = 0;
         for (auto& s : stages_) send(s, begin_step{step_});
@@ -269,13 +290,22 @@ behavior step_driver::make_behavior() {
       },
       [this](const stage_failed& f) {
         if (f.step != step_) return;
+        restart_other_groups(f.stage);
         fail_step(error(errc::runtime_failure, "pipeline stage " + std::to_string(f.stage) + " failed during step " +
                                                    std::to_string(step_) + ": " + f.reason));
       },
       [this](const down_msg& d) {
         if (fatal_) return;
-        fatal_ = error(errc::runtime_failure, "the pipeline's stage supervisor failed during step " +
-                                                  std::to_string(step_) + ": " + d.reason.message());
+        if (supervisor_ && d.source == supervisor_) {
+          fatal_ = error(errc::runtime_failure, "the pipeline's stage supervisor failed during step " +
+                                                    std::to_string(step_) + ": " + d.reason.message());
+        } else {
+          auto it = std::find(stages_.begin(), stages_.end(), d.source);
+          if (it == stages_.end()) return;
+          fatal_ = error(errc::runtime_failure, "pipeline stage " + std::to_string(it - stages_.begin()) +
+                                                    " went down during step " + std::to_string(step_) + ": " +
+                                                    d.reason.message());
+        }
         fail_step(fatal_);
       },
   };

@@ -137,6 +137,44 @@ struct step_outcome {
   double step_ms = 0;                        ///< From begin_step to the last stage_updated.
 };
 
+// Wire form of the messages between stages and the driver, for pipelines across ranks
+// (strata::pipeline_net; strata::net finds `serialize` by argument-dependent lookup). Plain
+// templates: strata::pipeline itself does not depend on strata::net.
+template <class A>
+void serialize(A& a, stage_tensor& m) {
+  a(m.step, m.micro_batch, m.chunk, m.data);
+}
+template <class A>
+void serialize(A& a, stage_activation& m) {
+  a(m.t);
+}
+template <class A>
+void serialize(A& a, stage_gradient& m) {
+  a(m.t);
+}
+template <class A>
+void serialize(A& a, begin_step& m) {
+  a(m.step);
+}
+template <class A>
+void serialize(A& a, stage_computed& m) {
+  a(m.stage, m.step, m.report);
+}
+template <class A>
+void serialize(A& a, stage_update& m) {
+  a(m.step, m.args);
+}
+template <class A>
+void serialize(A& a, stage_updated& m) {
+  a(m.stage, m.step);
+}
+template <class A>
+void serialize(A& a, stage_failed& m) {
+  a(m.stage, m.step, m.reason);
+}
+template <class A>
+void serialize(A&, restart_stage&) {}
+
 // ---- where a stage runs -----------------------------------------------------------------------
 
 /// One stage's place in a pipeline, shared by the owner and every instance of the stage's actor:
@@ -329,17 +367,27 @@ using update_rule = std::function<std::vector<double>(const std::vector<std::vec
 /// when every stage has updated. A stage that fails fails the step; the stages' all-for-one
 /// supervisor has restarted them, so the next step runs on fresh instances. A supervisor that
 /// gives up fails this and every later step.
+///
+/// Stages under several supervisors (a pipeline across ranks: one all-for-one supervisor per
+/// rank) are told apart by `groups`: `groups[s]` names stage s's supervisor. When a stage fails,
+/// the driver tells one stage of every other group to restart (restart_stage), so that every
+/// stage still restarts, and it monitors every stage: a stage that goes down (its rank left, its
+/// supervisor gave up) fails this and every later step, naming the stage. Empty `groups`: every
+/// stage is under `supervisor` (one process).
 class step_driver final : public actor {
 public:
-  step_driver(std::vector<actor_ref> stages, actor_ref supervisor, update_rule rule);
+  step_driver(std::vector<actor_ref> stages, actor_ref supervisor, update_rule rule, std::vector<int> groups = {});
   behavior make_behavior() override;
 
 private:
   void fail_step(error e);
+  void restart_other_groups(int failed_stage);
 
   std::vector<actor_ref> stages_;
   actor_ref supervisor_;
   update_rule rule_;
+  std::vector<int> groups_;
+  std::vector<int> restarted_groups_;  ///< Groups restarted during the current step.
   response_promise<step_outcome> promise_;
   error fatal_;
   std::uint64_t step_ = 0;
