@@ -7,6 +7,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <filesystem>
+#include <map>
 #include <random>
 #include <span>
 #include <string>
@@ -282,4 +284,128 @@ BOOST_AUTO_TEST_CASE(dist_sync_allreduce_sums_every_rank_in_one_fused_call_and_u
   BOOST_REQUIRE(!refused);
   BOOST_TEST(refused.error().message().find("supports pushpull only") != std::string::npos);
   BOOST_REQUIRE(kv.barrier());
+}
+
+namespace {
+
+/// `--save PATH` / `--load PATH` after `--` on the command line (ctest passes them): a
+/// checkpoint written by a job of one size and read by a job of another.
+std::string arg_after(const std::string& flag) {
+  auto& suite = boost::unit_test::framework::master_test_suite();
+  for (int i = 1; i + 1 < suite.argc; ++i)
+    if (flag == suite.argv[i]) return suite.argv[i + 1];
+  return {};
+}
+
+/// Every key's value, pulled from the distributed store.
+std::map<strata::kvstore::key, std::vector<float>> values_of(world& w, kvd::store& kv,
+                                                             const std::vector<strata::kvstore::key>& keys) {
+  std::map<strata::kvstore::key, std::vector<float>> out;
+  for (const auto& k : keys) {
+    auto got = kv.pull(k);
+    BOOST_REQUIRE_MESSAGE(got, (got ? "" : got.error().message()));
+    out[k] = w.host(*got);
+  }
+  return out;
+}
+
+/// Rounds `first`..`last` of pushes on every rank's dist store and, for the same gradients in
+/// rank order, on the one-process reference; then the pulls of both must be equal bit for bit.
+void train_both(world& w, kvd::store& kv, strata::kvstore::client& ref, std::uint32_t seed,
+                const strata::kvstore::checkpoint& layout, int first, int last) {
+  const int n = kv.num_workers();
+  for (int t = first; t <= last; ++t)
+    for (std::size_t k = 0; k < layout.entries.size(); ++k) {
+      const auto& e = layout.entries[k];
+      const std::size_t numel = e.arrays.front().size();
+      auto got = kv.pushpull(e.key, {w.make(gradient(seed, kv.rank(), static_cast<int>(k), t, numel), e.shape)});
+      BOOST_REQUIRE_MESSAGE(got, (got ? "" : got.error().message()));
+      std::vector<strata::kvstore::key> ks(static_cast<std::size_t>(n), e.key);
+      std::vector<strata::tensor> vs;
+      for (int r = 0; r < n; ++r) vs.push_back(w.make(gradient(seed, r, static_cast<int>(k), t, numel), e.shape));
+      BOOST_REQUIRE(ref.push(ks, vs).get());
+      auto expected = ref.pull(e.key, w.make(std::vector<float>(numel), e.shape)).get();
+      BOOST_REQUIRE(expected);
+      BOOST_TEST((w.host(*got) == w.host(expected->front())), "key " << e.key.to_string() << " round " << t);
+    }
+}
+
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(a_distributed_checkpoint_is_one_kvstore_file_that_any_number_of_ranks_continues_bit_for_bit) {
+  world& w = *the_world;
+  const strata::kernels::sgd_options sgd{.lr = 0.05, .momentum = 0.9};
+  const std::string load_from = arg_after("--load");
+  std::string path = arg_after("--save");
+  {
+    kvd::store kv(w.sys, w.net, kvd::store_options{.value_device = w.cpu});
+    const std::uint32_t seed = w.shared_seed(kv, std::int64_t{1000});
+    BOOST_REQUIRE(kv.set_optimizer(sgd));
+    strata::kvstore::client ref(w.sys, strata::kvstore::spawn(w.sys));
+    BOOST_REQUIRE(ref.set_optimizer(sgd).get());
+    strata::kvstore::checkpoint layout;
+    if (!load_from.empty()) {
+      // Written by a job of another size: load it on this one and on one process, train both.
+      auto file = strata::kvstore::read_checkpoint(load_from);
+      BOOST_REQUIRE_MESSAGE(file, (file ? "" : file.error().message()));
+      layout = *file;
+      BOOST_REQUIRE(kv.load(load_from));
+      BOOST_REQUIRE(ref.load(load_from).get());
+      train_both(w, kv, ref, seed, layout, 10, 12);
+      BOOST_REQUIRE(kv.barrier());
+      return;
+    }
+    // Train a few rounds, save, and compare the file with what the store holds.
+    for (const auto& k : some_keys(seed)) {
+      strata::kvstore::checkpoint_entry e;
+      e.key = k.key;
+      e.shape = k.shape;
+      e.arrays.push_back(gradient(seed, 99, static_cast<int>(layout.entries.size()), 0, k.numel()));
+      BOOST_REQUIRE(kv.init(e.key, w.make(e.arrays.front(), e.shape)));
+      BOOST_REQUIRE(ref.init(e.key, w.make(e.arrays.front(), e.shape)).get());
+      layout.entries.push_back(std::move(e));
+    }
+    train_both(w, kv, ref, seed, layout, 1, 3);
+    if (path.empty())
+      path = (std::filesystem::temp_directory_path() / ("strata_kvd_" + std::to_string(seed) + ".ckpt")).string();
+    BOOST_REQUIRE(kv.save(path));
+    auto file = strata::kvstore::read_checkpoint(path);
+    BOOST_REQUIRE_MESSAGE(file, (file ? "" : file.error().message()));
+    std::vector<strata::kvstore::key> keys;
+    for (const auto& e : layout.entries) keys.push_back(e.key);
+    auto held = values_of(w, kv, keys);
+    std::size_t seen = 0;
+    for (const auto& e : file->entries) {
+      if (held.count(e.key) == 0) continue;  // the shared seed's key
+      ++seen;
+      BOOST_TEST((e.arrays.front() == held[e.key]), "key " << e.key.to_string());
+      BOOST_TEST(e.version == 3u);
+      BOOST_TEST(e.arrays.size() == 2u);  // value and momentum
+    }
+    BOOST_TEST(seen == layout.entries.size());
+    if (!arg_after("--save").empty()) {
+      BOOST_REQUIRE(kv.barrier());
+      return;  // the file is for another job
+    }
+    // Go on two rounds here; then a fresh store loads the file and goes the same two rounds.
+    train_both(w, kv, ref, seed, layout, 4, 5);
+    auto after = values_of(w, kv, keys);
+    BOOST_REQUIRE(kv.barrier());
+    kvd::store again(w.sys, w.net, kvd::store_options{.value_device = w.cpu});
+    BOOST_REQUIRE(again.set_optimizer(sgd));
+    BOOST_REQUIRE(again.load(path));
+    strata::kvstore::client ref2(w.sys, strata::kvstore::spawn(w.sys));
+    BOOST_REQUIRE(ref2.set_optimizer(sgd).get());
+    BOOST_REQUIRE(ref2.load(path).get());
+    train_both(w, again, ref2, seed, layout, 4, 5);
+    auto resumed = values_of(w, again, keys);
+    for (const auto& k : keys) BOOST_TEST((resumed[k] == after[k]), "key " << k.to_string() << " after resuming");
+    // A missing file fails on every rank, with one sentence, and changes nothing.
+    auto missing = again.load(path + ".missing");
+    BOOST_REQUIRE(!missing);
+    BOOST_TEST(missing.error().message().find(".missing") != std::string::npos);
+    BOOST_TEST((values_of(w, again, keys) == resumed));
+    BOOST_REQUIRE(again.barrier());
+    if (again.rank() == 0) std::filesystem::remove(path);
+  }
 }

@@ -123,7 +123,7 @@ std::vector<checkpoint_entry> parse_checkpoint(const std::string& bytes, const s
 
 }  // namespace
 
-expected<checkpoint> read_checkpoint(const std::string& path) {
+expected<checkpoint> read_checkpoint_file(const std::string& path) {
   std::ifstream file(path, std::ios::binary);
   if (!file) return bad("kvstore load: cannot open checkpoint \"" + path + "\": " + std::strerror(errno) + ".");
   std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
@@ -170,7 +170,7 @@ std::string checkpoint_bytes(const std::vector<checkpoint_entry>& entries) {
 
 }  // namespace
 
-expected<void> write_checkpoint(const std::string& path, const std::vector<checkpoint_entry>& entries) {
+expected<void> write_checkpoint_file(const std::string& path, const std::vector<checkpoint_entry>& entries) {
   std::string bytes;
   try {
     bytes = checkpoint_bytes(entries);
@@ -183,3 +183,13 @@ expected<void> write_checkpoint(const std::string& path, const std::vector<check
 }
 
 }  // namespace strata::kvstore::internal
+
+namespace strata::kvstore {
+
+expected<checkpoint> read_checkpoint(const std::string& path) { return internal::read_checkpoint_file(path); }
+
+expected<void> write_checkpoint(const std::string& path, const std::vector<checkpoint_entry>& entries) {
+  return internal::write_checkpoint_file(path, entries);
+}
+
+}  // namespace strata::kvstore

@@ -13,31 +13,19 @@
 #include <vector>
 
 #include "strata/error.hpp"
+#include "strata/kvstore/checkpoint.hpp"
 #include "strata/kvstore/kvstore.hpp"
 
 namespace strata::kvstore::internal {
 
-/// One key of a checkpoint, on the host.
-struct checkpoint_entry {
-  kvstore::key key = 0;
-  std::uint64_t version = 0;
-  std::int64_t step = 0;
-  std::vector<std::int64_t> shape;
-  std::vector<std::vector<float>> arrays;  // value, then optimizer state
-};
+// The format's reader and writer are public (strata/kvstore/checkpoint.hpp); the store's code
+// names them from here.
+using kvstore::checkpoint;
+using kvstore::checkpoint_entry;
+using kvstore::read_checkpoint;
+using kvstore::write_checkpoint;
 
-/// A checkpoint read and checked whole: its keys are of one kind (`int_keys`, empty for no keys).
-struct checkpoint {
-  std::vector<checkpoint_entry> entries;
-  std::optional<bool> int_keys;
-};
-
-/// Reads `path` on the calling thread (a checkpoint load is a program edge) and checks all of it:
-/// format, size, checksum, one key kind. Fails with one sentence naming the file.
-expected<checkpoint> read_checkpoint(const std::string& path);
-
-/// Writes a checkpoint of `entries` (in key order, as a store holds them) to `path`, atomically
-/// (`path`.tmp, fsync, rename), so `path` holds either the old or the new checkpoint.
-expected<void> write_checkpoint(const std::string& path, const std::vector<checkpoint_entry>& entries);
+expected<checkpoint> read_checkpoint_file(const std::string& path);
+expected<void> write_checkpoint_file(const std::string& path, const std::vector<checkpoint_entry>& entries);
 
 }  // namespace strata::kvstore::internal

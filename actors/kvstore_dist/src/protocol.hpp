@@ -5,6 +5,7 @@
 #include <cstdint>
 #include <string>
 #include <variant>
+#include <vector>
 
 #include "strata/actor_system.hpp"
 #include "strata/kernels/optimizers.hpp"
@@ -76,6 +77,23 @@ void serialize(A& a, barrier_msg& m) {
 /// Local only: the update rule of this rank's shard. Reply: unit.
 struct optimizer_msg {
   std::variant<kernels::sgd_options, kernels::adam_options> options;
+};
+
+/// Local only: save this shard's keys to `path` (kvstore::save). Reply: unit.
+struct save_msg {
+  std::string path;
+};
+
+/// Local only: replace this shard's keys with those of the checkpoint `path`, whose keys are
+/// `keys` (shape and version each). Reply: unit.
+struct loaded_key {
+  kvstore::key key;
+  std::vector<std::int64_t> shape;
+  std::uint64_t version = 0;
+};
+struct load_msg {
+  std::string path;
+  std::vector<loaded_key> keys;
 };
 
 /// Spawns this rank's server shard (a kvstore actor behind it, on `device`).

@@ -46,6 +46,8 @@ public:
         [this](const pull_msg& m) { on_pull(m); },
         [this](const barrier_msg& m) { on_barrier(m); },
         [this](optimizer_msg& m) { on_optimizer(m); },
+        [this](const save_msg& m) { on_save(m); },
+        [this](load_msg& m) { on_load(m); },
     };
   }
 
@@ -220,6 +222,33 @@ private:
         .then(
             [this, reply]() mutable {
               has_optimizer_ = true;
+              reply.deliver(unit_t{});
+            },
+            [reply](error e) mutable { reply.deliver(std::move(e)); });
+  }
+
+  void on_save(const save_msg& m) {
+    auto reply = make_response_promise<unit_t>();
+    request<void>(store_, timeout_, kvstore::save{m.path})
+        .then([reply]() mutable { reply.deliver(unit_t{}); }, [reply](error e) mutable { reply.deliver(std::move(e)); });
+  }
+
+  void on_load(load_msg& m) {
+    auto reply = make_response_promise<unit_t>();
+    request<void>(store_, timeout_, kvstore::load{m.path})
+        .then(
+            [this, reply, keys = std::move(m.keys)]() mutable {
+              // The store's keys are the file's now: pulls parked for the old ones cannot be served.
+              for (auto& [key, st] : keys_)
+                for (auto& p : st.pulls)
+                  p.reply.deliver(error(errc::invalid_argument, "kvstore dist pull of key " + key.to_string() +
+                                                                     ": a checkpoint load replaced the store's keys."));
+              keys_.clear();
+              for (auto& k : keys) {
+                key_state& st = keys_[k.key];
+                st.shape = std::move(k.shape);
+                st.done = k.version;
+              }
               reply.deliver(unit_t{});
             },
             [reply](error e) mutable { reply.deliver(std::move(e)); });

@@ -1,6 +1,7 @@
 // The worker's side of a distributed store: blocking calls that reach the owner's server shard.
 
 #include <algorithm>
+#include <cstdio>
 #include <atomic>
 #include <map>
 #include <span>
@@ -286,6 +287,95 @@ expected<std::vector<tensor>> store::pushpull(const std::vector<kvstore::key>& k
   std::vector<tensor> result(keys.size());
   for (std::size_t j = 0; j < order.size(); ++j) result[order[j]] = std::move((*pulled)[j]);
   return result;
+}
+
+namespace {
+
+/// Collective: true on every rank when `ok` on every rank (an allreduce of the failures).
+bool all_ok(internal::worker_state& w, bool ok) {
+  std::vector<float> failures{ok ? 0.0f : 1.0f};
+  auto summed = allreduce(w, failures);
+  return summed && failures[0] == 0.0f;
+}
+
+std::string part_path(const std::string& path, int rank, int world) {
+  return path + ".part" + std::to_string(rank) + "of" + std::to_string(world);
+}
+
+}  // namespace
+
+expected<void> store::save(const std::string& path) {
+  auto& w = *state_;
+  expected<void> mine;
+  if (w.replica) {
+    // Every replica holds every key alike: rank 0's is the checkpoint.
+    if (w.rank == 0) {
+      auto got = w.replica->save(path).get();
+      if (!got) mine = got.error();
+    }
+  } else {
+    mine = done(ask<unit_t>(w, w.server, internal::save_msg{part_path(path, w.rank, w.world)}));
+    if (all_ok(w, static_cast<bool>(mine)) && w.rank == 0) {
+      // Rank 0 joins the parts into one file: the commit of the whole save.
+      std::vector<kvstore::checkpoint_entry> entries;
+      for (int r = 0; r < w.world && mine; ++r) {
+        auto part = kvstore::read_checkpoint(part_path(path, r, w.world));
+        if (!part) {
+          mine = part.error();
+          break;
+        }
+        for (auto& e : part->entries) entries.push_back(std::move(e));
+      }
+      if (mine) {
+        std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
+        mine = kvstore::write_checkpoint(path, entries);
+      }
+    }
+  }
+  const bool everyone = all_ok(w, static_cast<bool>(mine));
+  if (!w.replica) std::remove(part_path(path, w.rank, w.world).c_str());
+  if (!mine) return mine;
+  if (!everyone)
+    return error(errc::runtime_failure, "kvstore dist save of \"" + path + "\": another rank failed; the file was not written.");
+  return {};
+}
+
+expected<void> store::load(const std::string& path) {
+  auto& w = *state_;
+  auto file = kvstore::read_checkpoint(path);
+  const bool read_everywhere = all_ok(w, static_cast<bool>(file));
+  if (!file) return file.error();
+  if (!read_everywhere)
+    return error(errc::runtime_failure, "kvstore dist load of \"" + path + "\": another rank could not read it; nothing changed.");
+  expected<void> mine;
+  if (w.replica) {
+    auto got = w.replica->load(path).get();
+    if (!got) mine = got.error();
+    else {
+      w.shapes.clear();
+      for (const auto& e : file->entries) w.shapes[e.key] = e.shape;
+    }
+  } else {
+    // This rank's keys (by today's placement) go to its shard through a file of their own.
+    std::vector<kvstore::checkpoint_entry> owned;
+    std::vector<internal::loaded_key> keys;
+    std::map<kvstore::key, std::uint64_t> versions;
+    for (const auto& e : file->entries) versions[e.key] = e.version;
+    for (auto& e : file->entries) {
+      if (owner(e.key) != w.rank) continue;
+      keys.push_back(internal::loaded_key{e.key, e.shape, e.version});
+      owned.push_back(std::move(e));
+    }
+    const std::string mine_path = path + ".load" + std::to_string(w.rank);
+    mine = kvstore::write_checkpoint(mine_path, owned);
+    if (mine) mine = done(ask<unit_t>(w, w.server, internal::load_msg{mine_path, std::move(keys)}));
+    std::remove(mine_path.c_str());
+    if (mine) w.pushes = std::move(versions);
+  }
+  const bool everyone = all_ok(w, static_cast<bool>(mine));
+  if (!mine) return mine;
+  if (!everyone) return error(errc::runtime_failure, "kvstore dist load of \"" + path + "\": another rank failed to load its keys.");
+  return {};
 }
 
 expected<void> store::set_optimizer(kernels::sgd_options options) {

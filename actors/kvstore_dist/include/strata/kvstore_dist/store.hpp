@@ -12,6 +12,7 @@
 #include "strata/actor_system.hpp"
 #include "strata/device/all.hpp"
 #include "strata/kernels/optimizers.hpp"
+#include "strata/kvstore/checkpoint.hpp"
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/net/endpoint.hpp"
 
@@ -104,6 +105,18 @@ public:
   /// Several keys, one value each: in `dist_sync_allreduce` one fused allreduce for all of them
   /// (keys in `kvstore::key` order, the same on every rank), else every push, then every pull.
   expected<std::vector<tensor>> pushpull(const std::vector<kvstore::key>& keys, const std::vector<tensor>& values);
+
+  /// Collective: writes every key's value, version and optimizer state to `path` as one kvstore
+  /// checkpoint (the format of `kvstore::save`, so a store of one process, or a distributed store
+  /// on any number of ranks, loads it). Each shard saves its part beside `path`, rank 0 joins the
+  /// parts into `path` atomically (the one commit) and removes them. Ranks share a file system.
+  expected<void> save(const std::string& path);
+  /// Collective: replaces every key with those of the checkpoint `path` (written by `save` on any
+  /// number of ranks, or by a kvstore of one process); each shard takes the keys it owns now.
+  /// In dist_sync each worker's push count of a key becomes the key's saved version. The update
+  /// rule is not saved: call `set_optimizer` before `load`. A missing or corrupt file fails on
+  /// every rank with one sentence, and nothing changes.
+  expected<void> load(const std::string& path);
 
   /// Installs the update rule on this rank's server shard. Every worker calls it (each shard
   /// updates its own keys), before the first push.
