@@ -5,6 +5,7 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cmath>
 #include <future>
@@ -268,6 +269,47 @@ BOOST_FIXTURE_TEST_CASE(a_key_split_into_fifty_thousand_chunks_merges_every_elem
   const auto got = read(out.at(0));
   BOOST_TEST(std::equal(got.begin(), got.end(), sum.begin(), sum.end()));
   BOOST_TEST(await(kv.version("emb")).value() == 1u);
+}
+
+BOOST_AUTO_TEST_SUITE_END()
+
+// ---- MXNet's rank, num_workers, barrier and type ------------------------------------------------
+
+BOOST_AUTO_TEST_SUITE(kvstore_client_info)
+
+BOOST_FIXTURE_TEST_CASE(a_client_reports_rank_0_of_1_worker_and_mxnets_store_type, fixture) {
+  strata::kvstore::client local(sys, strata::kvstore::spawn(sys));
+  BOOST_TEST(local.rank() == 0);
+  BOOST_TEST(local.num_workers() == 1);
+  BOOST_TEST(await(local.type()).value() == "local");
+  strata::kvstore::client device(sys, strata::kvstore::spawn(sys, {.kind = strata::kvstore::kind::device, .merge_device = devs[1]}));
+  BOOST_TEST(await(device.type()).value() == "device");
+  strata::kvstore::client sharded(sys, strata::kvstore::spawn(sys, {.shards = 2}));
+  BOOST_TEST(await(sharded.type()).value() == "local");
+  strata::kvstore::client on_devices(sys, strata::kvstore::spawn(sys, {.shards = 2, .shard_devices = devs}));
+  BOOST_TEST(await(on_devices.type()).value() == "device");
+}
+
+BOOST_FIXTURE_TEST_CASE(a_barrier_is_answered_only_after_every_earlier_call_of_its_client, fixture) {
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
+  BOOST_REQUIRE(await(kv.init(0, make(random(8), {8}))).has_value());
+  std::promise<void> gate;
+  std::shared_future<void> opened = gate.get_future().share();
+  BOOST_REQUIRE(await(kv.set_updater([opened](const strata::kvstore::key&, const strata::tensor& merged, strata::tensor& stored) {
+                  opened.wait();  // holds the push until the gate opens
+                  std::copy_n(merged.data<float>(), stored.numel(), stored.data<float>());
+                })).has_value());
+  auto g = random(8);
+  auto push = kv.push(0, make(g, {8}, 1));
+  auto pull = kv.pull(0, make(std::vector<float>(8, 0.f), {8}, 2));
+  auto barrier = kv.barrier();
+  BOOST_TEST((barrier.wait_for(50ms) == std::future_status::timeout));  // the push is held
+  gate.set_value();
+  BOOST_TEST(await(std::move(barrier)).has_value());
+  BOOST_TEST((push.wait_for(0s) == std::future_status::ready));
+  BOOST_TEST((pull.wait_for(0s) == std::future_status::ready));
+  BOOST_TEST(read(pull.get().value().at(0)) == g, boost::test_tools::per_element());
+  BOOST_TEST(await(kv.barrier()).has_value());  // nothing in flight: at once
 }
 
 BOOST_AUTO_TEST_SUITE_END()

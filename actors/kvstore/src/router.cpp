@@ -100,6 +100,9 @@ public:
         serve(&kvstore_router::on_version),
         serve(&kvstore_router::on_save),
         serve(&kvstore_router::on_load),
+        [this](const kvstore::store_type&) -> std::string {
+          return options_.kind == kvstore::kind::local && options_.shard_devices.empty() ? "local" : "device";
+        },
     };
   }
 

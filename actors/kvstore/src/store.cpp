@@ -50,6 +50,9 @@ behavior kvstore_actor::make_behavior() {
         auto written = m.entries ? write_checkpoint(m.path, *m.entries) : expected<void>(m.entries.error());
         written ? m.promise.deliver(unit) : m.promise.deliver(written.error());
       },
+      [this](const kvstore::store_type&) -> std::string {
+        return options_.kind == kvstore::kind::local ? "local" : "device";
+      },
       [this](const request_done&) { admission_.finished_one(); },
       [this](const device_failure&) { admission_.finished_one(); },  // the replies carry the failure
   };

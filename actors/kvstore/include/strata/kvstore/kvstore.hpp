@@ -148,6 +148,10 @@ struct version {
   kvstore::key key;
 };
 
+/// MXNet's name of the store's type: "local" (merges on the host) or "device" (merges on
+/// `options::merge_device` or on the `shard_devices`). Reply: `std::string`.
+struct store_type {};
+
 /// Writes every key's value, version and optimizer state to `path`, after the work queued before
 /// it: atomically (a temporary file beside it, fsync, rename), so `path` holds either the old or
 /// the new checkpoint. The update rule itself is not saved. cpu and cuda stores (a cuda store's
@@ -237,6 +241,16 @@ public:
   done save(std::string path);
   done load(std::string path);
 
+  /// MXNet's `rank`: this worker's rank among the store's workers, 0 (one process is one worker).
+  int rank() const noexcept { return 0; }
+  /// MXNet's `num_workers`: the workers that share the store, 1 in one process.
+  int num_workers() const noexcept { return 1; }
+  /// MXNet's `barrier`: answered once every call made through this client before it has been
+  /// answered (with one worker there is no other worker to wait for). Never fails.
+  done barrier();
+  /// MXNet's `type`: "local" or "device" (`kvstore::store_type`).
+  std::future<expected<std::string>> type();
+
 private:
   template <class R, class M>
   std::future<expected<R>> call(M msg);
@@ -256,6 +270,10 @@ struct call {
 };
 /// Asks a session actor to stop once its calls in flight are answered.
 struct session_close {};
+/// Asks a session actor to set `promise` once the calls it took before have been answered.
+struct session_barrier {
+  std::shared_ptr<std::promise<expected<unit_t>>> promise;
+};
 }  // namespace detail
 
 template <class R, class M>
