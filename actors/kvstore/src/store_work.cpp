@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
 #include <utility>
 #include <variant>
 
@@ -79,15 +78,7 @@ slice_ref kvstore_actor::readable(const slice_ref& v, const key_state& state, co
 /// Groups the values by key (first-appearance order) and merges each group.
 void kvstore_actor::enqueue_push(const std::vector<kvstore::key>& keys, const std::vector<slice_ref>& values,
                   const std::shared_ptr<work_status>& status) {
-  // A map from key to group: a linear search over the groups made a push of k keys (a sharded
-  // store's chunks: hundreds of thousands) cost k^2 comparisons.
-  std::vector<std::pair<kvstore::key, std::vector<slice_ref>>> groups;
-  std::map<kvstore::key, std::size_t> group_of;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    auto [it, fresh] = group_of.try_emplace(keys[i], groups.size());
-    if (fresh) groups.emplace_back(keys[i], std::vector<slice_ref>{values[i]});
-    else groups[it->second].second.push_back(values[i]);
-  }
+  auto groups = group_by_key(keys, values);
   for (auto& [key, group] : groups) {
     key_state& state = keys_.at(key);
     for (const auto& v : group) stream_.wait(v.t.ready_event());
