@@ -20,7 +20,9 @@ namespace strata::kvstore::internal {
 namespace {
 
 /// Takes the public messages, checks each request whole against the caller's keys, and sends its
-/// parts to the shards (one message per shard and request), answering once all have answered.
+/// parts to the shards (one message per shard and request, or per shard and step when shards
+/// would otherwise read and write one caller tensor in no order, or for a synchronous pushpull:
+/// see "requests in steps" below), answering once all have answered.
 /// Keys are spread round robin over the shards in init order; a key of more than `chunk_bytes`
 /// becomes contiguous chunks on consecutive shards. Each chunk is a key of its own on its shard
 /// (an integer the router assigns), read and written in place through `slice_ref`s.
