@@ -155,6 +155,44 @@ BOOST_FIXTURE_TEST_CASE(a_high_priority_pull_still_sees_the_earlier_push_of_its_
   BOOST_TEST(order == (std::vector<std::int64_t>{0, 2, 1}), boost::test_tools::per_element());
 }
 
+BOOST_FIXTURE_TEST_CASE(a_high_priority_request_does_not_overtake_an_earlier_one_that_uses_its_tensor, gated_fixture) {
+  // MXNet orders every operation on an array in issue order: a pull into v waits for the queued
+  // push that reads v, whatever its priority and whoever sent it (a pull into v overtaking the
+  // push would have the push read the pulled value).
+  strata::kvstore::client kv(sys, store);
+  auto key3 = random(4);
+  BOOST_REQUIRE(await(kv.push(3, make(key3, {4}))).has_value());
+  auto busy = hold(kv);
+  auto v_data = random(4), w_data = random(4);
+  auto v = make(v_data, {4}, 1);
+  auto w = make(w_data, {4}, 2);
+  auto push_v = kv.send(strata::kvstore::push{{1}, {v}, 0});
+  auto pull_v = kv.send(strata::kvstore::pull{{3}, {v}, 0, 9});
+  strata::kvstore::client second(sys, store);
+  auto push_w = kv.send(strata::kvstore::push{{2}, {w}, 0});
+  // Another sender, the same tensor: requests of two senders arrive in no set order, so let the
+  // push reach the queue first (as open() does), then the pull must still wait for it.
+  std::this_thread::sleep_for(100ms);
+  auto pull_w = second.send(strata::kvstore::pull{{3}, {w}, 0, 9});
+  open();
+  for (auto* f : {&busy, &push_v, &push_w}) BOOST_TEST(await(std::move(*f)).has_value());
+  BOOST_TEST(read(await(std::move(pull_v)).value().at(0)) == key3, boost::test_tools::per_element());
+  BOOST_TEST(read(await(std::move(pull_w)).value().at(0)) == key3, boost::test_tools::per_element());
+  auto out = await(kv.pull({1, 2}, {zeros({4}), zeros({4})})).value();
+  BOOST_TEST(read(out.at(0)) == v_data, boost::test_tools::per_element());  // the pushes read v and w before the pulls
+  BOOST_TEST(read(out.at(1)) == w_data, boost::test_tools::per_element());
+}
+
+BOOST_FIXTURE_TEST_CASE(priority_still_reorders_requests_that_share_no_tensor, gated_fixture) {
+  strata::kvstore::client kv(sys, store);
+  auto busy = hold(kv);
+  auto low = kv.send(strata::kvstore::push{{1}, {make(random(4), {4})}, 0});
+  auto high = kv.send(strata::kvstore::push{{2}, {make(random(4), {4})}, 4});
+  open();
+  for (auto* f : {&busy, &low, &high}) BOOST_TEST(await(std::move(*f)).has_value());
+  BOOST_TEST(order == (std::vector<std::int64_t>{0, 2, 1}), boost::test_tools::per_element());
+}
+
 BOOST_FIXTURE_TEST_CASE(a_set_updater_is_not_overtaken_by_later_high_priority_pushes, gated_fixture) {
   strata::kvstore::client kv(sys, store);
   auto busy = hold(kv);

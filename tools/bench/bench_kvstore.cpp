@@ -8,6 +8,11 @@
 // Merge GB/s counts the bytes the merge reads and writes: pushers x size read + size written
 // (sum of the pushed arrays assigned to the stored value). The anchor counts the same for its loop
 // (exactly the same traffic for 4 pushers; other counts run one pass per input and so understate it).
+//
+//   strata-bench-kvstore --chunk-scaling 25000,100000,500000 [--reps 3] [--json]
+//
+// instead times one push of a key split into that many chunks of 4 floats over 2 shards: the
+// seconds per push and per chunk show whether a push grows linearly with its chunk count.
 
 #include <algorithm>
 #include <chrono>
@@ -145,7 +150,29 @@ latency round_trips(strata::actor_system& sys, std::size_t keys, std::size_t key
   return {median(us), percentile(us, 0.99)};
 }
 
-std::vector<std::size_t> parse_list(const std::string& text) {
+/// Seconds of one push (median of `reps`) of a key split into `chunks` chunks of 16 bytes spread
+/// over two shards.
+double chunked_push_seconds(strata::actor_system& sys, std::size_t chunks, int reps) {
+  auto devices = strata::make_devices("cpu:1");
+  auto& dev = devices[0];
+  auto s = dev.create_stream();
+  const std::size_t n = chunks * 4;
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, {.shards = 2, .chunk_bytes = 16}),
+                             std::chrono::minutes(30));
+  std::vector<float> host(n, 0.5f);
+  auto value = strata::tensor::from_host<float>(std::span<const float>(host), dev, s);
+  s.synchronize();
+  get(kv.init("w", value), "init");
+  std::vector<double> sec;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = clock_type::now();
+    get(kv.push("w", value), "push");
+    sec.push_back(seconds_since(t0));
+  }
+  return median(sec);
+}
+
+std::vector<std::size_t> parse_list(const std::string& text, const char* option, std::size_t max) {
   std::vector<std::size_t> out;
   std::size_t pos = 0;
   while (pos <= text.size()) {
@@ -158,8 +185,9 @@ std::vector<std::size_t> parse_list(const std::string& text) {
     } catch (const std::exception&) {
       used = 0;
     }
-    if (used != item.size() || v == 0 || v > 64)
-      throw std::invalid_argument("--shards \"" + text + "\": expected a comma-separated list of counts from 1 to 64.");
+    if (used != item.size() || v == 0 || v > max)
+      throw std::invalid_argument(std::string(option) + " \"" + text +
+                                  "\": expected a comma-separated list of counts from 1 to " + std::to_string(max) + ".");
     out.push_back(v);
     if (comma == std::string::npos) break;
     pos = comma + 1;
@@ -176,6 +204,7 @@ int main(int argc, char** argv) {
   int reps = 7, latency_rounds = 200;
   unsigned threads = std::max(1u, std::thread::hardware_concurrency());
   std::string shards_text = "1,2,4";
+  std::string chunk_scaling_text;
   bool json = false;
   app.add_option("--mib", mib, "MiB per pushed array (float32)")->check(CLI::Range(0.001, 4096.0));
   app.add_option("--pushers", pushers, "arrays pushed into the key per push")->check(CLI::Range(1, 64));
@@ -185,15 +214,18 @@ int main(int argc, char** argv) {
   app.add_option("--latency-rounds", latency_rounds, "timed round trips")->check(CLI::Range(1, 1000000));
   app.add_option("--threads", threads, "threads of the bandwidth loop and of the merge device")->check(CLI::Range(1, 1024));
   app.add_option("--shards", shards_text, "shard counts to compare, e.g. 1,2,4");
+  app.add_option("--chunk-scaling", chunk_scaling_text,
+                 "only time one push of a key split into these chunk counts, e.g. 25000,100000,500000");
   app.add_flag("--json", json, "one JSON line instead of the table");
   CLI11_PARSE(app, argc, argv);
   if (std::isnan(mib)) {  // CLI::Range lets NaN through: every comparison with it is false
     std::fprintf(stderr, "strata-bench-kvstore: --mib must be a number from 0.001 to 4096, not nan.\n");
     return 2;
   }
-  std::vector<std::size_t> shard_counts;
+  std::vector<std::size_t> shard_counts, chunk_counts;
   try {
-    shard_counts = parse_list(shards_text);
+    shard_counts = parse_list(shards_text, "--shards", 64);
+    if (!chunk_scaling_text.empty()) chunk_counts = parse_list(chunk_scaling_text, "--chunk-scaling", 10000000);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata-bench-kvstore: %s\n", e.what());
     return 2;
@@ -201,6 +233,23 @@ int main(int argc, char** argv) {
 
   const auto n = std::max<std::size_t>(1, static_cast<std::size_t>(mib * 1024 * 1024 / sizeof(float)));
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  if (!chunk_counts.empty()) {
+    try {
+      nlohmann::json rows = nlohmann::json::array();
+      if (!json) std::printf("%-12s %14s %16s\n", "chunks", "s per push", "us per chunk");
+      for (auto c : chunk_counts) {
+        const double sec = chunked_push_seconds(sys, c, reps);
+        const double per_chunk_us = sec / static_cast<double>(c) * 1e6;
+        if (json) rows.push_back({{"chunks", c}, {"push_s", sec}, {"per_chunk_us", per_chunk_us}});
+        else std::printf("%-12zu %14.3f %16.3f\n", c, sec, per_chunk_us);
+      }
+      if (json) std::printf("%s\n", nlohmann::json{{"chunk_scaling", rows}}.dump().c_str());
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "strata-bench-kvstore: %s\n", e.what());
+      return 1;
+    }
+    return 0;
+  }
   try {
     // (a) one store on one device with `threads` threads against the plain loop.
     const double anchor = anchor_bandwidth(n, pushers, threads, reps);

@@ -7,12 +7,34 @@ namespace strata::kvstore::internal {
 
 namespace {
 
-std::vector<kvstore::key> joined(std::vector<kvstore::key> a, const std::vector<kvstore::key>& b) {
+template <class T>
+std::vector<T> sorted_unique(std::vector<T> v) {
+  std::sort(v.begin(), v.end());
+  v.erase(std::unique(v.begin(), v.end()), v.end());
+  return v;
+}
+
+std::vector<const void*> allocations(const std::vector<tensor>& ts) {
+  std::vector<const void*> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(allocation_of(t));
+  return out;
+}
+std::vector<const void*> allocations(const std::vector<slice_ref>& ts) {
+  std::vector<const void*> out;
+  out.reserve(ts.size());
+  for (const auto& t : ts) out.push_back(allocation_of(t.t));
+  return out;
+}
+template <class T>
+std::vector<T> joined(std::vector<T> a, const std::vector<T>& b) {
   a.insert(a.end(), b.begin(), b.end());
   return a;
 }
 
-bool share_a_key(const std::vector<kvstore::key>& a, const std::vector<kvstore::key>& b) {
+/// True when the sorted ranges `a` and `b` have an element in common.
+template <class T>
+bool share_one(const std::vector<T>& a, const std::vector<T>& b) {
   auto i = a.begin();
   auto j = b.begin();
   while (i != a.end() && j != b.end()) {
@@ -25,31 +47,35 @@ bool share_a_key(const std::vector<kvstore::key>& a, const std::vector<kvstore::
 
 }  // namespace
 
+const void* allocation_of(const tensor& t) noexcept { return t.storage().impl().get(); }
+
 // Init, set_updater, set_optimizer, save and load (and their shard forms) are barriers.
-admission_ticket ticket_of(const kvstore::init& m) { return {"init", 0, true, m.keys, {}}; }
-admission_ticket ticket_of(const kvstore::push& m) { return {"push", m.priority, false, m.keys, {}}; }
-admission_ticket ticket_of(const kvstore::pull& m) { return {"pull", m.priority, false, m.keys, {}}; }
-admission_ticket ticket_of(const kvstore::pushpull& m) {
-  return {"pushpull", m.priority, false, joined(m.push.keys, m.pull.keys), {}};
+admission_ticket ticket_of(const kvstore::init& m) { return {"init", 0, true, m.keys, {}, {}}; }
+admission_ticket ticket_of(const kvstore::push& m) {
+  return {"push", m.priority, false, m.keys, allocations(m.values), {}};
 }
-admission_ticket ticket_of(const kvstore::set_updater&) { return {"set_updater", 0, true, {}, {}}; }
-admission_ticket ticket_of(const kvstore::set_optimizer&) { return {"set_optimizer", 0, true, {}, {}}; }
-admission_ticket ticket_of(const kvstore::version& m) { return {"version", 0, false, {m.key}, {}}; }
-admission_ticket ticket_of(const kvstore::save&) { return {"save", 0, true, {}, {}}; }
-admission_ticket ticket_of(const kvstore::load&) { return {"load", 0, true, {}, {}}; }
-admission_ticket ticket_of(const shard_init& m) { return {"init", 0, true, m.keys, {}}; }
+admission_ticket ticket_of(const kvstore::pull& m) { return {"pull", m.priority, false, m.keys, allocations(m.outs), {}}; }
+admission_ticket ticket_of(const kvstore::pushpull& m) {
+  return {"pushpull", m.priority, false, joined(m.push.keys, m.pull.keys),
+          joined(allocations(m.push.values), allocations(m.pull.outs)), {}};
+}
+admission_ticket ticket_of(const kvstore::set_updater&) { return {"set_updater", 0, true, {}, {}, {}}; }
+admission_ticket ticket_of(const kvstore::set_optimizer&) { return {"set_optimizer", 0, true, {}, {}, {}}; }
+admission_ticket ticket_of(const kvstore::version& m) { return {"version", 0, false, {m.key}, {}, {}}; }
+admission_ticket ticket_of(const kvstore::save&) { return {"save", 0, true, {}, {}, {}}; }
+admission_ticket ticket_of(const kvstore::load&) { return {"load", 0, true, {}, {}, {}}; }
+admission_ticket ticket_of(const shard_init& m) { return {"init", 0, true, m.keys, {}, {}}; }
 admission_ticket ticket_of(const shard_request& m) {
   const char* op = m.push_keys.empty() ? "pull" : (m.pull_keys.empty() ? "push" : "pushpull");
-  return {op, m.priority, false, joined(m.push_keys, m.pull_keys), m.origin};
+  return {op, m.priority, false, joined(m.push_keys, m.pull_keys), joined(allocations(m.values), allocations(m.outs)),
+          m.origin};
 }
-admission_ticket ticket_of(const shard_save&) { return {"save", 0, true, {}, {}}; }
-admission_ticket ticket_of(const shard_load&) { return {"load", 0, true, {}, {}}; }
+admission_ticket ticket_of(const shard_save&) { return {"save", 0, true, {}, {}, {}}; }
+admission_ticket ticket_of(const shard_load&) { return {"load", 0, true, {}, {}, {}}; }
 
 void admission_queue::admit(std::uint64_t sender, const admission_ticket& ticket, request_run run) {
-  auto keys = ticket.keys;
-  std::sort(keys.begin(), keys.end());
-  keys.erase(std::unique(keys.begin(), keys.end()), keys.end());
-  queue_.push_back(pending{ticket.priority, next_seq_++, sender, ticket.barrier, std::move(keys), std::move(run)});
+  queue_.push_back(pending{ticket.priority, next_seq_++, sender, ticket.barrier, sorted_unique(ticket.keys),
+                           sorted_unique(ticket.tensors), std::move(run)});
   pump();
 }
 
@@ -66,7 +92,8 @@ void admission_queue::fail_all(const error& reason) {
 /// True when `later` may not be served before `earlier` (both queued, `earlier` first).
 bool admission_queue::must_follow(const pending& earlier, const pending& later) {
   if (earlier.barrier || later.barrier) return true;
-  return earlier.sender == later.sender && share_a_key(earlier.keys, later.keys);
+  if (share_one(earlier.tensors, later.tensors)) return true;  // any senders: one tensor, issue order
+  return earlier.sender == later.sender && share_one(earlier.keys, later.keys);
 }
 
 std::size_t admission_queue::next_index() const {

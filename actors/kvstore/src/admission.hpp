@@ -22,6 +22,7 @@ struct admission_ticket {
   int priority = 0;                // higher first
   bool barrier = false;            // nothing overtakes it and it overtakes nothing
   std::vector<kvstore::key> keys;  // the keys it reads or writes
+  std::vector<const void*> tensors;  // the caller's tensors it reads or writes (their allocations)
   std::optional<std::uint64_t> origin;  // the caller, when not the message's sender (router forwards)
 };
 
@@ -43,10 +44,16 @@ admission_ticket ticket_of(const shard_load& m);
 /// Runs a request (null) or fails it because the store stops (the reason).
 using request_run = std::function<void(const error* stopped)>;
 
+/// The identity of a tensor's memory, for ordering the requests that use it: tensors that share
+/// an allocation (copies of one tensor handle, or tensors made on one buffer) share it.
+const void* allocation_of(const tensor& t) noexcept;
+
 /// The ready queue: requests wait here until the store hands them to its stream, at most
 /// `max_in_flight` at a time. The request to serve next is the highest priority (earliest among
-/// equals); if an earlier request must come before it (a barrier, or the same sender naming one
-/// of its keys), that one instead: it inherits the priority. Used on the store's thread only.
+/// equals); if an earlier request must come before it (a barrier, one of any sender that uses one
+/// of its tensors, as MXNet orders every operation on an array in issue order, or one of the same
+/// sender naming one of its keys), that one instead: it inherits the priority. Used on the
+/// store's thread only.
 class admission_queue {
 public:
   /// `started` runs after each request has been handed over (the store arranges to be told when
@@ -68,6 +75,7 @@ private:
     std::uint64_t sender = 0;  // actor id of the caller (0: anonymous)
     bool barrier = false;
     std::vector<kvstore::key> keys;  // sorted, unique
+    std::vector<const void*> tensors;  // sorted, unique
     request_run run;
   };
   static bool must_follow(const pending& earlier, const pending& later);

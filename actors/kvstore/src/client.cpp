@@ -68,6 +68,14 @@ client::done client::set_optimizer(kernels::adam_options options) {
 std::future<expected<std::uint64_t>> client::version(kvstore::key key) {
   return call<std::uint64_t>(kvstore::version{std::move(key)});
 }
+client::done client::barrier() {
+  auto promise = std::make_shared<std::promise<expected<unit_t>>>();
+  auto future = promise->get_future();
+  auto sent = system_->send(session_, detail::session_barrier{promise});
+  if (!sent) promise->set_value(expected<unit_t>(sent.error()));
+  return future;
+}
+std::future<expected<std::string>> client::type() { return call<std::string>(kvstore::store_type{}); }
 client::done client::save(std::string path) { return call<unit_t>(kvstore::save{std::move(path)}); }
 client::done client::load(std::string path) { return call<unit_t>(kvstore::load{std::move(path)}); }
 

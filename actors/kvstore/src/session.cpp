@@ -1,6 +1,9 @@
 #include "session.hpp"
 
 #include <cstdint>
+#include <memory>
+#include <set>
+#include <string>
 #include <type_traits>
 #include <utility>
 #include <vector>
@@ -21,22 +24,34 @@ private:
   auto forward() {
     return [this](detail::call<R, M>& c) {
       using request_type = std::conditional_t<std::is_same_v<R, unit_t>, void, R>;
-      ++in_flight_;
+      const std::uint64_t seq = next_call_++;
+      outstanding_.insert(seq);
       auto promise = c.promise;
       request<request_type>(store_, timeout_, std::move(c.msg))
           .then(
-              [this, promise](R& r) {
+              [this, promise, seq](R& r) {
                 promise->set_value(expected<R>(std::move(r)));
-                finished();
+                finished(seq);
               },
-              [this, promise](const error& e) {
+              [this, promise, seq](const error& e) {
                 promise->set_value(expected<R>(e));
-                finished();
+                finished(seq);
               });
     };
   }
-  void finished() {
-    if (--in_flight_ == 0 && closing_) quit();
+  void finished(std::uint64_t seq) {
+    outstanding_.erase(seq);
+    release_barriers();
+    if (outstanding_.empty() && closing_) quit();
+  }
+  /// Answers the barriers whose earlier calls have all been answered.
+  void release_barriers() {
+    const std::uint64_t oldest = outstanding_.empty() ? next_call_ : *outstanding_.begin();
+    std::erase_if(barriers_, [oldest](auto& b) {
+      if (b.first > oldest) return false;
+      b.second->set_value(expected<unit_t>(unit));
+      return true;
+    });
   }
 
 public:
@@ -51,9 +66,14 @@ public:
         forward<std::uint64_t, kvstore::version>(),
         forward<unit_t, kvstore::save>(),
         forward<unit_t, kvstore::load>(),
+        forward<std::string, kvstore::store_type>(),
+        [this](detail::session_barrier& b) {
+          barriers_.emplace_back(next_call_, std::move(b.promise));
+          release_barriers();
+        },
         [this](const detail::session_close&) {
           closing_ = true;
-          if (in_flight_ == 0) quit();
+          if (outstanding_.empty()) quit();
         },
     };
   }
@@ -61,7 +81,9 @@ public:
 private:
   actor_ref store_;
   std::chrono::nanoseconds timeout_;
-  std::size_t in_flight_ = 0;
+  std::uint64_t next_call_ = 0;           // sequence number of the next call
+  std::set<std::uint64_t> outstanding_;   // calls not answered yet
+  std::vector<std::pair<std::uint64_t, std::shared_ptr<std::promise<expected<unit_t>>>>> barriers_;  // (calls before it, promise)
   bool closing_ = false;
 };
 

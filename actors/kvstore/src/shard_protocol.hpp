@@ -22,11 +22,16 @@ struct shard_init {
   std::vector<kvstore::key> labels;
 };
 /// A push, a pull or both (a pushpull), for the caller `origin` (its actor id, for ordering).
+/// Reply: `std::vector<std::uint64_t>`, for each pushed key the version its value belongs to.
+/// The pull waits until each key has had `pull_versions[i]` updates when given (a router's later
+/// step of a pushpull), else `min_version`, or, for a synchronous pushpull, the versions its push
+/// contributes to.
 struct shard_request {
   std::vector<kvstore::key> push_keys;
   std::vector<slice_ref> values;
   std::vector<kvstore::key> pull_keys;
   std::vector<slice_ref> outs;
+  std::vector<std::uint64_t> pull_versions;
   std::uint64_t min_version = 0;
   int priority = 0;
   std::uint64_t origin = 0;

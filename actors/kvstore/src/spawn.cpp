@@ -29,9 +29,13 @@ actor_ref spawn(actor_system& system, kvstore::options options) {
                                   options.shard_devices.front().name() + " and " + d.name() +
                                   "; expected devices of one kind.");
   }
+  // Store actors run on threads of their own: a request of many keys or chunks keeps its handler
+  // busy for a while (enqueueing a work item per chunk), and on the scheduler's threads a few
+  // shards doing so held every thread, so that no timeout or other actor ran until they were done.
   auto name = options.name;
   if (options.shards == 1 && options.shard_devices.empty())
-    return system.spawn_with<internal::kvstore_actor>(spawn_options{.name = std::move(name)}, std::move(options));
+    return system.spawn_with<internal::kvstore_actor>(spawn_options{.name = std::move(name), .dedicated_thread = true},
+                                                      std::move(options));
 
   std::vector<actor_ref> shards;
   internal::store_place place{device_kind::cpu, "cpu:0"};  // a local shard's own device
@@ -48,7 +52,7 @@ actor_ref spawn(actor_system& system, kvstore::options options) {
       shard.merge_device = options.shard_devices[i % options.shard_devices.size()];
     }
     auto shard_name = shard.name;
-    shards.push_back(system.spawn_with<internal::kvstore_actor>(spawn_options{.name = std::move(shard_name)}, std::move(shard)));
+    shards.push_back(system.spawn_with<internal::kvstore_actor>(spawn_options{.name = std::move(shard_name), .dedicated_thread = true}, std::move(shard)));
   }
   return internal::spawn_router(system, std::move(options), std::move(shards), std::move(place));
 }

@@ -50,6 +50,9 @@ behavior kvstore_actor::make_behavior() {
         auto written = m.entries ? write_checkpoint(m.path, *m.entries) : expected<void>(m.entries.error());
         written ? m.promise.deliver(unit) : m.promise.deliver(written.error());
       },
+      [this](const kvstore::store_type&) -> std::string {
+        return options_.kind == kvstore::kind::local ? "local" : "device";
+      },
       [this](const request_done&) { admission_.finished_one(); },
       [this](const device_failure&) { admission_.finished_one(); },  // the replies carry the failure
   };
@@ -101,7 +104,8 @@ expected<void> kvstore_actor::on_pull(kvstore::pull& m, response_promise<std::ve
     for (auto& out : outs) out.set_ready_event(done);
     reply_when_done(p, std::move(outs), status);
   };
-  if (!version_reached(m.keys, m.min_version)) parked_.push_back(parked_pull{m.keys, m.min_version, std::move(serve)});
+  std::vector<std::uint64_t> versions(m.keys.size(), m.min_version);
+  if (!version_reached(m.keys, versions)) parked_.push_back(parked_pull{m.keys, std::move(versions), std::move(serve)});
   else serve(nullptr);
   return {};
 }
@@ -113,9 +117,18 @@ expected<void> kvstore_actor::on_pushpull(kvstore::pushpull& m, response_promise
     return r;
   auto status = std::make_shared<work_status>();
   enqueue_push(m.push.keys, whole(m.push.values), status);
-  event done = enqueue_pull(m.pull.keys, whole(m.pull.outs), status);
-  for (auto& out : m.pull.outs) out.set_ready_event(done);
-  reply_when_done(p, std::move(m.pull.outs), status);
+  // Synchronous mode: the pull waits for the version this push contributes to, and answers with
+  // the merged value (MXNet's dist_sync pushpull; Gluon's Trainer.step relies on it).
+  auto versions = own_rounds(m.push.keys, m.pull.keys);
+  auto serve = [this, keys = m.pull.keys, outs = std::move(m.pull.outs), p, status](const error* stopped) mutable {
+    if (stopped) return p.deliver(*stopped);
+    event done = enqueue_pull(keys, whole(outs), status);
+    for (auto& out : outs) out.set_ready_event(done);
+    reply_when_done(p, std::move(outs), status);
+  };
+  if (!version_reached(m.pull.keys, versions))
+    parked_.push_back(parked_pull{m.pull.keys, std::move(versions), std::move(serve)});
+  else serve(nullptr);
   serve_parked();
   return {};
 }
@@ -169,22 +182,36 @@ expected<void> kvstore_actor::on_shard_init(shard_init& m, response_promise<unit
 }
 
 /// The router checked the request against the caller's keys; chunk keys exist by construction.
-expected<void> kvstore_actor::on_shard_request(shard_request& m, response_promise<unit_t>& p) {
+/// The reply: for each pushed chunk key, the version its value belongs to (`round_of`), which a
+/// router passes as `pull_versions` when it pulls in a later step.
+expected<void> kvstore_actor::on_shard_request(shard_request& m, response_promise<std::vector<std::uint64_t>>& p) {
   for (const auto& key : m.push_keys) (void)keys_.at(key);
   for (const auto& key : m.pull_keys) (void)keys_.at(key);
+  if (!m.pull_versions.empty() && m.pull_versions.size() != m.pull_keys.size())
+    return bad("kvstore shard request: " + std::to_string(m.pull_versions.size()) + " versions for " +
+               std::to_string(m.pull_keys.size()) + " pulled keys; expected one per key.");
   auto status = std::make_shared<work_status>();
-  if (!m.push_keys.empty()) enqueue_push(m.push_keys, m.values, status);
+  std::vector<std::uint64_t> rounds;
+  if (!m.push_keys.empty()) {
+    enqueue_push(m.push_keys, m.values, status);
+    rounds.reserve(m.push_keys.size());
+    for (const auto& key : m.push_keys) rounds.push_back(round_of(key));
+  }
   if (!m.pull_keys.empty()) {
-    auto serve = [this, keys = m.pull_keys, outs = m.outs, p, status](const error* stopped) mutable {
+    std::vector<std::uint64_t> versions = m.pull_versions;
+    if (versions.empty())
+      versions = m.push_keys.empty() ? std::vector<std::uint64_t>(m.pull_keys.size(), m.min_version)
+                                     : own_rounds(m.push_keys, m.pull_keys);
+    auto serve = [this, keys = m.pull_keys, outs = m.outs, p, status, rounds](const error* stopped) mutable {
       if (stopped) return p.deliver(*stopped);
       (void)enqueue_pull(keys, outs, status);
-      reply_when_done(p, status);
+      reply_when_done(p, std::move(rounds), status);
     };
-    if (m.push_keys.empty() && !version_reached(m.pull_keys, m.min_version))
-      parked_.push_back(parked_pull{m.pull_keys, m.min_version, std::move(serve)});
+    if (!version_reached(m.pull_keys, versions))
+      parked_.push_back(parked_pull{m.pull_keys, std::move(versions), std::move(serve)});
     else serve(nullptr);
   } else {
-    reply_when_done(p, status);
+    reply_when_done(p, std::move(rounds), status);
   }
   if (!m.push_keys.empty()) serve_parked();
   return {};
@@ -202,11 +229,27 @@ expected<void> kvstore_actor::on_shard_load(shard_load& m, response_promise<unit
 
 // ---- parked pulls (waiting for a version) -----------------------------------------------------
 
-bool kvstore_actor::version_reached(const std::vector<kvstore::key>& keys, std::uint64_t min_version) const {
-  if (min_version == 0) return true;
-  for (const auto& key : keys)
-    if (keys_.at(key).version < min_version) return false;
+bool kvstore_actor::version_reached(const std::vector<kvstore::key>& keys,
+                                    const std::vector<std::uint64_t>& versions) const {
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    if (versions[i] > 0 && keys_.at(keys[i]).version < versions[i]) return false;
   return true;
+}
+
+std::uint64_t kvstore_actor::round_of(const kvstore::key& key) const {
+  const key_state& state = keys_.at(key);
+  return state.received == 0 ? state.version : state.version + 1;
+}
+
+std::vector<std::uint64_t> kvstore_actor::own_rounds(const std::vector<kvstore::key>& push_keys,
+                                                     const std::vector<kvstore::key>& pull_keys) const {
+  std::vector<std::uint64_t> versions(pull_keys.size(), 0);
+  if (options_.contributions_per_version == 0) return versions;
+  std::vector<kvstore::key> pushed = push_keys;
+  std::sort(pushed.begin(), pushed.end());
+  for (std::size_t i = 0; i < pull_keys.size(); ++i)
+    if (std::binary_search(pushed.begin(), pushed.end(), pull_keys[i])) versions[i] = round_of(pull_keys[i]);
+  return versions;
 }
 
 /// After a load replaced the keys: a parked pull of a key the checkpoint lacks fails, the others
@@ -225,7 +268,7 @@ void kvstore_actor::reconcile_parked() {
 /// Answers parked pulls whose version now exists (their copies follow the updates on the stream).
 void kvstore_actor::serve_parked() {
   for (std::size_t i = 0; i < parked_.size();) {
-    if (!version_reached(parked_[i].keys, parked_[i].min_version)) {
+    if (!version_reached(parked_[i].keys, parked_[i].versions)) {
       ++i;
       continue;
     }

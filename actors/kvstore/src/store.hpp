@@ -57,7 +57,7 @@ private:
   using key_map = std::map<kvstore::key, key_state>;
   struct parked_pull {
     std::vector<kvstore::key> keys;
-    std::uint64_t min_version = 0;
+    std::vector<std::uint64_t> versions;  // per key: the updates it waits for
     request_run serve;
   };
 
@@ -88,12 +88,19 @@ private:
   expected<void> on_save(kvstore::save& m, response_promise<unit_t>& p);
   expected<void> on_load(kvstore::load& m, response_promise<unit_t>& p);
   expected<void> on_shard_init(shard_init& m, response_promise<unit_t>& p);
-  expected<void> on_shard_request(shard_request& m, response_promise<unit_t>& p);
+  expected<void> on_shard_request(shard_request& m, response_promise<std::vector<std::uint64_t>>& p);
   expected<void> on_shard_save(shard_save& m, response_promise<std::vector<checkpoint_entry>>& p);
   expected<void> on_shard_load(shard_load& m, response_promise<unit_t>& p);
 
   shape_lookup shape_of() const;
-  bool version_reached(const std::vector<kvstore::key>& keys, std::uint64_t min_version) const;
+  bool version_reached(const std::vector<kvstore::key>& keys, const std::vector<std::uint64_t>& versions) const;
+  /// The version that the value last pushed to `key` belongs to: the current one when that value
+  /// completed it (or in asynchronous mode), else the next.
+  std::uint64_t round_of(const kvstore::key& key) const;
+  /// Synchronous mode: for each of `pull_keys`, the version of its value pushed by this request
+  /// (`push_keys`), or 0 for a key the request did not push. Asynchronous mode: zeros.
+  std::vector<std::uint64_t> own_rounds(const std::vector<kvstore::key>& push_keys,
+                                        const std::vector<kvstore::key>& pull_keys) const;
   void reconcile_parked();
   void serve_parked();
 
@@ -125,6 +132,8 @@ private:
   void reply_when_done(response_promise<unit_t> promise, std::shared_ptr<work_status> status);
   void reply_when_done(response_promise<std::vector<tensor>> promise, std::vector<tensor> outs,
                        std::shared_ptr<work_status> status = nullptr);
+  void reply_when_done(response_promise<std::vector<std::uint64_t>> promise, std::vector<std::uint64_t> versions,
+                       std::shared_ptr<work_status> status);
 
   kvstore::options options_;
   std::unique_ptr<device_manager> owned_devices_;

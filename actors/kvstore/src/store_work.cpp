@@ -78,12 +78,7 @@ slice_ref kvstore_actor::readable(const slice_ref& v, const key_state& state, co
 /// Groups the values by key (first-appearance order) and merges each group.
 void kvstore_actor::enqueue_push(const std::vector<kvstore::key>& keys, const std::vector<slice_ref>& values,
                   const std::shared_ptr<work_status>& status) {
-  std::vector<std::pair<kvstore::key, std::vector<slice_ref>>> groups;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    auto it = std::find_if(groups.begin(), groups.end(), [&](const auto& g) { return g.first == keys[i]; });
-    if (it == groups.end()) groups.emplace_back(keys[i], std::vector<slice_ref>{values[i]});
-    else it->second.push_back(values[i]);
-  }
+  auto groups = group_by_key(keys, values);
   for (auto& [key, group] : groups) {
     key_state& state = keys_.at(key);
     for (const auto& v : group) stream_.wait(v.t.ready_event());
@@ -216,20 +211,29 @@ std::string stream_failure(std::exception_ptr e) {
   }
 }
 
-void kvstore_actor::reply_when_done(response_promise<unit_t> promise, std::shared_ptr<work_status> status) {
-  stream_.on_complete([promise, status](std::exception_ptr e) mutable {
+namespace {
+/// Answers `promise` with `value` once the work enqueued on `s` so far has completed, or with
+/// the failure of the stream or of the request's work items.
+template <class T>
+void deliver_when_done(stream& s, response_promise<T> promise, T value, std::shared_ptr<work_status> status) {
+  s.on_complete([promise, value = std::move(value), status](std::exception_ptr e) mutable {
     if (e) promise.deliver(error(errc::runtime_failure, "kvstore: device work failed: " + stream_failure(e)));
     else if (status && status->failed()) promise.deliver(error(errc::runtime_failure, status->failure()));
-    else promise.deliver(unit);
+    else promise.deliver(std::move(value));
   });
 }
+}  // namespace
+
+void kvstore_actor::reply_when_done(response_promise<unit_t> promise, std::shared_ptr<work_status> status) {
+  deliver_when_done(stream_, std::move(promise), unit, std::move(status));
+}
 void kvstore_actor::reply_when_done(response_promise<std::vector<tensor>> promise, std::vector<tensor> outs,
-                     std::shared_ptr<work_status> status) {
-  stream_.on_complete([promise, outs = std::move(outs), status](std::exception_ptr e) mutable {
-    if (e) promise.deliver(error(errc::runtime_failure, "kvstore: device work failed: " + stream_failure(e)));
-    else if (status && status->failed()) promise.deliver(error(errc::runtime_failure, status->failure()));
-    else promise.deliver(std::move(outs));
-  });
+                                    std::shared_ptr<work_status> status) {
+  deliver_when_done(stream_, std::move(promise), std::move(outs), std::move(status));
+}
+void kvstore_actor::reply_when_done(response_promise<std::vector<std::uint64_t>> promise,
+                                    std::vector<std::uint64_t> versions, std::shared_ptr<work_status> status) {
+  deliver_when_done(stream_, std::move(promise), std::move(versions), std::move(status));
 }
 
 }  // namespace strata::kvstore::internal

@@ -2,6 +2,7 @@
 
 #include "strata/device/shape.hpp"
 
+#include <set>
 #include <sstream>
 
 namespace strata::kvstore {
@@ -64,13 +65,13 @@ expected<void> check_init(const kvstore::init& m, std::optional<bool>& int_keys,
                           const store_place& place) {
   if (auto r = check_pairs("init", "value", m.keys.size(), m.values.size()); !r) return r;
   std::optional<bool> kind = int_keys;
+  std::set<kvstore::key> seen;  // not a scan of the earlier keys: that is quadratic in the key count
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
     const auto& key = m.keys[i];
     if (auto r = check_kind("init", key, kind); !r) return r;
     kind = key.is_int();
     if (shape_of(key)) return bad("kvstore init: key " + key.to_string() + " already exists.");
-    for (std::size_t j = 0; j < i; ++j)
-      if (m.keys[j] == key) return bad("kvstore init: key " + key.to_string() + " is given twice.");
+    if (!seen.insert(key).second) return bad("kvstore init: key " + key.to_string() + " is given twice.");
     if (auto r = check_tensor("init", "value", key, m.values[i], nullptr, place); !r) return r;
   }
   int_keys = kind;

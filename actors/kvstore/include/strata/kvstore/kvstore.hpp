@@ -79,7 +79,9 @@ struct options {
   std::string name = "kvstore";
   /// Store actors the keys are spread over (>= 1). With more than one, `kvstore::spawn` returns a
   /// router actor that takes the same messages, validates each request whole, and forwards the
-  /// parts to its shards, which merge in parallel; results equal those of one store.
+  /// parts to its shards, which merge in parallel; results equal those of one store, also when
+  /// one tensor serves several keys of a request or several requests (the router orders the
+  /// shards' accesses to it as one store would).
   std::size_t shards = 1;
   /// Sharded stores only: a key whose value has more bytes than this is split into contiguous
   /// slices of about equal size (each at most `chunk_bytes`), each slice a key of its own on
@@ -109,8 +111,9 @@ struct push {
   std::vector<kvstore::key> keys;
   std::vector<tensor> values;
   /// Requests waiting for a busy store are served highest priority first (equal priorities in
-  /// arrival order). A request never overtakes an earlier one of the same sender that names one
-  /// of its keys (it lends that one its priority instead), so a sender's pull sees its push.
+  /// arrival order). A request never overtakes an earlier one that uses one of its tensors (of
+  /// any sender: MXNet's issue order per array), nor an earlier one of the same sender that names
+  /// one of its keys (it lends that one its priority instead), so a sender's pull sees its push.
   int priority = 0;
 };
 /// Copies the value of `keys[i]` into `outs[i]` (a key may repeat, outputs may live on several
@@ -123,7 +126,9 @@ struct pull {
   int priority = 0;  ///< As `kvstore::push::priority`.
 };
 /// A push followed by a pull, as one message (one round trip). The pull's `min_version` is
-/// ignored: it sees the push. Reply as pull.
+/// ignored: it sees the push. In synchronous mode the pull of a key this request pushes waits for
+/// the version the push contributes to and answers with that merged, updated value (MXNet's
+/// dist_sync pushpull), so every contributor of a round gets the same value. Reply as pull.
 struct pushpull {
   kvstore::push push;
   kvstore::pull pull;
@@ -142,6 +147,10 @@ struct set_optimizer {
 struct version {
   kvstore::key key;
 };
+
+/// MXNet's name of the store's type: "local" (merges on the host) or "device" (merges on
+/// `options::merge_device` or on the `shard_devices`). Reply: `std::string`.
+struct store_type {};
 
 /// Writes every key's value, version and optimizer state to `path`, after the work queued before
 /// it: atomically (a temporary file beside it, fsync, rename), so `path` holds either the old or
@@ -232,6 +241,16 @@ public:
   done save(std::string path);
   done load(std::string path);
 
+  /// MXNet's `rank`: this worker's rank among the store's workers, 0 (one process is one worker).
+  int rank() const noexcept { return 0; }
+  /// MXNet's `num_workers`: the workers that share the store, 1 in one process.
+  int num_workers() const noexcept { return 1; }
+  /// MXNet's `barrier`: answered once every call made through this client before it has been
+  /// answered (with one worker there is no other worker to wait for). Never fails.
+  done barrier();
+  /// MXNet's `type`: "local" or "device" (`kvstore::store_type`).
+  std::future<expected<std::string>> type();
+
 private:
   template <class R, class M>
   std::future<expected<R>> call(M msg);
@@ -251,6 +270,10 @@ struct call {
 };
 /// Asks a session actor to stop once its calls in flight are answered.
 struct session_close {};
+/// Asks a session actor to set `promise` once the calls it took before have been answered.
+struct session_barrier {
+  std::shared_ptr<std::promise<expected<unit_t>>> promise;
+};
 }  // namespace detail
 
 template <class R, class M>
