@@ -59,7 +59,26 @@ struct trainer_options {
   std::size_t steps = 300;         ///< total steps, unless epochs_given
   std::size_t epochs = 0;          ///< total passes over the training text, when epochs_given
   bool epochs_given = false;
-  double lr = 1.0, clip = 5.0;
+  /// Learning rate (a schedule's base rate); unset: 2e-3 for adam and adamw, 1 for the SGD kinds.
+  std::optional<double> lr;
+  double clip = 5.0;
+  /// The update rule the KVStore applies: sgd, momentum, nesterov, adam or adamw (docs/lstm_lm.md
+  /// explains the default).
+  std::string optimizer = "adam";
+  double momentum = 0.9;           ///< momentum, nesterov
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  ///< adam, adamw
+  double weight_decay = 0.0;
+  /// Residual connections from the third layer on (lm::config::residual).
+  bool residual = true;
+  /// Learning-rate schedule: constant, step (times lr_decay every lr_step_size steps), cosine
+  /// (to 0 at the last step) or plateau (times lr_decay when a validation has not improved on the
+  /// best for more than `patience` validations); each after a linear warmup of warmup_steps.
+  std::string lr_schedule = "constant";
+  std::size_t warmup_steps = 0;
+  double lr_decay = 0.5;           ///< step, plateau: the factor, in (0, 1)
+  std::size_t lr_step_size = 100;  ///< step: steps between decays
+  std::size_t patience = 0;        ///< plateau: validations without improvement tolerated
+  std::size_t val_every = 0;       ///< also validate every N steps (0: at epoch ends and the end)
   std::uint64_t seed = 1;
   double val_fraction = 0.05;      ///< held-out tail of the corpus, in (0, 0.5)
   std::size_t val_tokens = 20000;  ///< validation predictions at most (0: all)
@@ -80,6 +99,21 @@ struct trainer_options {
   std::size_t crash_after_step = 0;    ///< testing: SIGKILL the process after this step
   std::size_t fault_at_step = 0;       ///< testing: a device fault in the last stage during this step
 };
+
+/// A learning-rate schedule (trainer_options' lr_schedule, warmup_steps, lr_decay, lr_step_size).
+struct lr_schedule {
+  std::string kind = "constant";  ///< constant, step, cosine, plateau
+  double base = 1e-3;             ///< the rate after warmup (cosine: at its start)
+  std::size_t warmup_steps = 0;   ///< linear warmup: step k < warmup_steps runs at base * (k+1) / warmup_steps
+  double decay = 0.5;             ///< step: factor per lr_step_size steps
+  std::size_t step_size = 100;
+  std::size_t total_steps = 1;    ///< cosine reaches 0 after the last
+};
+
+/// The rate of step `step` (0-based: the step about to run). `plateau_scale` is the factor a
+/// plateau schedule's decays have reached (1 for the others).
+/// 	hrows std::invalid_argument for an unknown kind.
+double scheduled_lr(const lr_schedule& schedule, std::size_t step, double plateau_scale = 1.0);
 
 /// What the run is about to do, once everything is checked and before the first step.
 struct training_setup {
@@ -108,6 +142,7 @@ struct step_progress {
   double loss = 0, grad_norm = 0, step_ms = 0, tokens_per_s = 0;
   double bubble = 0;                ///< the step's measured bubble
   double eta_s = 0;                 ///< time left at this run's rate so far
+  double lr = 0;                    ///< the learning rate the step applied
 };
 
 /// Called as the run goes; any may be empty.
