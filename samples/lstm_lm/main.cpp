@@ -124,7 +124,8 @@ void print_setup(const lm::training_setup& s, const lm::trainer_options& o) {
             << "lstm_lm: optimizer " << lm::to_string(cfg.optimizer) << ", lr " << cfg.lr << " (" << o.lr_schedule
             << (o.warmup_steps ? " after " + std::to_string(o.warmup_steps) + " warmup steps" : std::string())
             << "), clip " << cfg.clip << ", residual connections "
-            << (cfg.residual ? (cfg.layers > 2 ? "from layer 3 on" : "on (no effect below 3 layers)") : "off") << "\n"
+            << (cfg.residual ? (cfg.layers > 2 ? "from layer 3 on" : "on (no effect below 3 layers)") : "off")
+            << (s.accumulate > 1 ? ", " + std::to_string(s.accumulate) + " windows accumulated per step" : std::string()) << "\n"
             << (s.auto_schedule ? "lstm_lm: schedule chosen by --schedule auto for " + s.devices + " (docs/lstm_lm.md)\n" : std::string())
             << "lstm_lm: plan (--partition " << o.partition << ", " << s.costs_note << "):\n"
             << s.placement.to_string() << "\n";
@@ -285,6 +286,9 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--patience", t.patience, "plateau schedule: validations without improvement before a decay")
       ->check(step_count)
+      ->capture_default_str();
+  train->add_option("--accumulate", t.accumulate, "sum the gradients of N consecutive windows per update (batch x N)")
+      ->check(whole_number(65536))
       ->capture_default_str();
   train->add_option("--val-every", t.val_every, "also validate every N steps (plateau decides at each validation)")
       ->check(step_count);

@@ -19,6 +19,7 @@
 #include "strata/actor_system.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/lm/checkpoint.hpp"
+#include "strata/lm/data.hpp"
 #include "strata/lm/inference.hpp"
 #include "strata/lm/pipeline.hpp"
 #include "strata/lm/trainer.hpp"
@@ -327,6 +328,54 @@ BOOST_AUTO_TEST_CASE(every_optimizer_stopped_and_resumed_equals_an_uninterrupted
   fs::remove_all(dir);
 }
 
+BOOST_AUTO_TEST_CASE(an_accumulated_step_applies_the_mean_gradient_of_its_consecutive_windows) {
+  const auto dir = fresh_dir("strata_accumulate_");
+  auto o = tiny(dir, 1);
+  o.optimizer = "sgd";
+  o.lr = 0.5;
+  o.clip = 1e9;  // never clips: the update is lr times the mean gradient
+  o.accumulate = 3;
+  o.checkpoint = (dir / "ck").string();
+  const auto r = lm::train(o);
+  BOOST_TEST(r.setup.accumulate == 3u);
+  auto ck = lm::load_checkpoint(o.checkpoint);
+  BOOST_REQUIRE(ck.has_value());
+
+  // The reference: one plain step per window from the same start, gradients averaged by hand.
+  const auto split = lm::split_text(lm::read_text_file(o.corpus), o.val_fraction);
+  const auto vocab = lm::vocabulary::build(lm::token_kind::chars, split.train);
+  const auto ids = vocab.encode(split.train);
+  BOOST_REQUIRE(ids.has_value());
+  lm::token_batches batches(*ids, o.batch, o.seq);
+  BOOST_TEST(r.setup.windows == batches.windows() / 3);
+  lm::lm_config c = lm::test::config_of(vocab.size(), o.embed, o.hidden, o.layers, o.seq, o.batch);
+  c.residual = true;
+  c.lr = 1.0;
+  c.clip = 1e9;
+  c.seed = o.seed;
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  lm::lm_pipeline pipe(sys, strata::make_devices("cpu:1"), c, strata::pipeline::schedule_kind::gpipe, {o.layers});
+  auto start = pipe.parameters();
+  BOOST_REQUIRE(start.has_value());
+  std::vector<std::vector<float>> expect;
+  for (const auto& p : *start) expect.push_back(p.values);
+  std::vector<std::int32_t> x, y;
+  for (std::size_t w = 0; w < 3; ++w) {
+    BOOST_REQUIRE(pipe.set_parameters(*start).has_value());
+    batches.window(w, x, y);
+    BOOST_REQUIRE(pipe.train_step(x, y).has_value());
+    auto after = pipe.parameters();
+    BOOST_REQUIRE(after.has_value());
+    for (std::size_t i = 0; i < expect.size(); ++i)
+      for (std::size_t k = 0; k < expect[i].size(); ++k)
+        expect[i][k] -= static_cast<float>(0.5 / 3 * (static_cast<double>((*start)[i].values[k]) - (*after)[i].values[k]));
+  }
+  BOOST_REQUIRE_EQUAL(ck->parameters.size(), expect.size());
+  for (std::size_t i = 0; i < expect.size(); ++i)
+    BOOST_TEST_CONTEXT(ck->parameters[i].name) { BOOST_TEST(lm::test::max_rel_diff(ck->parameters[i].values, expect[i]) <= 1e-5); }
+  fs::remove_all(dir);
+}
+
 BOOST_AUTO_TEST_CASE(bad_optimizer_and_schedule_settings_get_one_sentence_each) {
   const auto dir = fresh_dir("strata_optimizer_bad_");
   auto expect = [&](lm::trainer_options o, const std::string& words) {
@@ -357,6 +406,10 @@ BOOST_AUTO_TEST_CASE(bad_optimizer_and_schedule_settings_get_one_sentence_each) 
   o = tiny(dir, 2);
   o.lr_schedule = "linear";
   expect(o, "--lr-schedule 'linear' is not one of");
+  o = tiny(dir, 2);
+  o.accumulate = 2;
+  o.carry_state = true;
+  expect(o, "--carry-state needs --accumulate 1");
   fs::remove_all(dir);
 }
 

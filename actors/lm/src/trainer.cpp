@@ -193,14 +193,28 @@ training_result train(const trainer_options& o, const trainer_events& events) {
 
   std::vector<double> step_ms, bubbles, tokens_per_s;
   std::vector<std::vector<double>> fwd_ms(pipe.stages()), bwd_ms(pipe.stages());
-  std::vector<std::int32_t> x, y;
+  std::vector<std::int32_t> x, y, xj, yj;
   const double tokens_per_step = static_cast<double>(cfg.seq * cfg.batch);
   const auto started = std::chrono::steady_clock::now();
   std::optional<std::pair<eval_result, std::vector<named_parameter>>> last_val;
   std::size_t last_val_step = static_cast<std::size_t>(-1);
   signal_scope signals(o.handle_signals, o.program);
   for (std::size_t step = first_step; step < total_steps; ++step) {
-    run.batches->window(step % windows, x, y);
+    if (su.accumulate == 1) {
+      run.batches->window(step % windows, x, y);
+    } else {  // windows side by side: window j fills columns [j B, (j+1) B), micro-batch(es) of its own
+      const std::size_t B = o.batch, N = su.accumulate, T = cfg.seq;
+      x.assign(T * B * N, 0);
+      y.assign(T * B * N, 0);
+      for (std::size_t j = 0; j < N; ++j) {
+        run.batches->window((step % windows) * N + j, xj, yj);
+        for (std::size_t t = 0; t < T; ++t)
+          for (std::size_t b = 0; b < B; ++b) {
+            x[t * B * N + j * B + b] = xj[t * B + b];
+            y[t * B * N + j * B + b] = yj[t * B + b];
+          }
+      }
+    }
     if (o.carry_state && step % windows == 0 && step != first_step)  // the column streams start over
       if (auto r = pipe.reset_state(); !r) throw std::runtime_error(r.error().message());
     if (o.fault_at_step == step + 1) pipe.inject_device_fault(pipe.stages() - 1, 1);
@@ -297,6 +311,7 @@ training_result train(const trainer_options& o, const trainer_events& events) {
              {"lr", cfg.lr},
              {"lr_schedule", o.lr_schedule},
              {"residual", cfg.residual},
+             {"accumulate", su.accumulate},
              {"loss", result.loss},
              {"val_loss", result.validation.loss},
              {"val_ppl", std::exp(result.validation.loss)},

@@ -115,6 +115,9 @@ void check_options(const trainer_options& o) {
     throw input_error("--lr-schedule '" + o.lr_schedule + "' is not one of constant, step, cosine, plateau");
   if (!(o.lr_decay > 0 && o.lr_decay < 1)) throw input_error("--lr-decay must be a number in (0, 1)");
   if (o.lr_step_size == 0) throw input_error("--lr-step-size must be at least 1");
+  if (o.accumulate == 0) throw input_error("--accumulate must be at least 1");
+  if (o.accumulate > 1 && o.carry_state)
+    throw input_error("--carry-state needs --accumulate 1 (an accumulated step's windows are consecutive, not parallel column streams)");
   if (!(o.clip > 0) || !std::isfinite(o.clip)) throw input_error("--clip must be a positive number");
   if (!(o.val_fraction > 0 && o.val_fraction < 0.5)) throw input_error("--val-fraction must lie in (0, 0.5)");
 }
@@ -194,16 +197,20 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
   su.train_tokens = train_ids->size();
   su.validation_tokens = val_ids->size();
   run.validation_ids = std::move(*val_ids);
-  su.windows = run.batches->windows();
+  su.accumulate = o.accumulate;
+  su.windows = run.batches->windows() / o.accumulate;
+  if (su.windows == 0)
+    throw input_error("the corpus is too small: --accumulate " + std::to_string(o.accumulate) + " needs that many windows and it has " +
+                      std::to_string(run.batches->windows()));
 
   lm::config& cfg = su.model;
   cfg.vocab = run.vocab.size();
   cfg.embed = o.embed;
   cfg.layers = o.layers;
   cfg.hidden = o.hidden;
-  cfg.batch = o.batch;
+  cfg.batch = o.batch * o.accumulate;  // an accumulated step: one micro-batch (or more) per window
   cfg.seq = o.seq;
-  cfg.micro_batches = o.micro_batches ? o.micro_batches : default_micro_batches();
+  cfg.micro_batches = (o.micro_batches ? o.micro_batches : default_micro_batches()) * o.accumulate;
   cfg.chunks = chunks;
   cfg.optimizer = parse_optimizer(o.optimizer);
   const bool adam_kind = cfg.optimizer == optimizer_kind::adam || cfg.optimizer == optimizer_kind::adamw;

@@ -79,6 +79,11 @@ struct trainer_options {
   std::size_t lr_step_size = 100;  ///< step: steps between decays
   std::size_t patience = 0;        ///< plateau: validations without improvement tolerated
   std::size_t val_every = 0;       ///< also validate every N steps (0: at epoch ends and the end)
+  /// Gradient accumulation: each step reads `accumulate` consecutive windows and applies one
+  /// update with their gradients summed (the loss is their mean): an effective batch of
+  /// accumulate x batch columns, each window a micro-batch of the pipeline. Steps per epoch are
+  /// the windows / accumulate. Not with carry_state.
+  std::size_t accumulate = 1;
   std::uint64_t seed = 1;
   double val_fraction = 0.05;      ///< held-out tail of the corpus, in (0, 0.5)
   std::size_t val_tokens = 20000;  ///< validation predictions at most (0: all)
@@ -121,7 +126,8 @@ struct training_setup {
   std::size_t train_tokens = 0, validation_tokens = 0;
   token_kind tokens = token_kind::chars;
   lm::config model;                 ///< sizes and settings (vocab: the vocabulary's size)
-  std::size_t windows = 0;          ///< steps per epoch
+  std::size_t windows = 0;          ///< steps per epoch (windows / accumulate)
+  std::size_t accumulate = 1;       ///< windows per step (model.batch = accumulate x the batch)
   std::size_t first_step = 0;       ///< > 0 when resumed from the checkpoint
   bool resumed = false;
   std::size_t total_steps = 0;
