@@ -257,14 +257,23 @@ struct lm_pipeline::state {
     return {};
   }
 
-  /// A file name for one round trip of the store's state: in /dev/shm when it is there (memory).
-  static std::filesystem::path scratch_file() {
+  /// Saves the store's state (kvstore::save) to a scratch file and returns its name: in /dev/shm
+  /// (memory) when it is there and has room, else in the temporary directory.
+  static expected<std::filesystem::path> save_to_scratch(kvstore::client& client) {
     static std::atomic<std::uint64_t> count{0};
+    const std::string name = "strata-lm-" + std::to_string(::getpid()) + "-" + std::to_string(count.fetch_add(1)) + ".kvstore";
+    std::vector<std::filesystem::path> dirs;
     std::error_code ec;
-    std::filesystem::path dir = "/dev/shm";
-    if (!std::filesystem::is_directory(dir, ec) || ::access(dir.c_str(), W_OK) != 0)
-      dir = std::filesystem::temp_directory_path(ec);
-    return dir / ("strata-lm-" + std::to_string(::getpid()) + "-" + std::to_string(count.fetch_add(1)) + ".kvstore");
+    if (std::filesystem::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0) dirs.emplace_back("/dev/shm");
+    if (auto tmp = std::filesystem::temp_directory_path(ec); !ec) dirs.push_back(tmp);
+    error last(errc::runtime_failure, "no directory for the optimizer state's scratch file");
+    for (const auto& dir : dirs) {
+      auto r = client.save((dir / name).string()).get();
+      if (r) return dir / name;
+      last = r.error();
+      std::filesystem::remove(dir / name, ec);
+    }
+    return last;
   }
 
   /// Spawns a fresh kvstore holding the stages' current weights, with the optimizer at `lr`.
@@ -476,17 +485,17 @@ expected<void> lm_pipeline::set_learning_rate(double lr, std::chrono::millisecon
   kvstore::client client(*st.system, st.store, timeout);
   if (!st.stateful()) return st.set_rule(client);
   // set_optimizer starts the state afresh: keep it through a save and a load around it.
-  const auto file = state::scratch_file();
+  auto file = state::save_to_scratch(client);
+  if (!file) return file.error();
   struct remove_file {
     std::filesystem::path path;
     ~remove_file() {
       std::error_code ec;
       std::filesystem::remove(path, ec);
     }
-  } cleanup{file};
-  if (auto r = client.save(file.string()).get(); !r) return r.error();
+  } cleanup{*file};
   if (auto r = st.set_rule(client); !r) return r.error();
-  if (auto r = client.load(file.string()).get(); !r) return r.error();
+  if (auto r = client.load(file->string()).get(); !r) return r.error();
   return {};
 }
 
@@ -494,14 +503,15 @@ expected<std::string> lm_pipeline::optimizer_state(std::chrono::milliseconds tim
   auto ref = store();
   if (!ref) return ref.error();
   kvstore::client client(*state_->system, *ref, timeout);
-  const auto file = state::scratch_file();
-  if (auto r = client.save(file.string()).get(); !r) return r.error();
-  std::ifstream in(file, std::ios::binary);
+  auto file = state::save_to_scratch(client);
+  if (!file) return file.error();
+  std::ifstream in(*file, std::ios::binary);
   std::ostringstream bytes;
   bytes << in.rdbuf();
+  const bool read = static_cast<bool>(in);
   std::error_code ec;
-  std::filesystem::remove(file, ec);
-  if (!in) return error(errc::runtime_failure, "cannot read the store's state back from '" + file.string() + "'");
+  std::filesystem::remove(*file, ec);
+  if (!read) return error(errc::runtime_failure, "cannot read the store's state back from '" + file->string() + "'");
   return bytes.str();
 }
 
@@ -509,14 +519,17 @@ expected<void> lm_pipeline::set_optimizer_state(const std::string& bytes, std::c
   auto ref = store();
   if (!ref) return ref.error();
   kvstore::client client(*state_->system, *ref, timeout);
-  const auto file = state::scratch_file();
+  std::error_code ec;
+  auto dir = std::filesystem::temp_directory_path(ec);  // room for a file as large as a checkpoint's
+  if (ec) return error(errc::runtime_failure, "no temporary directory for the optimizer state: " + ec.message());
+  static std::atomic<std::uint64_t> loads{0};
+  const auto file = dir / ("strata-lm-" + std::to_string(::getpid()) + "-load-" + std::to_string(loads.fetch_add(1)) + ".kvstore");
   {
     std::ofstream out(file, std::ios::binary | std::ios::trunc);
     out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
     if (!out) return error(errc::runtime_failure, "cannot write the optimizer state to '" + file.string() + "'");
   }
   auto r = client.load(file.string()).get();
-  std::error_code ec;
   std::filesystem::remove(file, ec);
   if (!r) return r.error();
   return {};

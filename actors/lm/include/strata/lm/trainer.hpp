@@ -59,7 +59,8 @@ struct trainer_options {
   std::size_t steps = 300;         ///< total steps, unless epochs_given
   std::size_t epochs = 0;          ///< total passes over the training text, when epochs_given
   bool epochs_given = false;
-  /// Learning rate (a schedule's base rate); unset: 2e-3 for adam and adamw, 1 for the SGD kinds.
+  /// Learning rate (a schedule's base rate); unset: 2e-3 for adam and adamw, 0.1 for momentum
+  /// and nesterov, 1 for sgd.
   std::optional<double> lr;
   double clip = 5.0;
   /// The update rule the KVStore applies: sgd, momentum, nesterov, adam or adamw (docs/lstm_lm.md
