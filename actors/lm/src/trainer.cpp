@@ -249,7 +249,7 @@ training_result train(const trainer_options& o, const trainer_events& events) {
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const double eta = elapsed / static_cast<double>(done - first_step) * static_cast<double>(total_steps - done);
     if (events.on_step) events.on_step({done, total_steps, r->loss, r->grad_norm, r->step_ms, tps, bubble, eta, lr});
-    bool saved = true;
+    bool saved = false;
     const bool epoch_end = done % windows == 0;
     if (epoch_end || (o.val_every && done % o.val_every == 0 && done < total_steps)) {
       last_val = validate(done);
@@ -257,12 +257,14 @@ training_result train(const trainer_options& o, const trainer_events& events) {
       result.validation_losses.push_back({static_cast<double>(done), last_val->first.loss});
       if (events.on_validation) events.on_validation(done, epoch_end, last_val->first);
       on_plateau_check(last_val->first.loss);
-      if (epoch_end) save(done, &last_val->second);
-      else saved = false;
-    } else if (o.save_every && done % o.save_every == 0 && done < total_steps) {
+      if (epoch_end) {
+        save(done, &last_val->second);
+        saved = true;
+      }
+    }
+    if (!saved && o.save_every && done % o.save_every == 0 && done < total_steps) {
       save(done, nullptr);
-    } else {
-      saved = false;
+      saved = true;
     }
     if (o.crash_after_step && done == o.crash_after_step) std::raise(SIGKILL);
     if (stop_requested() && done < total_steps) {

@@ -56,7 +56,7 @@ struct trainer_options {
   bool chunks_given = false;       ///< false: the largest divisor of seq up to 8 for wavefront, else 1
   std::string schedule = "auto";   ///< auto, gpipe, 1f1b or wavefront
   std::string partition = "even";  ///< auto (measured), even, or ranges like 0-3,4-7
-  std::size_t steps = 300;         ///< total steps, unless epochs_given
+  std::size_t steps = 400;         ///< total steps, unless epochs_given (docs/lstm_lm.md: why 400)
   std::size_t epochs = 0;          ///< total passes over the training text, when epochs_given
   bool epochs_given = false;
   /// Learning rate (a schedule's base rate); unset: 2e-3 for adam and adamw, 0.1 for momentum
@@ -74,10 +74,10 @@ struct trainer_options {
   /// Learning-rate schedule: constant, step (times lr_decay every lr_step_size steps), cosine
   /// (to 0 at the last step) or plateau (times lr_decay when a validation has not improved on the
   /// best for more than `patience` validations); each after a linear warmup of warmup_steps.
-  std::string lr_schedule = "constant";
+  std::string lr_schedule = "step";
   std::size_t warmup_steps = 0;
   double lr_decay = 0.5;           ///< step, plateau: the factor, in (0, 1)
-  std::size_t lr_step_size = 100;  ///< step: steps between decays
+  std::size_t lr_step_size = 150;  ///< step: steps between decays
   std::size_t patience = 0;        ///< plateau: validations without improvement tolerated
   std::size_t val_every = 0;       ///< also validate every N steps (0: at epoch ends and the end)
   /// Gradient accumulation: each step reads `accumulate` consecutive windows and applies one
