@@ -121,6 +121,11 @@ void print_setup(const lm::training_setup& s, const lm::trainer_options& o) {
                           " per cpu device (--cpu-threads), " +
                           (s.own_cores ? "each stage on cores of its own\n" : "the stages sharing the cores\n")
                     : std::string())
+            << "lstm_lm: optimizer " << lm::to_string(cfg.optimizer) << ", lr " << cfg.lr << " (" << o.lr_schedule
+            << (o.warmup_steps ? " after " + std::to_string(o.warmup_steps) + " warmup steps" : std::string())
+            << "), clip " << cfg.clip << ", residual connections "
+            << (cfg.residual ? (cfg.layers > 2 ? "from layer 3 on" : "on (no effect below 3 layers)") : "off")
+            << (s.accumulate > 1 ? ", " + std::to_string(s.accumulate) + " windows accumulated per step" : std::string()) << "\n"
             << (s.auto_schedule ? "lstm_lm: schedule chosen by --schedule auto for " + s.devices + " (docs/lstm_lm.md)\n" : std::string())
             << "lstm_lm: plan (--partition " << o.partition << ", " << s.costs_note << "):\n"
             << s.placement.to_string() << "\n";
@@ -138,10 +143,11 @@ int run_train(lm::trainer_options o) {
                                     : std::string())
               << ", decoder " << ms_of(c.decoder) << " ms (forward + backward per micro-batch)\n";
   };
-  std::size_t windows = 1;
+  std::size_t windows = 1, total_steps = 0;
   ev.on_start = [&](const lm::training_setup& s) {
     print_setup(s, o);
     windows = s.windows;
+    total_steps = s.total_steps;
     bar.emplace(s.total_steps, s.first_step);
   };
   ev.on_step = [&](const lm::step_progress& p) { bar->update(p.step, p.loss, p.tokens_per_s, p.eta_s); };
@@ -153,6 +159,8 @@ int run_train(lm::trainer_options o) {
                                 std::to_string(v.tokens) + " tokens)";
     if (epoch_end) {
       bar->note("epoch " + std::to_string(step / windows) + ": " + figures);
+    } else if (step < total_steps) {  // --val-every
+      bar->note("step " + std::to_string(step) + ": " + figures);
     } else {
       bar->finish();
       std::cerr << figures << "\n";
@@ -257,7 +265,33 @@ int main(int argc, char** argv) {
   auto* steps = train->add_option("--steps", t.steps, "total training steps")->check(step_count)->capture_default_str();
   auto* epochs = train->add_option("--epochs", t.epochs, "total passes over the training text")->check(step_count);
   steps->excludes(epochs);
-  train->add_option("--lr", t.lr, "SGD learning rate")->capture_default_str();
+  double lr_value = 0;
+  auto* lr = train->add_option("--lr", lr_value, "learning rate (default: 0.002 for adam and adamw, 0.1 for momentum and nesterov, 1 for sgd)");
+  train->add_option("--optimizer", t.optimizer, "sgd, momentum, nesterov, adam or adamw (applied by the KVStore)")
+      ->capture_default_str();
+  train->add_option("--momentum", t.momentum, "momentum and nesterov: the momentum factor")->capture_default_str();
+  train->add_option("--beta1", t.beta1, "adam, adamw: beta1")->capture_default_str();
+  train->add_option("--beta2", t.beta2, "adam, adamw: beta2")->capture_default_str();
+  train->add_option("--eps", t.eps, "adam, adamw: eps")->capture_default_str();
+  train->add_option("--weight-decay", t.weight_decay, "L2 penalty (adamw: decoupled)")->capture_default_str();
+  train->add_flag("--residual,!--no-residual", t.residual,
+                  "residual connections from the third LSTM layer on (default on; --no-residual: the plain stack)");
+  train->add_option("--lr-schedule", t.lr_schedule, "constant, step, cosine or plateau")->capture_default_str();
+  train->add_option("--warmup-steps", t.warmup_steps, "linear learning-rate warmup over N steps")
+      ->check(step_count)
+      ->capture_default_str();
+  train->add_option("--lr-decay", t.lr_decay, "step and plateau schedules: the factor of a decay")->capture_default_str();
+  train->add_option("--lr-step-size", t.lr_step_size, "step schedule: steps between decays")
+      ->check(step_count)
+      ->capture_default_str();
+  train->add_option("--patience", t.patience, "plateau schedule: validations without improvement before a decay")
+      ->check(step_count)
+      ->capture_default_str();
+  train->add_option("--accumulate", t.accumulate, "sum the gradients of N consecutive windows per update (batch x N)")
+      ->check(whole_number(65536))
+      ->capture_default_str();
+  train->add_option("--val-every", t.val_every, "also validate every N steps (plateau decides at each validation)")
+      ->check(step_count);
   train->add_option("--clip", t.clip, "global gradient-norm clip")->capture_default_str();
   train->add_option("--seed", t.seed, "initialisation seed")->check(any_u64)->capture_default_str();
   train->add_option("--val-fraction", t.val_fraction, "held-out tail of the corpus")->capture_default_str();
@@ -313,6 +347,7 @@ int main(int argc, char** argv) {
     return 2;
   }
   t.epochs_given = epochs->count() > 0;
+  if (lr->count() > 0) t.lr = lr_value;
   t.chunks_given = chunks->count() > 0;
   t.vocab_size_given = vocab_size->count() > 0;
   // Each cpu device is a oneTBB arena and the kernels split large GEMMs into tasks inside it;

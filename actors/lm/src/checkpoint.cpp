@@ -9,6 +9,7 @@
 #include <algorithm>
 #include <bit>
 #include <cerrno>
+#include <cmath>
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
@@ -76,6 +77,9 @@ std::string hex64(std::uint64_t v) {
 /// The files config.json commits, with their size and checksum; each has a previous generation
 /// DIR/.prev-<name> while a save replaces it (see save_checkpoint).
 constexpr const char* data_files[] = {"model.safetensors", "vocab.json", "optimizer.json"};
+/// The store's optimizer state (a kvstore::save file), present when the optimizer keeps state.
+constexpr const char* state_file = "optimizer.kvstore";
+constexpr const char* all_files[] = {"model.safetensors", "vocab.json", "optimizer.json", "optimizer.kvstore"};
 
 /// True if `bytes` are the size and FNV-1a hash that config.json records for the file `name`.
 bool matches_record(const json& cfg, const std::string& name, const std::string& bytes) {
@@ -90,7 +94,11 @@ bool matches_record(const json& cfg, const std::string& name, const std::string&
 /// The keys config.json may hold; any other is refused on load rather than ignored.
 constexpr const char* config_keys[] = {"format", "version", "layers", "hidden", "embed", "vocab", "tokens",
                                        "seq", "batch", "micro_batches", "chunks", "lr", "clip", "seed",
-                                       "step", "epoch", "windows_per_epoch", "corpus", "files"};
+                                       "step", "epoch", "windows_per_epoch", "corpus", "files",
+                                       // optional (absent from checkpoints older than the optimizers)
+                                       "optimizer", "momentum", "beta1", "beta2", "eps", "weight_decay",
+                                       "residual", "lr_schedule", "warmup_steps", "lr_scale", "best_val_loss",
+                                       "stale_validations"};
 
 /// Strict reads of config.json fields: a missing key, a negative, fractional or non-numeric count,
 /// or a string of the wrong type throws std::invalid_argument with a short phrase.
@@ -213,31 +221,45 @@ error save_checkpoint(const std::string& dir_name, const checkpoint& ck) {
     return fail(std::string("cannot save the checkpoint: ") + e.what());
   }
   const std::string vocab = ck.vocab.to_json();
-  nlohmann::ordered_json opt = {{"optimizer", "sgd"}, {"lr", ck.config.lr}, {"momentum", 0.0},
-                                {"clip", ck.config.clip}, {"step", ck.step},
-                                {"note", "plain SGD keeps no per-parameter state"}};
-  const std::string optimizer = opt.dump(1) + "\n";
   const auto& c = ck.config;
+  const bool sgd_family = c.optimizer != optimizer_kind::adam && c.optimizer != optimizer_kind::adamw;
+  nlohmann::ordered_json opt = {{"optimizer", to_string(c.optimizer)}, {"lr", c.lr},
+                                {"momentum", c.optimizer == optimizer_kind::sgd || !sgd_family ? 0.0 : c.momentum}};
+  if (!sgd_family) opt.update({{"beta1", c.beta1}, {"beta2", c.beta2}, {"eps", c.eps}});
+  opt.update({{"weight_decay", c.weight_decay}, {"clip", c.clip}, {"step", ck.step}, {"lr_schedule", ck.schedule.kind},
+              {"lr_scale", ck.schedule.lr_scale}});
+  opt["note"] = ck.optimizer_state.empty() ? "plain SGD keeps no per-parameter state"
+                                           : "per-parameter state in optimizer.kvstore (a strata kvstore checkpoint)";
+  const std::string optimizer = opt.dump(1) + "\n";
   nlohmann::ordered_json cfg = {
       {"format", format_name}, {"version", format_version},
       {"layers", c.layers}, {"hidden", c.hidden}, {"embed", c.embed}, {"vocab", c.vocab},
       {"tokens", to_string(ck.tokens)}, {"seq", c.seq}, {"batch", c.batch},
       {"micro_batches", c.micro_batches}, {"chunks", c.chunks}, {"lr", c.lr}, {"clip", c.clip}, {"seed", c.seed},
       {"step", ck.step}, {"epoch", ck.epoch}, {"windows_per_epoch", ck.windows_per_epoch}, {"corpus", ck.corpus},
+      {"optimizer", to_string(c.optimizer)}, {"momentum", c.momentum}, {"beta1", c.beta1}, {"beta2", c.beta2},
+      {"eps", c.eps}, {"weight_decay", c.weight_decay}, {"residual", c.residual},
+      {"lr_schedule", ck.schedule.kind}, {"warmup_steps", ck.schedule.warmup_steps}, {"lr_scale", ck.schedule.lr_scale},
+      {"best_val_loss", std::isfinite(ck.schedule.best_val_loss) ? nlohmann::ordered_json(ck.schedule.best_val_loss) : nlohmann::ordered_json(nullptr)},
+      {"stale_validations", ck.schedule.stale_validations},
       {"files", {{"model.safetensors", {{"bytes", model.size()}, {"fnv1a64", hex64(strata::fnv1a64(model))}}},
                  {"vocab.json", {{"bytes", vocab.size()}, {"fnv1a64", hex64(strata::fnv1a64(vocab))}}},
                  {"optimizer.json", {{"bytes", optimizer.size()}, {"fnv1a64", hex64(strata::fnv1a64(optimizer))}}}}}};
-  const std::map<std::string, const std::string*> bytes_of = {
+  std::map<std::string, const std::string*> bytes_of = {
       {"model.safetensors", &model}, {"vocab.json", &vocab}, {"optimizer.json", &optimizer}};
-  for (const char* name : data_files)
-    if (auto e = write_temporary(dir, name, *bytes_of.at(name)); e) return e;
+  if (!ck.optimizer_state.empty()) {
+    bytes_of[state_file] = &ck.optimizer_state;
+    cfg["files"][state_file] = {{"bytes", ck.optimizer_state.size()}, {"fnv1a64", hex64(strata::fnv1a64(ck.optimizer_state))}};
+  }
+  for (const auto& [name, bytes] : bytes_of)
+    if (auto e = write_temporary(dir, name, *bytes); e) return e;
   // Until the new config.json lands, the committed one must stay loadable: each file it records
   // keeps a copy of that generation as .prev-<name> (a hard link, or a copy where links fail),
   // which load_checkpoint falls back to. A file that no longer matches it was replaced by an
   // earlier interrupted save, and its .prev- copy is the committed one already.
   if (auto committed = read_file(dir / "config.json", dir_name)) {
     const json old_cfg = json::parse(*committed, nullptr, false);
-    for (const char* name : data_files) {
+    for (const char* name : all_files) {
       auto current = read_file(dir / name, dir_name);
       if (!current || !matches_record(old_cfg, name, *current)) continue;
       const fs::path staged = dir / (".tmp-prev-" + std::string(name)), prev = dir / (".prev-" + std::string(name));
@@ -250,12 +272,13 @@ error save_checkpoint(const std::string& dir_name, const checkpoint& ck) {
     }
     sync_directory(dir);
   }
-  for (const char* name : data_files)
+  for (const auto& [name, bytes] : bytes_of)
     if (auto e = commit_temporary(dir, name); e) return e;
   sync_directory(dir);
   if (auto e = write_atomically(dir, "config.json", cfg.dump(1) + "\n"); e) return e;  // the commit marker
   sync_directory(dir);
-  for (const char* name : data_files) ::unlink((dir / (".prev-" + std::string(name))).c_str());
+  for (const char* name : all_files) ::unlink((dir / (".prev-" + std::string(name))).c_str());
+  if (ck.optimizer_state.empty()) ::unlink((dir / state_file).c_str());  // of an earlier optimizer
   return {};
 }
 
@@ -297,12 +320,30 @@ expected<checkpoint> load_checkpoint(const std::string& dir_name) {
     ck.epoch = config_count(cfg, "epoch");
     ck.windows_per_epoch = config_count(cfg, "windows_per_epoch");
     ck.corpus = cfg.contains("corpus") ? config_text(cfg, "corpus") : std::string();
+    if (cfg.contains("optimizer")) c.optimizer = parse_optimizer(config_text(cfg, "optimizer"));
+    if (cfg.contains("momentum")) c.momentum = config_number(cfg, "momentum");
+    if (cfg.contains("beta1")) c.beta1 = config_number(cfg, "beta1");
+    if (cfg.contains("beta2")) c.beta2 = config_number(cfg, "beta2");
+    if (cfg.contains("eps")) c.eps = config_number(cfg, "eps");
+    if (cfg.contains("weight_decay")) c.weight_decay = config_number(cfg, "weight_decay");
+    if (cfg.contains("residual")) {
+      if (!cfg["residual"].is_boolean()) throw std::invalid_argument("'residual' is not true or false");
+      c.residual = cfg["residual"].get<bool>();
+    }
+    if (cfg.contains("lr_schedule")) ck.schedule.kind = config_text(cfg, "lr_schedule");
+    if (cfg.contains("warmup_steps")) ck.schedule.warmup_steps = config_count(cfg, "warmup_steps");
+    if (cfg.contains("lr_scale")) ck.schedule.lr_scale = config_number(cfg, "lr_scale");
+    if (cfg.contains("best_val_loss") && !cfg["best_val_loss"].is_null())
+      ck.schedule.best_val_loss = config_number(cfg, "best_val_loss");
+    if (cfg.contains("stale_validations")) ck.schedule.stale_validations = config_count(cfg, "stale_validations");
     c.validate();
   } catch (const std::exception& e) {
     return fail(where + " has a config.json with a missing or bad field (" + e.what() + ")");
   }
   std::map<std::string, std::string> files;
-  for (const char* name : data_files) {
+  std::vector<std::string> names(std::begin(data_files), std::end(data_files));
+  if (cfg["files"].is_object() && cfg["files"].contains(state_file)) names.emplace_back(state_file);
+  for (const auto& name : names) {
     auto bytes = read_file(dir / name, dir_name);
     if (!bytes) return bytes.error();
     if (!matches_record(cfg, name, *bytes)) {
@@ -315,6 +356,7 @@ expected<checkpoint> load_checkpoint(const std::string& dir_name) {
     }
     files[name] = std::move(*bytes);
   }
+  if (files.count(state_file)) ck.optimizer_state = std::move(files[state_file]);
   auto vocab = vocabulary::from_json(ck.tokens, files["vocab.json"]);
   if (!vocab) return fail(where + ": " + vocab.error().message());
   ck.vocab = std::move(*vocab);
@@ -354,6 +396,8 @@ error check_compatible(const checkpoint& ck, const config& c, token_kind tokens)
   if (ck.config.vocab != c.vocab) return differ("vocabulary size", ck.config.vocab, c.vocab);
   if (ck.config.batch != c.batch) return differ("batch", ck.config.batch, c.batch);
   if (ck.config.seq != c.seq) return differ("seq", ck.config.seq, c.seq);
+  if (ck.config.residual != c.residual)
+    return differ("residual", ck.config.residual ? "on" : "off", c.residual ? "on" : "off");
   return {};
 }
 

@@ -26,6 +26,30 @@ void config::validate() const {
                                 std::to_string(chunks) + " chunks");
   if (!(lr >= 0) || !(clip > 0))
     throw std::invalid_argument("learning rate must be >= 0 and clip > 0");
+  if (!(momentum >= 0) || !std::isfinite(momentum)) throw std::invalid_argument("momentum must be a number >= 0");
+  if (!(weight_decay >= 0) || !std::isfinite(weight_decay))
+    throw std::invalid_argument("weight decay must be a number >= 0");
+  if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
+    throw std::invalid_argument("beta1 and beta2 must lie in [0, 1)");
+  if (!(eps > 0) || !std::isfinite(eps)) throw std::invalid_argument("eps must be a positive number");
+}
+
+const char* to_string(optimizer_kind kind) noexcept {
+  switch (kind) {
+    case optimizer_kind::sgd: return "sgd";
+    case optimizer_kind::momentum: return "momentum";
+    case optimizer_kind::nesterov: return "nesterov";
+    case optimizer_kind::adam: return "adam";
+    case optimizer_kind::adamw: return "adamw";
+  }
+  return "sgd";
+}
+
+optimizer_kind parse_optimizer(const std::string& name) {
+  for (auto k : {optimizer_kind::sgd, optimizer_kind::momentum, optimizer_kind::nesterov, optimizer_kind::adam,
+                 optimizer_kind::adamw})
+    if (name == to_string(k)) return k;
+  throw std::invalid_argument("optimizer '" + name + "' is not one of sgd, momentum, nesterov, adam, adamw");
 }
 
 std::vector<stage_span> make_spans(std::size_t layers, const std::vector<std::size_t>& counts) {

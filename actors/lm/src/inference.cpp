@@ -7,6 +7,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "strata/kernels/elementwise.hpp"
 #include "strata/kernels/embedding.hpp"
 #include "strata/kernels/gemm.hpp"
 #include "strata/kernels/linear_cross_entropy.hpp"
@@ -60,6 +61,7 @@ void model::forward(const std::int32_t* tokens, std::size_t steps, state& s, std
                          {x.data(), s.h[l].data(), s.c[l].data(), y.data(), h_out.data(), c_out.data(), reserve.data()});
     s.h[l].swap(h_out);
     s.c[l].swap(c_out);
+    if (config_.residual_layer(l)) k::cpu::axpy(y.size(), 1.f, x.data(), y.data());
     x.swap(y);
     in = H;
   }

@@ -62,6 +62,7 @@ struct host_ops {
   void scale(std::size_t n, float alpha, float* x) const { k::cpu::scale(n, alpha, x); }
   void fill(std::size_t n, float value, float* x) const { k::cpu::fill(n, value, x); }
   void copy(std::size_t n, const float* src, float* dst) const { std::copy_n(src, n, dst); }
+  void axpy(std::size_t n, float alpha, const float* x, float* y) const { k::cpu::axpy(n, alpha, x, y); }
   static std::size_t decoder_workspace(const k::linear_cross_entropy_dims& d, std::size_t block) {
     return k::linear_cross_entropy_workspace_size(d, block);
   }
@@ -102,6 +103,7 @@ struct gpu_ops {
   void scale(std::size_t n, float alpha, float* x) const { k::cuda::scale(ctx, n, alpha, x); }
   void fill(std::size_t n, float value, float* x) const { k::cuda::fill(ctx, n, value, x); }
   void copy(std::size_t n, const float* src, float* dst) const { k::cuda::copy(ctx, n, src, dst); }
+  void axpy(std::size_t n, float alpha, const float* x, float* y) const { k::cuda::axpy(ctx, n, alpha, x, y); }
   static std::size_t decoder_workspace(const k::linear_cross_entropy_dims& d, std::size_t block) {
     return k::cuda::linear_cross_entropy_device_workspace_size(d, block);
   }

@@ -1,11 +1,17 @@
 #include "strata/lm/pipeline.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <atomic>
 #include <cmath>
+#include <filesystem>
+#include <fstream>
 #include <map>
+#include <sstream>
 #include <stdexcept>
 #include <thread>
+#include <variant>
 
 #include "stage.hpp"
 #include "strata/kvstore/kvstore.hpp"
@@ -32,7 +38,7 @@ struct stage_clock {
 
 /// The LSTM LM's stage as a pipeline::stage_model: lm_stage's math on the stage's stream; the step
 /// boundary reports (sum of squared gradients, summed loss) for the global clip, then scales the
-/// gradients and pushpulls them through the kvstore, which applies SGD and holds the master copy.
+/// gradients and pushpulls them through the kvstore, which applies the optimizer and holds the master copy.
 class lstm_stage_model {
 public:
   using exchange_reply = std::vector<tensor>;
@@ -65,7 +71,7 @@ public:
   std::vector<double> report() const { return {stage_->sq_norm(), stage_->loss_sum()}; }
 
   /// Scales by the clip coefficient / count (args[0]), then pushes the gradients to the kvstore
-  /// (which applies SGD) and pulls the updated weights into this stage's parameters.
+  /// (which applies the optimizer) and pulls the updated weights into this stage's parameters.
   kvstore::pushpull exchange(const std::vector<double>& args, stream& s) {
     s.launch(stage_->scale_work(args.at(0)));
     event ready = s.record();
@@ -105,10 +111,11 @@ struct lm_pipeline::state {
   std::vector<std::size_t> generations;  // per stage: actor instances when it last (re)started
   std::vector<std::shared_ptr<stage_clock>> clocks;
   pipeline::pipeline_actors actors;
-  actor_ref store;         // holds the master weights and applies SGD
+  actor_ref store;         // holds the master weights and applies the optimizer
   device store_device;     // where it merges (empty: default)
   std::shared_ptr<stage_clock> store_clock;
   bool store_stale = true; // (re)build the store before the next step
+  double lr = 0;           // the rate the store applies (a schedule changes it)
   bool copy_activations = false;
   bool failed = false;     // the last step failed: restart the stages before the next one
   errc failure = errc::runtime_failure;
@@ -224,7 +231,52 @@ struct lm_pipeline::state {
     return out;
   }
 
-  /// Spawns a fresh kvstore holding the stages' current weights, with SGD(lr).
+  /// Whether the optimizer keeps per-parameter state in the store.
+  bool stateful() const noexcept { return config.optimizer != optimizer_kind::sgd; }
+
+  /// Installs config's optimizer with rate `lr` as the store's update rule.
+  expected<void> set_rule(kvstore::client& client) const {
+    const auto kind = config.optimizer;
+    if (kind == optimizer_kind::adam || kind == optimizer_kind::adamw) {
+      kernels::adam_options a;
+      a.lr = lr;
+      a.beta1 = config.beta1;
+      a.beta2 = config.beta2;
+      a.eps = config.eps;
+      a.weight_decay = config.weight_decay;
+      a.decoupled_weight_decay = kind == optimizer_kind::adamw;
+      if (auto r = client.set_optimizer(a).get(); !r) return r.error();
+      return {};
+    }
+    kernels::sgd_options o;
+    o.lr = lr;
+    o.weight_decay = config.weight_decay;
+    o.momentum = kind == optimizer_kind::sgd ? 0.0 : config.momentum;
+    o.nesterov = kind == optimizer_kind::nesterov;
+    if (auto r = client.set_optimizer(o).get(); !r) return r.error();
+    return {};
+  }
+
+  /// Saves the store's state (kvstore::save) to a scratch file and returns its name: in /dev/shm
+  /// (memory) when it is there and has room, else in the temporary directory.
+  static expected<std::filesystem::path> save_to_scratch(kvstore::client& client) {
+    static std::atomic<std::uint64_t> count{0};
+    const std::string name = "strata-lm-" + std::to_string(::getpid()) + "-" + std::to_string(count.fetch_add(1)) + ".kvstore";
+    std::vector<std::filesystem::path> dirs;
+    std::error_code ec;
+    if (std::filesystem::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0) dirs.emplace_back("/dev/shm");
+    if (auto tmp = std::filesystem::temp_directory_path(ec); !ec) dirs.push_back(tmp);
+    error last(errc::runtime_failure, "no directory for the optimizer state's scratch file");
+    for (const auto& dir : dirs) {
+      auto r = client.save((dir / name).string()).get();
+      if (r) return dir / name;
+      last = r.error();
+      std::filesystem::remove(dir / name, ec);
+    }
+    return last;
+  }
+
+  /// Spawns a fresh kvstore holding the stages' current weights, with the optimizer at `lr`.
   expected<void> rebuild_store() {
     if (store) system->stop(store);
     kvstore::options opts;
@@ -238,9 +290,7 @@ struct lm_pipeline::state {
     }
     store = kvstore::spawn(*system, opts);
     kvstore::client client(*system, store);
-    kernels::sgd_options sgd;
-    sgd.lr = config.lr;
-    if (auto r = client.set_optimizer(sgd).get(); !r) return r.error();
+    if (auto r = set_rule(client); !r) return r.error();
     auto [keys, values] = parameter_tensors();
     if (auto r = client.init(std::move(keys), std::move(values)).get(); !r) return r.error();
     for (auto& c : contexts) c->set_store(store);
@@ -338,6 +388,7 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
     });
   }
   st.copy_activations = options.copy_activations;
+  st.lr = config.lr;
   st.spawn_actors();
 }
 
@@ -420,6 +471,69 @@ expected<actor_ref> lm_pipeline::store() {
 }
 
 std::size_t lm_pipeline::restarts() const noexcept { return state_->restarts; }
+
+double lm_pipeline::learning_rate() const noexcept { return state_->lr; }
+
+expected<void> lm_pipeline::set_learning_rate(double lr, std::chrono::milliseconds timeout) {
+  if (!(lr >= 0) || !std::isfinite(lr)) return error(errc::invalid_argument, "a learning rate must be a number >= 0");
+  auto& st = *state_;
+  if (lr == st.lr) return {};
+  if (st.failed)
+    if (auto r = st.restart(); !r) return r.error();
+  st.lr = lr;
+  if (st.store_stale) return {};  // the store built before the next step takes the new rate
+  kvstore::client client(*st.system, st.store, timeout);
+  if (!st.stateful()) return st.set_rule(client);
+  // set_optimizer starts the state afresh: keep it through a save and a load around it.
+  auto file = state::save_to_scratch(client);
+  if (!file) return file.error();
+  struct remove_file {
+    std::filesystem::path path;
+    ~remove_file() {
+      std::error_code ec;
+      std::filesystem::remove(path, ec);
+    }
+  } cleanup{*file};
+  if (auto r = st.set_rule(client); !r) return r.error();
+  if (auto r = client.load(file->string()).get(); !r) return r.error();
+  return {};
+}
+
+expected<std::string> lm_pipeline::optimizer_state(std::chrono::milliseconds timeout) {
+  auto ref = store();
+  if (!ref) return ref.error();
+  kvstore::client client(*state_->system, *ref, timeout);
+  auto file = state::save_to_scratch(client);
+  if (!file) return file.error();
+  std::ifstream in(*file, std::ios::binary);
+  std::ostringstream bytes;
+  bytes << in.rdbuf();
+  const bool read = static_cast<bool>(in);
+  std::error_code ec;
+  std::filesystem::remove(*file, ec);
+  if (!read) return error(errc::runtime_failure, "cannot read the store's state back from '" + file->string() + "'");
+  return bytes.str();
+}
+
+expected<void> lm_pipeline::set_optimizer_state(const std::string& bytes, std::chrono::milliseconds timeout) {
+  auto ref = store();
+  if (!ref) return ref.error();
+  kvstore::client client(*state_->system, *ref, timeout);
+  std::error_code ec;
+  auto dir = std::filesystem::temp_directory_path(ec);  // room for a file as large as a checkpoint's
+  if (ec) return error(errc::runtime_failure, "no temporary directory for the optimizer state: " + ec.message());
+  static std::atomic<std::uint64_t> loads{0};
+  const auto file = dir / ("strata-lm-" + std::to_string(::getpid()) + "-load-" + std::to_string(loads.fetch_add(1)) + ".kvstore");
+  {
+    std::ofstream out(file, std::ios::binary | std::ios::trunc);
+    out.write(bytes.data(), static_cast<std::streamsize>(bytes.size()));
+    if (!out) return error(errc::runtime_failure, "cannot write the optimizer state to '" + file.string() + "'");
+  }
+  auto r = client.load(file.string()).get();
+  std::filesystem::remove(file, ec);
+  if (!r) return r.error();
+  return {};
+}
 
 expected<void> lm_pipeline::reset_state(std::chrono::milliseconds timeout) {
   if (state_->failed)

@@ -198,6 +198,8 @@ void lm_stage::forward_math(const Ops& ops, std::size_t mb, std::size_t chunk) {
     ops.lstm_forward({tc_, bm_, layer_input(l), H},
                      {fp(values_[p]), fp(values_[p + 1]), fp(values_[p + 2]), fp(values_[p + 3])},
                      {x, h_in, c_in, fp(y_[u][kl]), fp(h_[u][kl]), fp(c_[u][kl]), fp(reserve_[u][kl])});
+    // The LSTM's backward reads its reserve, not y, so the sum may overwrite y.
+    if (config_.residual_layer(l)) ops.axpy(tc_ * bm_ * H, 1.f, x, fp(y_[u][kl]));
     x = fp(y_[u][kl]);
   }
   if (span_.decoder) {
@@ -226,6 +228,7 @@ void lm_stage::backward_math(const Ops& ops, std::size_t mb, std::size_t chunk) 
                        last_chunk ? nullptr : fp(carry[2 + read]), dx, chunk == 0 ? nullptr : fp(carry[write]),
                        chunk == 0 ? nullptr : fp(carry[2 + write]), fp(workspace_)},
                       {fp(grads_[p]), fp(grads_[p + 1]), fp(grads_[p + 2]), fp(grads_[p + 3])});
+    if (config_.residual_layer(l)) ops.axpy(tc_ * bm_ * H, 1.f, dy, dx);  // the skip's gradient
     dy = dx;
   }
   if (span_.embedding)

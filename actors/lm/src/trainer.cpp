@@ -93,6 +93,20 @@ private:
 
 }  // namespace
 
+double scheduled_lr(const lr_schedule& s, std::size_t step, double plateau_scale) {
+  const double k = static_cast<double>(step);
+  if (step < s.warmup_steps) return s.base * plateau_scale * (k + 1) / static_cast<double>(s.warmup_steps);
+  const double after = k - static_cast<double>(s.warmup_steps);
+  if (s.kind == "constant") return s.base;
+  if (s.kind == "plateau") return s.base * plateau_scale;
+  if (s.kind == "step") return s.base * std::pow(s.decay, std::floor(after / static_cast<double>(std::max<std::size_t>(1, s.step_size))));
+  if (s.kind == "cosine") {
+    const double span = static_cast<double>(s.total_steps > s.warmup_steps ? s.total_steps - s.warmup_steps : 1);
+    return s.base * 0.5 * (1 + std::cos(std::acos(-1.0) * std::min(after / span, 1.0)));
+  }
+  throw std::invalid_argument("learning-rate schedule '" + s.kind + "' is not one of constant, step, cosine, plateau");
+}
+
 training_result train(const trainer_options& o, const trainer_events& events) {
   auto run = detail::prepare_run(o, events);
   training_result result;
@@ -111,9 +125,36 @@ training_result train(const trainer_options& o, const trainer_events& events) {
   auto pipe_owner = std::make_unique<lm_pipeline>(system, std::move(run.devices), cfg, su.schedule, su.layer_counts,
                                                   lm_pipeline_options{.carry_state = o.carry_state});
   lm_pipeline& pipe = *pipe_owner;
+  // The schedule; a plateau's position comes back with a resume of the same schedule.
+  const lr_schedule schedule{o.lr_schedule, cfg.lr, o.warmup_steps, o.lr_decay, o.lr_step_size, total_steps};
+  schedule_record plateau;
+  plateau.kind = o.lr_schedule;
+  plateau.warmup_steps = o.warmup_steps;
   if (run.resume) {
     if (auto r = pipe.set_parameters(run.resume->parameters); !r) throw std::runtime_error(r.error().message());
+    // The optimizer's state continues when the checkpoint's optimizer is this run's; another
+    // optimizer starts afresh.
+    if (!run.resume->optimizer_state.empty() && run.resume->config.optimizer == cfg.optimizer)
+      if (auto r = pipe.set_optimizer_state(run.resume->optimizer_state); !r)
+        throw std::runtime_error("cannot restore the optimizer state of --checkpoint '" + o.checkpoint + "': " + r.error().message());
+    if (run.resume->schedule.kind == o.lr_schedule) {
+      plateau.lr_scale = run.resume->schedule.lr_scale;
+      plateau.best_val_loss = run.resume->schedule.best_val_loss;
+      plateau.stale_validations = run.resume->schedule.stale_validations;
+    }
   }
+  // A plateau schedule: after each validation, decay when it has not improved for long enough
+  // (improving = below the best by more than 1e-4 relative, as ReduceLROnPlateau's default).
+  auto on_plateau_check = [&](double val_loss) {
+    if (o.lr_schedule != "plateau" || !std::isfinite(val_loss)) return;
+    if (val_loss < plateau.best_val_loss * (1 - 1e-4)) {
+      plateau.best_val_loss = val_loss;
+      plateau.stale_validations = 0;
+    } else if (++plateau.stale_validations > o.patience) {
+      plateau.lr_scale *= o.lr_decay;
+      plateau.stale_validations = 0;
+    }
+  };
   run_log log(o.log, run.resume.has_value());
 
   auto validate = [&](std::size_t step) {
@@ -126,7 +167,12 @@ training_result train(const trainer_options& o, const trainer_events& events) {
   };
   auto save = [&](std::size_t step, const std::vector<named_parameter>* have) {
     if (o.checkpoint.empty()) return;
-    checkpoint ck{cfg, su.tokens, run.vocab, {}, step, step / windows, windows, su.source};
+    checkpoint ck{cfg, su.tokens, run.vocab, {}, step, step / windows, windows, su.source, {}, plateau};
+    if (cfg.optimizer != optimizer_kind::sgd) {
+      auto state = pipe.optimizer_state();
+      if (!state) throw std::runtime_error("cannot save the optimizer state: " + state.error().message());
+      ck.optimizer_state = std::move(*state);
+    }
     if (have) {
       ck.parameters = *have;
     } else {
@@ -147,17 +193,33 @@ training_result train(const trainer_options& o, const trainer_events& events) {
 
   std::vector<double> step_ms, bubbles, tokens_per_s;
   std::vector<std::vector<double>> fwd_ms(pipe.stages()), bwd_ms(pipe.stages());
-  std::vector<std::int32_t> x, y;
+  std::vector<std::int32_t> x, y, xj, yj;
   const double tokens_per_step = static_cast<double>(cfg.seq * cfg.batch);
   const auto started = std::chrono::steady_clock::now();
   std::optional<std::pair<eval_result, std::vector<named_parameter>>> last_val;
   std::size_t last_val_step = static_cast<std::size_t>(-1);
   signal_scope signals(o.handle_signals, o.program);
   for (std::size_t step = first_step; step < total_steps; ++step) {
-    run.batches->window(step % windows, x, y);
+    if (su.accumulate == 1) {
+      run.batches->window(step % windows, x, y);
+    } else {  // windows side by side: window j fills columns [j B, (j+1) B), micro-batch(es) of its own
+      const std::size_t B = o.batch, N = su.accumulate, T = cfg.seq;
+      x.assign(T * B * N, 0);
+      y.assign(T * B * N, 0);
+      for (std::size_t j = 0; j < N; ++j) {
+        run.batches->window((step % windows) * N + j, xj, yj);
+        for (std::size_t t = 0; t < T; ++t)
+          for (std::size_t b = 0; b < B; ++b) {
+            x[t * B * N + j * B + b] = xj[t * B + b];
+            y[t * B * N + j * B + b] = yj[t * B + b];
+          }
+      }
+    }
     if (o.carry_state && step % windows == 0 && step != first_step)  // the column streams start over
       if (auto r = pipe.reset_state(); !r) throw std::runtime_error(r.error().message());
     if (o.fault_at_step == step + 1) pipe.inject_device_fault(pipe.stages() - 1, 1);
+    const double lr = scheduled_lr(schedule, step, plateau.lr_scale);
+    if (auto set = pipe.set_learning_rate(lr); !set) throw std::runtime_error("cannot set the learning rate: " + set.error().message());
     auto t0 = std::chrono::steady_clock::now();
     auto r = pipe.train_step(x, y);
     // A failed step changes no weights; the next train_step restarts the pipeline's actors.
@@ -183,21 +245,26 @@ training_result train(const trainer_options& o, const trainer_events& events) {
     result.loss = r->loss;
     result.losses.push_back({static_cast<double>(done), r->loss});
     log.write({{"step", done}, {"epoch", step / windows}, {"loss", r->loss}, {"ppl", std::exp(std::min(r->loss, 50.0))},
-               {"grad_norm", r->grad_norm}, {"step_ms", r->step_ms}, {"tokens_per_s", tps}, {"bubble", bubble}});
+               {"grad_norm", r->grad_norm}, {"step_ms", r->step_ms}, {"tokens_per_s", tps}, {"bubble", bubble}, {"lr", lr}});
     const double elapsed = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
     const double eta = elapsed / static_cast<double>(done - first_step) * static_cast<double>(total_steps - done);
-    if (events.on_step) events.on_step({done, total_steps, r->loss, r->grad_norm, r->step_ms, tps, bubble, eta});
-    bool saved = true;
-    if (done % windows == 0) {  // an epoch's end
+    if (events.on_step) events.on_step({done, total_steps, r->loss, r->grad_norm, r->step_ms, tps, bubble, eta, lr});
+    bool saved = false;
+    const bool epoch_end = done % windows == 0;
+    if (epoch_end || (o.val_every && done % o.val_every == 0 && done < total_steps)) {
       last_val = validate(done);
       last_val_step = done;
       result.validation_losses.push_back({static_cast<double>(done), last_val->first.loss});
-      if (events.on_validation) events.on_validation(done, true, last_val->first);
-      save(done, &last_val->second);
-    } else if (o.save_every && done % o.save_every == 0 && done < total_steps) {
+      if (events.on_validation) events.on_validation(done, epoch_end, last_val->first);
+      on_plateau_check(last_val->first.loss);
+      if (epoch_end) {
+        save(done, &last_val->second);
+        saved = true;
+      }
+    }
+    if (!saved && o.save_every && done % o.save_every == 0 && done < total_steps) {
       save(done, nullptr);
-    } else {
-      saved = false;
+      saved = true;
     }
     if (o.crash_after_step && done == o.crash_after_step) std::raise(SIGKILL);
     if (stop_requested() && done < total_steps) {
@@ -242,6 +309,11 @@ training_result train(const trainer_options& o, const trainer_events& events) {
              {"steps", final_step},
              {"steps_this_run", step_ms.size()},
              {"carry_state", o.carry_state},
+             {"optimizer", to_string(cfg.optimizer)},
+             {"lr", cfg.lr},
+             {"lr_schedule", o.lr_schedule},
+             {"residual", cfg.residual},
+             {"accumulate", su.accumulate},
              {"loss", result.loss},
              {"val_loss", result.validation.loss},
              {"val_ppl", std::exp(result.validation.loss)},

@@ -100,7 +100,24 @@ void check_options(const trainer_options& o) {
     throw input_error("--micro-batches " + std::to_string(o.micro_batches) + " does not divide --batch " + std::to_string(o.batch));
   if (o.chunks_given && o.seq % o.chunks != 0)
     throw input_error("--seq " + std::to_string(o.seq) + " is not divisible by --chunks " + std::to_string(o.chunks));
-  if (!(o.lr > 0) || !std::isfinite(o.lr)) throw input_error("--lr must be a positive number");
+  if (o.lr && (!(*o.lr > 0) || !std::isfinite(*o.lr))) throw input_error("--lr must be a positive number");
+  try {
+    (void)parse_optimizer(o.optimizer);
+  } catch (const std::exception&) {
+    throw input_error("--optimizer '" + o.optimizer + "' is not one of sgd, momentum, nesterov, adam, adamw");
+  }
+  for (auto [name, v] : {std::pair{"--momentum", o.momentum}, {"--weight-decay", o.weight_decay}})
+    if (!(v >= 0) || !std::isfinite(v)) throw input_error(std::string(name) + " must be a number >= 0");
+  for (auto [name, v] : {std::pair{"--beta1", o.beta1}, {"--beta2", o.beta2}})
+    if (!(v >= 0 && v < 1)) throw input_error(std::string(name) + " must be a number in [0, 1)");
+  if (!(o.eps > 0) || !std::isfinite(o.eps)) throw input_error("--eps must be a positive number");
+  if (o.lr_schedule != "constant" && o.lr_schedule != "step" && o.lr_schedule != "cosine" && o.lr_schedule != "plateau")
+    throw input_error("--lr-schedule '" + o.lr_schedule + "' is not one of constant, step, cosine, plateau");
+  if (!(o.lr_decay > 0 && o.lr_decay < 1)) throw input_error("--lr-decay must be a number in (0, 1)");
+  if (o.lr_step_size == 0) throw input_error("--lr-step-size must be at least 1");
+  if (o.accumulate == 0) throw input_error("--accumulate must be at least 1");
+  if (o.accumulate > 1 && o.carry_state)
+    throw input_error("--carry-state needs --accumulate 1 (an accumulated step's windows are consecutive, not parallel column streams)");
   if (!(o.clip > 0) || !std::isfinite(o.clip)) throw input_error("--clip must be a positive number");
   if (!(o.val_fraction > 0 && o.val_fraction < 0.5)) throw input_error("--val-fraction must lie in (0, 0.5)");
 }
@@ -180,18 +197,33 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
   su.train_tokens = train_ids->size();
   su.validation_tokens = val_ids->size();
   run.validation_ids = std::move(*val_ids);
-  su.windows = run.batches->windows();
+  su.accumulate = o.accumulate;
+  su.windows = run.batches->windows() / o.accumulate;
+  if (su.windows == 0)
+    throw input_error("the corpus is too small: --accumulate " + std::to_string(o.accumulate) + " needs that many windows and it has " +
+                      std::to_string(run.batches->windows()));
 
   lm::config& cfg = su.model;
   cfg.vocab = run.vocab.size();
   cfg.embed = o.embed;
   cfg.layers = o.layers;
   cfg.hidden = o.hidden;
-  cfg.batch = o.batch;
+  cfg.batch = o.batch * o.accumulate;  // an accumulated step: one micro-batch (or more) per window
   cfg.seq = o.seq;
-  cfg.micro_batches = o.micro_batches ? o.micro_batches : default_micro_batches();
+  cfg.micro_batches = (o.micro_batches ? o.micro_batches : default_micro_batches()) * o.accumulate;
   cfg.chunks = chunks;
-  cfg.lr = o.lr;
+  cfg.optimizer = parse_optimizer(o.optimizer);
+  const bool adam_kind = cfg.optimizer == optimizer_kind::adam || cfg.optimizer == optimizer_kind::adamw;
+  // Unset: Adam's 2e-3 (the PyTorch twin's rate, docs/lstm_lm.md); SGD the seed's 1; with
+  // momentum 0.1, the same effective step as the seed's SGD (lr / (1 - 0.9)).
+  const bool momentum_kind = cfg.optimizer == optimizer_kind::momentum || cfg.optimizer == optimizer_kind::nesterov;
+  cfg.lr = o.lr ? *o.lr : adam_kind ? 2e-3 : momentum_kind ? 0.1 : 1.0;
+  cfg.momentum = o.momentum;
+  cfg.beta1 = o.beta1;
+  cfg.beta2 = o.beta2;
+  cfg.eps = o.eps;
+  cfg.weight_decay = o.weight_decay;
+  cfg.residual = o.residual;
   cfg.clip = o.clip;
   cfg.seed = o.seed;
   try {

@@ -2,7 +2,8 @@
 /// \file
 /// Checkpoints of the LSTM language model: a directory with model.safetensors (the parameters,
 /// PyTorch names and shapes, float32), config.json (model configuration, training position),
-/// vocab.json (token -> id) and optimizer.json (the optimiser's state).
+/// vocab.json (token -> id), optimizer.json (the optimiser's settings) and, for optimizers that
+/// keep state (momentum, Adam), optimizer.kvstore (the KVStore's saved state).
 ///
 /// Saving is atomic per file and as a whole: each file is written to DIR/.tmp-<name>, fsynced
 /// and renamed over DIR/<name>; config.json goes last and is the commit marker. It records the
@@ -22,6 +23,7 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <limits>
 #include <map>
 #include <string>
 #include <vector>
@@ -50,6 +52,15 @@ std::string encode_safetensors(const std::vector<safetensor>& tensors,
 /// dtype is not F32.
 expected<std::vector<safetensor>> decode_safetensors(const std::string& bytes);
 
+/// Where a learning-rate schedule stands (see trainer_options::lr_schedule).
+struct schedule_record {
+  std::string kind = "constant";        ///< constant, step, cosine or plateau
+  std::size_t warmup_steps = 0;
+  double lr_scale = 1.0;                ///< plateau: the factor its decays have reached
+  double best_val_loss = std::numeric_limits<double>::infinity();  ///< plateau: the best so far
+  std::size_t stale_validations = 0;    ///< plateau: validations since the best
+};
+
 /// Everything a checkpoint holds.
 struct checkpoint {
   lm::config config;                   ///< Sizes and training settings (vocab = vocabulary size).
@@ -60,6 +71,10 @@ struct checkpoint {
   std::size_t epoch = 0;                ///< Completed epochs.
   std::size_t windows_per_epoch = 0;    ///< Steps in one pass over the training text.
   std::string corpus;                   ///< Where the training text came from (informative).
+  /// The KVStore's weights, versions and optimizer state as a kvstore::save file
+  /// (`optimizer.kvstore`); empty for plain SGD, which keeps none, and in older checkpoints.
+  std::string optimizer_state;
+  schedule_record schedule;             ///< The learning-rate schedule's position.
 };
 
 /// Writes `ck` into `dir` (created if missing), atomically as described in the file comment.

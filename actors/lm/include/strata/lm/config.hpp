@@ -9,6 +9,19 @@
 
 namespace strata::lm {
 
+/// The update rule the KVStore applies (torch.optim's semantics, strata::kernels' optimizers).
+enum class optimizer_kind : std::uint8_t {
+  sgd,       ///< plain SGD (weight decay allowed, no momentum)
+  momentum,  ///< SGD with heavy-ball momentum
+  nesterov,  ///< SGD with Nesterov momentum
+  adam,      ///< Adam (weight decay added to the gradient, as torch.optim.Adam)
+  adamw,     ///< AdamW (decoupled weight decay)
+};
+/// "sgd", "momentum", "nesterov", "adam", "adamw".
+const char* to_string(optimizer_kind kind) noexcept;
+/// The kind named `name`; throws std::invalid_argument with one sentence for another name.
+optimizer_kind parse_optimizer(const std::string& name);
+
 /// Sizes and training settings of the LSTM language model (defaults: the seed configuration).
 struct config {
   std::size_t vocab = 10000;      ///< V: embedding rows and decoder classes
@@ -19,13 +32,24 @@ struct config {
   std::size_t seq = 35;           ///< T: timesteps per step (tokens are [T, B], seq-major)
   std::size_t micro_batches = 1;  ///< M: B is split into M micro-batches of B/M columns
   std::size_t chunks = 1;         ///< C: each micro-batch's T is split into C chunks (wavefront)
-  double lr = 1.0;                ///< SGD learning rate
+  double lr = 1.0;                ///< learning rate (the base rate of a schedule)
   double clip = 5.0;              ///< global-norm gradient clipping (PyTorch clip_grad_norm_)
   std::uint64_t seed = 0;         ///< initialisation seed
+  optimizer_kind optimizer = optimizer_kind::sgd;  ///< the update rule the KVStore applies
+  double momentum = 0.9;          ///< momentum and nesterov: the momentum factor
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  ///< adam and adamw
+  double weight_decay = 0.0;      ///< L2 penalty (adamw: decoupled)
+  /// Residual connections from the third layer on: layer l >= 2 outputs LSTM_l(x) + x, its input
+  /// x being layer l-1's output (as deep translation models stack LSTMs). The recurrent state
+  /// of a layer is its LSTM's own (h, c), without the residual.
+  bool residual = false;
 
   std::size_t micro_batch_size() const noexcept { return batch / micro_batches; }
   std::size_t chunk_steps() const noexcept { return seq / chunks; }
-  /// Throws std::invalid_argument with one sentence if a size is zero or does not divide.
+  /// True when layer `layer` adds its input to its output (residual and layer >= 2).
+  bool residual_layer(std::size_t layer) const noexcept { return residual && layer >= 2; }
+  /// Throws std::invalid_argument with one sentence if a size is zero or does not divide, or an
+  /// optimizer hyper-parameter is negative or not a number (betas must lie in [0, 1), eps > 0).
   void validate() const;
 };
 

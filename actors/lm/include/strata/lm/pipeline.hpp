@@ -106,6 +106,23 @@ public:
   /// stages push gradients and pull weights at the end of each step). Built on first use; a
   /// replacement after a restart has another handle. For inspection and drills.
   expected<actor_ref> store();
+  /// The learning rate the store applies from the next step on (a schedule's value for that
+  /// step; config().lr until changed). The store's optimizer state (momentum, Adam's moments and
+  /// step count) is kept: the store saves it, takes the rule with the new rate and loads it back
+  /// (kvstore::set_optimizer alone would start the state afresh), so with a stateful optimizer a
+  /// change costs a round trip of the state through a scratch file (in /dev/shm where there is
+  /// one). Setting the rate it already has costs nothing.
+  expected<void> set_learning_rate(double lr, std::chrono::milliseconds timeout = std::chrono::minutes(1));
+  /// The rate the next step applies.
+  double learning_rate() const noexcept;
+  /// The store's weights, versions and optimizer state as the bytes of a kvstore::save file (for
+  /// checkpoints); after the last step's update.
+  expected<std::string> optimizer_state(std::chrono::milliseconds timeout = std::chrono::minutes(1));
+  /// Loads bytes optimizer_state() returned (of a pipeline of the same model and optimizer kind)
+  /// into the store: its weights must equal the stages' (set_parameters with the same values).
+  expected<void> set_optimizer_state(const std::string& bytes,
+                                     std::chrono::milliseconds timeout = std::chrono::minutes(1));
+
   /// How many times a failed step made the pipeline restart its actors.
   std::size_t restarts() const noexcept;
   /// Zeroes the recurrent state carried across steps (lm_pipeline_options::carry_state); the

@@ -56,10 +56,35 @@ struct trainer_options {
   bool chunks_given = false;       ///< false: the largest divisor of seq up to 8 for wavefront, else 1
   std::string schedule = "auto";   ///< auto, gpipe, 1f1b or wavefront
   std::string partition = "even";  ///< auto (measured), even, or ranges like 0-3,4-7
-  std::size_t steps = 300;         ///< total steps, unless epochs_given
+  std::size_t steps = 400;         ///< total steps, unless epochs_given (docs/lstm_lm.md: why 400)
   std::size_t epochs = 0;          ///< total passes over the training text, when epochs_given
   bool epochs_given = false;
-  double lr = 1.0, clip = 5.0;
+  /// Learning rate (a schedule's base rate); unset: 2e-3 for adam and adamw, 0.1 for momentum
+  /// and nesterov, 1 for sgd.
+  std::optional<double> lr;
+  double clip = 5.0;
+  /// The update rule the KVStore applies: sgd, momentum, nesterov, adam or adamw (docs/lstm_lm.md
+  /// explains the default).
+  std::string optimizer = "adam";
+  double momentum = 0.9;           ///< momentum, nesterov
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  ///< adam, adamw
+  double weight_decay = 0.0;
+  /// Residual connections from the third layer on (lm::config::residual).
+  bool residual = true;
+  /// Learning-rate schedule: constant, step (times lr_decay every lr_step_size steps), cosine
+  /// (to 0 at the last step) or plateau (times lr_decay when a validation has not improved on the
+  /// best for more than `patience` validations); each after a linear warmup of warmup_steps.
+  std::string lr_schedule = "step";
+  std::size_t warmup_steps = 0;
+  double lr_decay = 0.5;           ///< step, plateau: the factor, in (0, 1)
+  std::size_t lr_step_size = 150;  ///< step: steps between decays
+  std::size_t patience = 0;        ///< plateau: validations without improvement tolerated
+  std::size_t val_every = 0;       ///< also validate every N steps (0: at epoch ends and the end)
+  /// Gradient accumulation: each step reads `accumulate` consecutive windows and applies one
+  /// update with their gradients summed (the loss is their mean): an effective batch of
+  /// accumulate x batch columns, each window a micro-batch of the pipeline. Steps per epoch are
+  /// the windows / accumulate. Not with carry_state.
+  std::size_t accumulate = 1;
   std::uint64_t seed = 1;
   double val_fraction = 0.05;      ///< held-out tail of the corpus, in (0, 0.5)
   std::size_t val_tokens = 20000;  ///< validation predictions at most (0: all)
@@ -81,13 +106,29 @@ struct trainer_options {
   std::size_t fault_at_step = 0;       ///< testing: a device fault in the last stage during this step
 };
 
+/// A learning-rate schedule (trainer_options' lr_schedule, warmup_steps, lr_decay, lr_step_size).
+struct lr_schedule {
+  std::string kind = "constant";  ///< constant, step, cosine, plateau
+  double base = 1e-3;             ///< the rate after warmup (cosine: at its start)
+  std::size_t warmup_steps = 0;   ///< linear warmup: step k < warmup_steps runs at base * (k+1) / warmup_steps
+  double decay = 0.5;             ///< step: factor per lr_step_size steps
+  std::size_t step_size = 100;
+  std::size_t total_steps = 1;    ///< cosine reaches 0 after the last
+};
+
+/// The rate of step `step` (0-based: the step about to run). `plateau_scale` is the factor a
+/// plateau schedule's decays have reached (1 for the others).
+/// 	hrows std::invalid_argument for an unknown kind.
+double scheduled_lr(const lr_schedule& schedule, std::size_t step, double plateau_scale = 1.0);
+
 /// What the run is about to do, once everything is checked and before the first step.
 struct training_setup {
   std::string source;               ///< the corpus file read
   std::size_t train_tokens = 0, validation_tokens = 0;
   token_kind tokens = token_kind::chars;
   lm::config model;                 ///< sizes and settings (vocab: the vocabulary's size)
-  std::size_t windows = 0;          ///< steps per epoch
+  std::size_t windows = 0;          ///< steps per epoch (windows / accumulate)
+  std::size_t accumulate = 1;       ///< windows per step (model.batch = accumulate x the batch)
   std::size_t first_step = 0;       ///< > 0 when resumed from the checkpoint
   bool resumed = false;
   std::size_t total_steps = 0;
@@ -108,6 +149,7 @@ struct step_progress {
   double loss = 0, grad_norm = 0, step_ms = 0, tokens_per_s = 0;
   double bubble = 0;                ///< the step's measured bubble
   double eta_s = 0;                 ///< time left at this run's rate so far
+  double lr = 0;                    ///< the learning rate the step applied
 };
 
 /// Called as the run goes; any may be empty.
