@@ -59,6 +59,12 @@ admission_ticket ticket_of(const kvstore::pushpull& m) {
   return {"pushpull", m.priority, false, joined(m.push.keys, m.pull.keys),
           joined(allocations(m.push.values), allocations(m.pull.outs)), {}};
 }
+admission_ticket ticket_of(const kvstore::pushpull_in_place& m) {
+  return {"pushpull", m.priority, false, m.keys, allocations(m.values), {}};
+}
+admission_ticket ticket_of(const kvstore::broadcast& m) {  // an init: a barrier
+  return {"broadcast", 0, true, joined(m.init.keys, m.pull.keys), {}, {}};
+}
 admission_ticket ticket_of(const kvstore::set_updater&) { return {"set_updater", 0, true, {}, {}, {}}; }
 admission_ticket ticket_of(const kvstore::set_optimizer&) { return {"set_optimizer", 0, true, {}, {}, {}}; }
 admission_ticket ticket_of(const kvstore::version& m) { return {"version", 0, false, {m.key}, {}, {}}; }

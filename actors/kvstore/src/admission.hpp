@@ -31,6 +31,8 @@ admission_ticket ticket_of(const kvstore::init& m);
 admission_ticket ticket_of(const kvstore::push& m);
 admission_ticket ticket_of(const kvstore::pull& m);
 admission_ticket ticket_of(const kvstore::pushpull& m);
+admission_ticket ticket_of(const kvstore::pushpull_in_place& m);
+admission_ticket ticket_of(const kvstore::broadcast& m);
 admission_ticket ticket_of(const kvstore::set_updater& m);
 admission_ticket ticket_of(const kvstore::set_optimizer& m);
 admission_ticket ticket_of(const kvstore::version& m);

@@ -56,6 +56,25 @@ client::tensors client::pushpull(std::vector<kvstore::key> keys, std::vector<ten
       kvstore::pushpull{kvstore::push{keys, std::move(values)}, kvstore::pull{keys, std::move(outs), 0}});
 }
 
+client::tensors client::pushpull(kvstore::key key, std::vector<tensor> values) {
+  std::vector<kvstore::key> keys(values.size(), key);
+  return pushpull(std::move(keys), std::move(values));
+}
+client::tensors client::pushpull(std::vector<kvstore::key> keys, std::vector<tensor> values) {
+  return call<std::vector<tensor>>(kvstore::pushpull_in_place{std::move(keys), std::move(values)});
+}
+
+client::tensors client::broadcast(kvstore::key key, tensor value, std::vector<tensor> outs) {
+  std::vector<kvstore::key> out_keys(outs.size(), key);
+  return call<std::vector<tensor>>(kvstore::broadcast{kvstore::init{{std::move(key)}, {std::move(value)}},
+                                                      kvstore::pull{std::move(out_keys), std::move(outs), 0}});
+}
+client::tensors client::broadcast(std::vector<kvstore::key> keys, std::vector<tensor> values,
+                                  std::vector<tensor> outs) {
+  return call<std::vector<tensor>>(kvstore::broadcast{kvstore::init{keys, std::move(values)},
+                                                      kvstore::pull{keys, std::move(outs), 0}});
+}
+
 client::done client::set_updater(kvstore::updater rule) {
   return call<unit_t>(kvstore::set_updater{std::move(rule)});
 }
@@ -64,6 +83,12 @@ client::done client::set_optimizer(kernels::sgd_options options) {
 }
 client::done client::set_optimizer(kernels::adam_options options) {
   return call<unit_t>(kvstore::set_optimizer{options});
+}
+client::done client::set_optimizer(kernels::sgd_options options, kvstore::lr_scheduler scheduler) {
+  return call<unit_t>(kvstore::set_optimizer{options, std::move(scheduler)});
+}
+client::done client::set_optimizer(kernels::adam_options options, kvstore::lr_scheduler scheduler) {
+  return call<unit_t>(kvstore::set_optimizer{options, std::move(scheduler)});
 }
 std::future<expected<std::uint64_t>> client::version(kvstore::key key) {
   return call<std::uint64_t>(kvstore::version{std::move(key)});
@@ -74,6 +99,9 @@ client::done client::barrier() {
   auto sent = system_->send(session_, detail::session_barrier{promise});
   if (!sent) promise->set_value(expected<unit_t>(sent.error()));
   return future;
+}
+std::future<expected<bool>> client::is_capable(std::string capability) {
+  return call<bool>(kvstore::is_capable{std::move(capability)});
 }
 std::future<expected<std::string>> client::type() { return call<std::string>(kvstore::store_type{}); }
 client::done client::save(std::string path) { return call<unit_t>(kvstore::save{std::move(path)}); }

@@ -97,11 +97,14 @@ public:
         serve(&kvstore_router::on_push),
         serve(&kvstore_router::on_pull),
         serve(&kvstore_router::on_pushpull),
+        serve(&kvstore_router::on_pushpull_in_place),
+        serve(&kvstore_router::on_broadcast_request),
         serve(&kvstore_router::on_broadcast<kvstore::set_updater>),
         serve(&kvstore_router::on_broadcast<kvstore::set_optimizer>),
         serve(&kvstore_router::on_version),
         serve(&kvstore_router::on_save),
         serve(&kvstore_router::on_load),
+        [](const kvstore::is_capable& m) -> expected<bool> { return has_capability(m.capability); },
         [this](const kvstore::store_type&) -> std::string {
           return options_.kind == kvstore::kind::local && options_.shard_devices.empty() ? "local" : "device";
         },
@@ -132,10 +135,17 @@ private:
     auto uses = uses_of(m.values, false);
     if (conflicts(uses)) return false;
     std::optional<bool> kind = int_keys_;
-    if (auto r = check_init(m, kind, shape_of(), place_); !r) return p.deliver(r.error()), true;
+    if (auto r = check_init(m, kind, shape_of(), place_, options_.init_existing); !r) return p.deliver(r.error()), true;
     int_keys_ = kind;
+    send_init(m, answer(p));
+    return true;
+  }
+  /// Sends a checked init's new keys to their shards; `done` runs once all have stored them.
+  void send_init(const kvstore::init& m, std::function<void(const error*)> done) {
+    auto uses = uses_of(m.values, false);
     std::vector<shard_init> parts(shards_.size());
     for (std::size_t i = 0; i < m.keys.size(); ++i) {
+      if (keys_.contains(m.keys[i])) continue;  // keep_first: the key keeps its value
       const placement& pl = place_key(keys_, m.keys[i], m.values[i].shape());
       for (const auto& c : pl.chunks) {
         auto& part = parts[c.shard];
@@ -146,7 +156,7 @@ private:
       }
     }
     occupy(uses);
-    auto g = gather([this, uses, done = answer(p)](const error* e) {
+    auto g = gather([this, uses, done = std::move(done)](const error* e) {
       release(uses);
       done(e);
       pump();
@@ -154,6 +164,32 @@ private:
     for (std::size_t s = 0; s < parts.size(); ++s)
       if (!parts[s].keys.empty()) ask(s, std::move(parts[s]), g);
     g->start();
+  }
+  bool on_pushpull_in_place(kvstore::pushpull_in_place& m, response_promise<std::vector<tensor>>& p,
+                            std::uint64_t origin) {
+    kvstore::pushpull both = as_pushpull(m);
+    return on_pushpull(both, p, origin);
+  }
+  /// The init's parts go to the shards first, then the pull's: init is a barrier on every shard,
+  /// so each shard copies its part of an output after it stored its part of the value.
+  bool on_broadcast_request(kvstore::broadcast& m, response_promise<std::vector<tensor>>& p, std::uint64_t origin) {
+    auto uses = uses_of(m.init.values, false);
+    auto writes = uses_of(m.pull.outs, true);
+    uses.insert(uses.end(), writes.begin(), writes.end());
+    if (conflicts(uses)) return false;
+    std::optional<bool> kind = int_keys_;
+    if (auto r = check_broadcast(m, kind, shape_of(), place_, options_.init_existing); !r)
+      return p.deliver(r.error()), true;
+    int_keys_ = kind;
+    auto both = gather(answer_with(p, m.pull.outs));
+    ++both->waiting;
+    send_init(m.init, [both](const error* e) { both->arrive(e); });
+    auto j = std::make_shared<job>();
+    add_pull_steps(*j, entries(m.pull.keys, m.pull.outs, true), 0, origin, 0);
+    ++both->waiting;
+    j->done = [both](const error* e) { both->arrive(e); };
+    start(std::move(j));
+    both->start();
     return true;
   }
   bool on_push(kvstore::push& m, response_promise<unit_t>& p, std::uint64_t origin) {

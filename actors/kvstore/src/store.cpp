@@ -28,6 +28,8 @@ behavior kvstore_actor::make_behavior() {
       admitted(&kvstore_actor::on_push),
       admitted(&kvstore_actor::on_pull),
       admitted(&kvstore_actor::on_pushpull),
+      admitted(&kvstore_actor::on_pushpull_in_place),
+      admitted(&kvstore_actor::on_broadcast),
       admitted(&kvstore_actor::on_set_updater),
       admitted(&kvstore_actor::on_set_optimizer),
       admitted(&kvstore_actor::on_version),
@@ -53,6 +55,7 @@ behavior kvstore_actor::make_behavior() {
       [this](const kvstore::store_type&) -> std::string {
         return options_.kind == kvstore::kind::local ? "local" : "device";
       },
+      [](const kvstore::is_capable& m) -> expected<bool> { return has_capability(m.capability); },
       [this](const request_done&) { admission_.finished_one(); },
       [this](const device_failure&) { admission_.finished_one(); },  // the replies carry the failure
   };
@@ -77,12 +80,35 @@ shape_lookup kvstore_actor::shape_of() const {
 
 expected<void> kvstore_actor::on_init(kvstore::init& m, response_promise<unit_t>& p) {
   std::optional<bool> kind = int_keys_;
-  if (auto r = check_init(m, kind, shape_of(), place_); !r) return r;
+  if (auto r = check_init(m, kind, shape_of(), place_, options_.init_existing); !r) return r;
   int_keys_ = kind;
   auto status = std::make_shared<work_status>();
-  for (std::size_t i = 0; i < m.keys.size(); ++i)
-    add_key(m.keys[i], m.keys[i], m.values[i].shape(), slice_ref{m.values[i], 0}, status);
+  add_new_keys(m, status);
   reply_when_done(p, status);
+  return {};
+}
+
+/// The keys of an init the store does not hold yet (the others keep their value: keep_first).
+void kvstore_actor::add_new_keys(const kvstore::init& m, const std::shared_ptr<work_status>& status) {
+  for (std::size_t i = 0; i < m.keys.size(); ++i)
+    if (!keys_.contains(m.keys[i])) add_key(m.keys[i], m.keys[i], m.values[i].shape(), slice_ref{m.values[i], 0}, status);
+}
+
+expected<void> kvstore_actor::on_pushpull_in_place(kvstore::pushpull_in_place& m,
+                                                   response_promise<std::vector<tensor>>& p) {
+  kvstore::pushpull both = as_pushpull(m);
+  return on_pushpull(both, p);
+}
+
+expected<void> kvstore_actor::on_broadcast(kvstore::broadcast& m, response_promise<std::vector<tensor>>& p) {
+  std::optional<bool> kind = int_keys_;
+  if (auto r = check_broadcast(m, kind, shape_of(), place_, options_.init_existing); !r) return r;
+  int_keys_ = kind;
+  auto status = std::make_shared<work_status>();
+  add_new_keys(m.init, status);
+  event done = enqueue_pull(m.pull.keys, whole(m.pull.outs), status);
+  for (auto& out : m.pull.outs) out.set_ready_event(done);
+  reply_when_done(p, std::move(m.pull.outs), status);
   return {};
 }
 
@@ -136,12 +162,15 @@ expected<void> kvstore_actor::on_pushpull(kvstore::pushpull& m, response_promise
 expected<void> kvstore_actor::on_set_updater(kvstore::set_updater& m, response_promise<unit_t>& p) {
   if (m.updater) rule_ = std::move(m.updater);
   else rule_ = std::monostate{};
+  scheduler_ = {};
   p.deliver(unit);
   return {};
 }
 
 expected<void> kvstore_actor::on_set_optimizer(kvstore::set_optimizer& m, response_promise<unit_t>& p) {
+  if (auto r = check_scheduler(m.scheduler); !r) return r;
   std::visit([this](const auto& o) { rule_ = o; }, m.options);
+  scheduler_ = m.scheduler;
   for (auto& [key, state] : keys_) state.optimizer_state.clear();  // a new optimizer starts fresh
   p.deliver(unit);
   return {};

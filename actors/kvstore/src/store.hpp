@@ -82,6 +82,8 @@ private:
   expected<void> on_push(kvstore::push& m, response_promise<unit_t>& p);
   expected<void> on_pull(kvstore::pull& m, response_promise<std::vector<tensor>>& p);
   expected<void> on_pushpull(kvstore::pushpull& m, response_promise<std::vector<tensor>>& p);
+  expected<void> on_pushpull_in_place(kvstore::pushpull_in_place& m, response_promise<std::vector<tensor>>& p);
+  expected<void> on_broadcast(kvstore::broadcast& m, response_promise<std::vector<tensor>>& p);
   expected<void> on_set_updater(kvstore::set_updater& m, response_promise<unit_t>& p);
   expected<void> on_set_optimizer(kvstore::set_optimizer& m, response_promise<unit_t>& p);
   expected<void> on_version(kvstore::version& m, response_promise<std::uint64_t>& p);
@@ -115,6 +117,7 @@ private:
                        const std::vector<checkpoint_piece>& pieces, const std::function<void(key_map&)>& keep);
 
   // ---- device work (store_work.cpp) ---------------------------------------------------------
+  void add_new_keys(const kvstore::init& m, const std::shared_ptr<work_status>& status);
   void add_key(const kvstore::key& key, const kvstore::key& label, std::vector<std::int64_t> shape,
                const slice_ref& from, const std::shared_ptr<work_status>& status);
   void copy_elements(const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
@@ -144,6 +147,7 @@ private:
   std::optional<key_map> staged_;  // a shard's part of a load, until shard_commit
   std::optional<bool> int_keys_;   // kind of the keys held, once the first key is stored
   update_rule rule_;
+  kvstore::lr_scheduler scheduler_;  // of the optimizer in rule_, or monostate
   std::vector<parked_pull> parked_;
   admission_queue admission_;
 };

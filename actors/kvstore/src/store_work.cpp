@@ -158,6 +158,11 @@ void kvstore_actor::merge(key_state& state, const std::vector<slice_ref>& values
     if (std::holds_alternative<kernels::adam_options>(rule)) work.step = ++state.step;
     work.opt_state = state.optimizer_state;
     ++state.version;
+    if (!std::holds_alternative<std::monostate>(scheduler_)) {  // MXNet's lr_scheduler, per update
+      const double lr = learning_rate(scheduler_, static_cast<std::int64_t>(state.version));
+      if (auto* sgd = std::get_if<kernels::sgd_options>(&work.rule)) sgd->lr = lr;
+      if (auto* adam = std::get_if<kernels::adam_options>(&work.rule)) adam->lr = lr;
+    }
   }
   const double k = static_cast<double>(values.size() + (with_accumulator ? 1 : 0));
   const work_label label{"push: the update", state.label};

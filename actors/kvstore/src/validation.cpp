@@ -2,6 +2,8 @@
 
 #include "strata/device/shape.hpp"
 
+#include <cctype>
+#include <map>
 #include <set>
 #include <sstream>
 
@@ -62,7 +64,7 @@ expected<void> check_existing(const char* op, const char* role, const std::vecto
 }
 
 expected<void> check_init(const kvstore::init& m, std::optional<bool>& int_keys, const shape_lookup& shape_of,
-                          const store_place& place) {
+                          const store_place& place, kvstore::init_existing existing) {
   if (auto r = check_pairs("init", "value", m.keys.size(), m.values.size()); !r) return r;
   std::optional<bool> kind = int_keys;
   std::set<kvstore::key> seen;  // not a scan of the earlier keys: that is quadratic in the key count
@@ -70,12 +72,42 @@ expected<void> check_init(const kvstore::init& m, std::optional<bool>& int_keys,
     const auto& key = m.keys[i];
     if (auto r = check_kind("init", key, kind); !r) return r;
     kind = key.is_int();
-    if (shape_of(key)) return bad("kvstore init: key " + key.to_string() + " already exists.");
+    const auto* stored = shape_of(key);
+    if (stored && existing == kvstore::init_existing::error)
+      return bad("kvstore init: key " + key.to_string() + " already exists.");
     if (!seen.insert(key).second) return bad("kvstore init: key " + key.to_string() + " is given twice.");
-    if (auto r = check_tensor("init", "value", key, m.values[i], nullptr, place); !r) return r;
+    if (auto r = check_tensor("init", "value", key, m.values[i], stored, place); !r) return r;
   }
   int_keys = kind;
   return {};
+}
+
+expected<void> check_broadcast(const kvstore::broadcast& m, std::optional<bool>& int_keys, const shape_lookup& shape_of,
+                               const store_place& place, kvstore::init_existing existing) {
+  std::optional<bool> kind = int_keys;
+  if (auto r = check_init(m.init, kind, shape_of, place, existing); !r) return r;
+  std::map<kvstore::key, const std::vector<std::int64_t>*> initialised;
+  for (std::size_t i = 0; i < m.init.keys.size(); ++i) initialised.emplace(m.init.keys[i], &m.init.values[i].shape());
+  shape_lookup after = [&](const kvstore::key& key) -> const std::vector<std::int64_t>* {
+    if (const auto* s = shape_of(key)) return s;
+    auto it = initialised.find(key);
+    return it == initialised.end() ? nullptr : it->second;
+  };
+  if (auto r = check_existing("broadcast", "output", m.pull.keys, m.pull.outs, kind, after, place); !r) return r;
+  int_keys = kind;
+  return {};
+}
+
+expected<bool> has_capability(const std::string& capability) {
+  std::string lower = capability;
+  for (auto& c : lower) c = static_cast<char>(std::tolower(static_cast<unsigned char>(c)));
+  if (lower == "optimizer") return true;
+  return expected<bool>(bad("kvstore is_capable: unknown capability \"" + capability +
+                            "\"; the known capabilities are: \"optimizer\"."));
+}
+
+kvstore::pushpull as_pushpull(const kvstore::pushpull_in_place& m) {
+  return kvstore::pushpull{kvstore::push{m.keys, m.values}, kvstore::pull{m.keys, m.values, 0}, m.priority};
 }
 
 }  // namespace internal

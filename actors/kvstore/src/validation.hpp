@@ -45,9 +45,22 @@ expected<void> check_existing(const char* op, const char* role, const std::vecto
                               const std::vector<tensor>& tensors, std::optional<bool> int_keys,
                               const shape_lookup& shape_of, const store_place& place);
 
-/// An init: new, distinct keys of the store's kind, float32 values. `int_keys` becomes the kind
-/// the store holds afterwards.
+/// An init: new, distinct keys of the store's kind, float32 values (with `keep_first`, existing
+/// keys too, given a value of their stored shape). `int_keys` becomes the kind the store holds
+/// afterwards.
 expected<void> check_init(const kvstore::init& m, std::optional<bool>& int_keys, const shape_lookup& shape_of,
-                          const store_place& place);
+                          const store_place& place, kvstore::init_existing existing = kvstore::init_existing::error);
+
+/// A broadcast: its init as `check_init`, then its pull against the keys held or initialised by
+/// it. `int_keys` as in `check_init`.
+expected<void> check_broadcast(const kvstore::broadcast& m, std::optional<bool>& int_keys, const shape_lookup& shape_of,
+                               const store_place& place, kvstore::init_existing existing);
+
+/// The answer to `kvstore::is_capable` of a strata store: true for "optimizer" (any case), an
+/// error naming the known capabilities otherwise.
+expected<bool> has_capability(const std::string& capability);
+
+/// `m` as a pushpull whose outputs are its values.
+kvstore::pushpull as_pushpull(const kvstore::pushpull_in_place& m);
 
 }  // namespace strata::kvstore::internal

@@ -21,6 +21,7 @@
 #include "strata/device/tensor.hpp"
 #include "strata/error.hpp"
 #include "strata/kernels/optimizers.hpp"
+#include "strata/kvstore/lr_scheduler.hpp"
 #include "strata/message.hpp"
 
 namespace strata::kvstore {
@@ -66,6 +67,14 @@ enum class kind : std::uint8_t {
 /// - sim stores: never called (sim tensors hold no data).
 using updater = std::function<void(const kvstore::key& key, const tensor& merged, tensor& stored)>;
 
+/// What an init of a key that already exists does.
+enum class init_existing : std::uint8_t {
+  error,       ///< The init fails (one sentence) and changes nothing: a single-process store's rule.
+  keep_first,  ///< The key keeps its value and the init of that key is ignored, as in MXNet's
+               ///< distributed stores where every worker calls init and the first value wins. A value
+               ///< of another shape than the stored one still fails the init.
+};
+
 /// Settings of a store. Every field has a working default (a local, asynchronous store).
 struct options {
   kvstore::kind kind = kvstore::kind::local;
@@ -94,12 +103,15 @@ struct options {
   /// ready queue, ordered by priority: 1 gives priority its full effect; more keeps the stream
   /// busy between requests at the cost of serving those already handed over first.
   std::size_t max_in_flight = 1;
+  /// An init of a key the store holds: an error (the default), or ignored (the first value wins).
+  kvstore::init_existing init_existing = kvstore::init_existing::error;
 };
 
 // ---- messages (use them with `actor::request` inside actors) --------------------------------
 
 /// Stores `values[i]` as the initial value of `keys[i]`. Reply: `unit` (request<void>).
-/// Fails if a key exists, repeats, or a value is not float32.
+/// Fails if a key repeats, a value is not float32, or a key exists (unless the store's
+/// `options::init_existing` is `keep_first`: then that key is left as it is).
 struct init {
   std::vector<kvstore::key> keys;
   std::vector<tensor> values;
@@ -134,6 +146,21 @@ struct pushpull {
   kvstore::pull pull;
   int priority = 0;  ///< As `kvstore::push::priority` (those of `push` and `pull` are ignored).
 };
+/// MXNet's `pushpull(key, value)` without outputs: pushes `values[i]` to `keys[i]`, then pulls
+/// each key's updated value back into the pushed tensors themselves. Reply as pull (the values).
+struct pushpull_in_place {
+  std::vector<kvstore::key> keys;
+  std::vector<tensor> values;
+  int priority = 0;  ///< As `kvstore::push::priority`.
+};
+/// MXNet's `broadcast(key, value, out)`: `init` and then `pull`, as one request (nothing of the
+/// same sender comes between). The request is checked whole first: the pull may name the keys
+/// the init creates. Reply as pull.
+struct broadcast {
+  kvstore::init init;
+  kvstore::pull pull;  ///< Its `min_version` and `priority` are ignored.
+};
+
 /// Replaces the update rule (an empty function restores the default: assign). Reply: `unit`.
 struct set_updater {
   kvstore::updater updater;
@@ -142,6 +169,10 @@ struct set_updater {
 /// created at a key's first update (`merged` is the gradient). Reply: `unit`.
 struct set_optimizer {
   std::variant<kernels::sgd_options, kernels::adam_options> options;
+  /// MXNet's `lr_scheduler`: when set, each update of a key uses `learning_rate(scheduler, n)`
+  /// instead of the options' lr, n being the key's version after that update (1 at its first).
+  /// A bad scheduler fails the request with one sentence and leaves the rule as it was.
+  kvstore::lr_scheduler scheduler;
 };
 /// The number of updates applied to `key` so far. Reply: `std::uint64_t`.
 struct version {
@@ -151,6 +182,14 @@ struct version {
 /// MXNet's name of the store's type: "local" (merges on the host) or "device" (merges on
 /// `options::merge_device` or on the `shard_devices`). Reply: `std::string`.
 struct store_type {};
+
+/// MXNet's `KVStoreBase.is_capable`: whether the store has `capability`, compared ignoring case.
+/// Known capabilities: "optimizer" (MXNet's `KVStoreBase.OPTIMIZER`: `set_optimizer` runs the
+/// optimizer inside the store; true for every strata store). Reply: `bool`; an unknown
+/// capability fails with one sentence listing the known ones.
+struct is_capable {
+  std::string capability;
+};
 
 /// Writes every key's value, version and optimizer state to `path`, after the work queued before
 /// it: atomically (a temporary file beside it, fsync, rename), so `path` holds either the old or
@@ -183,6 +222,21 @@ struct load {
 /// \throws std::invalid_argument for a `device` store without a `merge_device`, `shards` or
 ///   `max_in_flight` of 0, or `shard_devices` of more than one kind.
 actor_ref spawn(actor_system& system, kvstore::options options = {});
+
+/// Makes a store of a registered type: takes the options and returns an actor that answers the
+/// kvstore messages (a store spawned by `kvstore::spawn`, or a user's own actor).
+using store_factory = std::function<actor_ref(actor_system& system, const kvstore::options& options)>;
+
+/// MXNet's `KVStoreBase.register`: makes `factory` the store type `name` for `kvstore::create`.
+/// Thread-safe. Registering a name again replaces its factory (as MXNet's register does).
+/// Fails with one sentence for an empty name or an empty factory.
+expected<void> register_type(const std::string& name, store_factory factory);
+
+/// MXNet's `mx.kv.create(name)`: a store of the type registered as `name`. Built in: "local" (a
+/// store of `kind::local`) and "device" (`kind::device`; `options.merge_device` must be set).
+/// An unknown name fails with one sentence that lists the known ones; a factory's
+/// std::exception fails with its text.
+expected<actor_ref> create(actor_system& system, const std::string& name, kvstore::options options = {});
 
 /// A handle on a store for code outside actors: each call sends one message and returns a future
 /// of `expected<...>` (failed replies carry one sentence naming the key and what was wrong).
@@ -227,16 +281,29 @@ public:
 
   tensors pushpull(kvstore::key key, std::vector<tensor> values, std::vector<tensor> outs);
   tensors pushpull(std::vector<kvstore::key> keys, std::vector<tensor> values, std::vector<tensor> outs);
+  /// In place: the pushed tensors receive the key's updated value (MXNet's `pushpull(key, value)`).
+  tensors pushpull(kvstore::key key, std::vector<tensor> values);
+  tensors pushpull(std::vector<kvstore::key> keys, std::vector<tensor> values);
+
+  /// MXNet's `broadcast(key, value, out)`: inits `key` with `value`, then pulls it into `outs`.
+  tensors broadcast(kvstore::key key, tensor value, std::vector<tensor> outs);
+  /// Several keys: `outs[i]` receives `keys[i]`.
+  tensors broadcast(std::vector<kvstore::key> keys, std::vector<tensor> values, std::vector<tensor> outs);
 
   /// Any request message (`kvstore::push{..., .priority = 2}`, `kvstore::pull`, ...), in call order
   /// with the other calls of this client: the way to give a client's request a priority.
   done send(kvstore::push msg) { return call<unit_t>(std::move(msg)); }
   tensors send(kvstore::pull msg) { return call<std::vector<tensor>>(std::move(msg)); }
   tensors send(kvstore::pushpull msg) { return call<std::vector<tensor>>(std::move(msg)); }
+  tensors send(kvstore::pushpull_in_place msg) { return call<std::vector<tensor>>(std::move(msg)); }
+  tensors send(kvstore::broadcast msg) { return call<std::vector<tensor>>(std::move(msg)); }
 
   done set_updater(kvstore::updater rule);
   done set_optimizer(kernels::sgd_options options);
   done set_optimizer(kernels::adam_options options);
+  /// With MXNet's learning-rate scheduler (`kvstore::set_optimizer::scheduler`).
+  done set_optimizer(kernels::sgd_options options, kvstore::lr_scheduler scheduler);
+  done set_optimizer(kernels::adam_options options, kvstore::lr_scheduler scheduler);
   std::future<expected<std::uint64_t>> version(kvstore::key key);
   done save(std::string path);
   done load(std::string path);
@@ -250,6 +317,8 @@ public:
   done barrier();
   /// MXNet's `type`: "local" or "device" (`kvstore::store_type`).
   std::future<expected<std::string>> type();
+  /// MXNet's `is_capable` (`kvstore::is_capable`).
+  std::future<expected<bool>> is_capable(std::string capability);
 
 private:
   template <class R, class M>
