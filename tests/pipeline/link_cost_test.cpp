@@ -5,6 +5,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstdint>
 #include <functional>
@@ -351,7 +352,7 @@ BOOST_AUTO_TEST_CASE(auto_with_links_finds_the_brute_force_optimum_and_a_free_li
 
       double best = inf;
       for (int mask = 0; mask < (1 << (L - 1)); ++mask) {  // every split: cuts after the layers in mask
-        if (__builtin_popcount(static_cast<unsigned>(mask)) != D - 1) continue;
+        if (std::popcount(static_cast<unsigned>(mask)) != D - 1) continue;
         std::vector<layer_range> split;
         int first = 0;
         for (int l = 0; l < L; ++l)

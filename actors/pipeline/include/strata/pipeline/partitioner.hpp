@@ -12,6 +12,9 @@
 ///   auto spec = parse_partition("auto", m.lstm.size(), devs.size());   // from --partition
 ///   auto placed = place_layers(m, devs, spec, {schedule_kind::one_f_one_b, 8, 1});
 ///   std::cout << placed.to_string();
+///   // The two devices on two ranks, over the link strata-bench-net measured:
+///   auto across = place_layers(m, devs, spec, {schedule_kind::one_f_one_b, 8, 1},
+///                              {{{0, 1}, 2}, link_model::measured(9.8, 2.96)});
 /// \endcode
 
 #include <cstddef>
