@@ -4,6 +4,12 @@
 //
 // Rank 0 drives, rank 1 serves. Raw MPI first (blocking MPI_Send/MPI_Recv from the main thread),
 // then strata: an actor on rank 0 and one on rank 1, through the endpoint's communication thread.
+//
+// It also prints the link in the form the pipeline cost model takes (strata::pipeline::link_model,
+// a message of b bytes taking latency + b / bandwidth), from strata's own figures, since pipeline
+// stages on two ranks talk through strata::net: link_latency_us is half a remote round trip, and
+// link_gbps the tensor bytes over a transfer's time less one round trip (a transfer is a request
+// carrying the tensor and a small reply, so it takes 2 x latency + bytes / bandwidth).
 
 #include <mpi.h>
 
@@ -194,17 +200,26 @@ int main(int argc, char** argv) {
   }
   MPI_Finalize();
   if (rank != 0) return 0;
+  // tensor_gbps counts a transfer's whole request/response time; take the round trip out.
+  const double transfer_s = static_cast<double>(tensor_bytes) / (tensor_gbps * 1e9);
+  const double link_latency_us = remote_us / 2;
+  const double payload_s = transfer_s - remote_us * 1e-6;
+  const double link_gbps = static_cast<double>(tensor_bytes) / (payload_s > 0 ? payload_s : transfer_s) / 1e9;
   if (json) {
     nlohmann::json out = {{"remote_ping_pong_us", remote_us}, {"mpi_ping_pong_us", raw.ping_pong_us},
                           {"tensor_64mib_gbps", tensor_gbps},  {"mpi_64mib_gbps", raw.gbps},
                           {"ping_bytes", ping_bytes},          {"tensor_mib", tensor_mib},
-                          {"rounds", rounds},                  {"tensor_repeats", repeats}};
+                          {"rounds", rounds},                  {"tensor_repeats", repeats},
+                          {"link_latency_us", link_latency_us}, {"link_gbps", link_gbps}};
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("round trip (%zu B payload): strata %.2f us, raw MPI %.2f us (%.2fx)\n", ping_bytes, remote_us,
                 raw.ping_pong_us, remote_us / raw.ping_pong_us);
     std::printf("%zu MiB tensor: strata %.2f GB/s, raw MPI %.2f GB/s (%.0f%%)\n", tensor_mib, tensor_gbps, raw.gbps,
                 100 * tensor_gbps / raw.gbps);
+    std::printf("link for the pipeline cost model: latency %.2f us, %.2f GB/s "
+                "(strata-bench-pipeline --link-latency-us %.2f --link-gbps %.2f)\n",
+                link_latency_us, link_gbps, link_latency_us, link_gbps);
   }
   return 0;
 }

@@ -115,6 +115,24 @@ struct segment_costs {
   }
 };
 
+/// The links a placement pays for: none when `ranks` is empty (every device on one rank).
+struct link_costs {
+  std::vector<int> ranks;
+  int num_ranks = 1;
+  link_model link;
+
+  bool active() const noexcept { return !ranks.empty(); }
+  bool crosses(int d) const {  // the cut between devices d and d + 1 joins two ranks
+    return active() && ranks[static_cast<std::size_t>(d)] != ranks[static_cast<std::size_t>(d + 1)];
+  }
+  /// Per micro-batch, one direction: how long the cut after LSTM layer `last` (between devices d
+  /// and d + 1) occupies the link; 0 inside a rank.
+  double transfer(const model_costs& model, int d, int last) const {
+    if (!crosses(d)) return 0;
+    return static_cast<double>(model.lstm[static_cast<std::size_t>(last)].output_bytes) / link.bytes_per_s;
+  }
+};
+
 /// Per-stage forward and backward times (per micro-batch) of a split, as the simulator takes them.
 cost_model stage_costs(const model_costs& model, const std::vector<layer_range>& ranges) {
   cost_model costs;
@@ -133,6 +151,24 @@ cost_model stage_costs(const model_costs& model, const std::vector<layer_range>&
   return costs;
 }
 
+/// `stage_costs` with the links' latency and transfers on the cuts between ranks.
+cost_model linked_costs(const model_costs& model, const std::vector<layer_range>& ranges, const link_costs& links) {
+  cost_model costs = stage_costs(model, ranges);
+  if (!links.active()) return costs;
+  auto linked = with_links(std::move(costs), {links.ranks, links.num_ranks}, boundary_bytes_of(model, ranges), links.link);
+  if (!linked) fail(linked.error().message());
+  return std::move(*linked);
+}
+
+/// The largest of the stages' forward + backward and the cuts' link transfers: the throughput
+/// bound of a split when every stage and every link direction is a resource of its own.
+double linked_bottleneck(const model_costs& model, const std::vector<layer_range>& ranges, const link_costs& links) {
+  double worst = bottleneck_of(model, ranges);
+  for (std::size_t d = 0; d + 1 < ranges.size(); ++d)
+    worst = std::max(worst, links.transfer(model, static_cast<int>(d), ranges[d].last));
+  return worst;
+}
+
 /// The split `auto` settles on, starting from the dynamic programme's (the smallest bottleneck):
 /// the split whose plan simulates the shortest step, ties to the smaller bottleneck, then to the
 /// start. With few micro-batches the step is not the bottleneck times a count: one micro-batch
@@ -141,7 +177,8 @@ cost_model stage_costs(const model_costs& model, const std::vector<layer_range>&
 /// forward (fused loss) moves the best split. Exact over every split when there are at most
 /// `exhaustive_limit` of them; otherwise boundary moves of one layer while they shorten the step.
 std::vector<layer_range> refine_by_simulation(const plan& p, const model_costs& model, const segment_costs& sums,
-                                              const std::vector<device_slot>& devices, std::vector<layer_range> start) {
+                                              const std::vector<device_slot>& devices, const link_costs& links,
+                                              std::vector<layer_range> start) {
   constexpr double exhaustive_limit = 4096;
   const int D = static_cast<int>(start.size());
   const int L = static_cast<int>(model.lstm.size());
@@ -153,9 +190,9 @@ std::vector<layer_range> refine_by_simulation(const plan& p, const model_costs& 
     return true;
   };
   auto score = [&](const std::vector<layer_range>& r) {
-    auto sim = simulate(p, stage_costs(model, r));
+    auto sim = simulate(p, linked_costs(model, r, links));
     if (!sim) fail("a candidate placement's plan did not simulate: " + sim.error().message());
-    return std::pair{sim->makespan, bottleneck_of(model, r)};
+    return std::pair{sim->makespan, linked_bottleneck(model, r, links)};
   };
   auto better = [](const std::pair<double, double>& a, const std::pair<double, double>& b) {
     const double tol = 1e-9 * std::max(std::abs(a.first), std::abs(b.first));
@@ -260,8 +297,25 @@ double bottleneck_of(const model_costs& model, const std::vector<layer_range>& r
   return worst;
 }
 
+std::vector<double> boundary_bytes_of(const model_costs& model, const std::vector<layer_range>& ranges) {
+  std::vector<double> out;
+  for (std::size_t d = 0; d + 1 < ranges.size(); ++d) {
+    const int last = ranges[d].last;
+    if (last < 0 || last >= static_cast<int>(model.lstm.size()))
+      fail("the split names LSTM layer " + std::to_string(last) + " but the model has " +
+           std::to_string(model.lstm.size()));
+    out.push_back(static_cast<double>(model.lstm[static_cast<std::size_t>(last)].output_bytes));
+  }
+  return out;
+}
+
 placement place_layers(const model_costs& model, const std::vector<device_slot>& devices, const partition_spec& spec,
                        const pipeline_shape& shape) {
+  return place_layers(model, devices, spec, shape, cross_rank_links{});
+}
+
+placement place_layers(const model_costs& model, const std::vector<device_slot>& devices, const partition_spec& spec,
+                       const pipeline_shape& shape, const cross_rank_links& cross) {
   const int L = static_cast<int>(model.lstm.size());
   const int D = static_cast<int>(devices.size());
   if (D < 1) fail("cannot place layers on an empty device list");
@@ -276,6 +330,13 @@ placement place_layers(const model_costs& model, const std::vector<device_slot>&
   check_time(model.embedding, "the embedding");
   check_time(model.decoder, "the decoder");
   for (int l = 0; l < L; ++l) check_time(model.lstm[static_cast<std::size_t>(l)], "LSTM layer " + std::to_string(l));
+
+  link_costs links;
+  if (!cross.placement.ranks.empty()) {
+    if (auto err = check_link(cross.link)) fail(err.message());
+    if (auto err = check_rank_placement(cross.placement, D)) fail(err.message());
+    links = {cross.placement.ranks, cross.placement.num_ranks, cross.link};
+  }
 
   // Also validates the shape (stage, micro-batch and chunk counts) with make_plan's sentences.
   const plan p = make_plan(shape.schedule, D, shape.micro_batches, shape.chunks);
@@ -320,7 +381,8 @@ placement place_layers(const model_costs& model, const std::vector<device_slot>&
         for (int i = j - 1; i >= d - 1; --i) {
           const double before = best[static_cast<std::size_t>(d - 1)][static_cast<std::size_t>(i)];
           if (before == inf || sums.memory(dev, i, j) > limit) continue;
-          const double worst = std::max(before, sums.time(dev, i, j));
+          double worst = std::max(before, sums.time(dev, i, j));
+          if (dev > 0) worst = std::max(worst, links.transfer(model, dev - 1, i - 1));  // the cut before it
           if (worst < best[static_cast<std::size_t>(d)][static_cast<std::size_t>(j)]) {
             best[static_cast<std::size_t>(d)][static_cast<std::size_t>(j)] = worst;
             cut[static_cast<std::size_t>(d)][static_cast<std::size_t>(j)] = i;
@@ -341,12 +403,12 @@ placement place_layers(const model_costs& model, const std::vector<device_slot>&
       ranges[static_cast<std::size_t>(d - 1)] = {i, j - 1};
       j = i;
     }
-    ranges = refine_by_simulation(p, model, sums, devices, std::move(ranges));
+    ranges = refine_by_simulation(p, model, sums, devices, links, std::move(ranges));
   }
 
   placement out;
   out.shape = shape;
-  const cost_model costs = stage_costs(model, ranges);
+  const cost_model costs = linked_costs(model, ranges, links);
   for (int d = 0; d < D; ++d) {
     const auto& r = ranges[static_cast<std::size_t>(d)];
     stage_placement st;
@@ -361,6 +423,12 @@ placement place_layers(const model_costs& model, const std::vector<device_slot>&
                                                                        static_cast<long double>(UINT64_MAX)));
     st.memory_limit = devices[static_cast<std::size_t>(d)].memory_limit;
     st.step_s = shape.micro_batches * (st.forward_s + st.backward_s);
+    if (links.active()) st.rank = links.ranks[static_cast<std::size_t>(d)];
+    if (d + 1 < D) {
+      st.output_bytes = model.lstm[static_cast<std::size_t>(r.last)].output_bytes;
+      if (links.crosses(d)) st.link_s = links.link.seconds(static_cast<double>(st.output_bytes));
+    }
+    out.across_ranks = out.across_ranks || (d + 1 < D && links.crosses(d));
     out.stages.push_back(std::move(st));
   }
   for (int d = 1; d < D; ++d) {
@@ -378,13 +446,17 @@ placement place_layers(const model_costs& model, const std::vector<device_slot>&
 std::string placement::to_string() const {
   std::ostringstream os;
   for (const auto& st : stages) {
-    os << "stage " << st.device << " (" << st.device_name << "): ";
+    os << "stage " << st.device << " (" << st.device_name;
+    if (across_ranks) os << ", rank " << st.rank;
+    os << "): ";
     if (st.has_embedding) os << "embedding + ";
     os << "lstm " << range_text(st.lstm);
     if (st.has_decoder) os << " + decoder";
     os << ", " << millis(st.step_s) << "/step (" << millis(st.forward_s + st.backward_s) << " per micro-batch), "
        << human_bytes(st.memory_bytes);
     if (st.memory_limit != std::numeric_limits<std::uint64_t>::max()) os << " of " << human_bytes(st.memory_limit);
+    if (st.link_s > 0) os << "; to rank " << stages[static_cast<std::size_t>(st.device + 1)].rank << ": "
+                          << human_bytes(st.output_bytes) << " per micro-batch, " << millis(st.link_s);
     os << '\n';
   }
   char bubble[16];

@@ -48,11 +48,13 @@ struct execution {
   std::vector<int> in_flight;
   std::vector<int> peak;
   std::map<message_key, double> arrivals;
+  std::vector<double> link_free;  ///< Per boundary and direction (2b: forward, 2b+1: back): when it is free.
   std::vector<timeline_entry> timeline;
 
   execution(const plan& pl, const cost_model* c)
       : p(pl), costs(c), pc(pl.stages.size(), 0), clock(pl.stages.size(), 0.0), busy(pl.stages.size(), 0.0),
-        in_flight(pl.stages.size(), 0), peak(pl.stages.size(), 0) {}
+        in_flight(pl.stages.size(), 0), peak(pl.stages.size(), 0),
+        link_free(2 * pl.stages.size(), 0.0) {}
 
   double duration(int s, action_kind k) const {
     if (!costs) return 0;
@@ -65,6 +67,21 @@ struct execution {
       case action_kind::pull_weights: return costs->pull_weights;
       default: return 0;
     }
+  }
+
+  /// When a message sent by stage `from` to `to` at `sent` arrives. A direction of a boundary
+  /// is only ever used by one stage, whose clock never goes back, so the link's queue follows
+  /// the send order whatever order the stages are advanced in.
+  double arrival(int from, int to, double sent) {
+    if (!costs) return sent;
+    const double delay = costs->send_latency + costs->transfer / p.chunks;
+    if (costs->link_latency.empty() && costs->link_transfer.empty()) return sent + delay;
+    const auto b = static_cast<std::size_t>(std::min(from, to));
+    const double occupy = costs->link_transfer.empty() ? 0 : costs->link_transfer[b] / p.chunks;
+    const double latency = costs->link_latency.empty() ? 0 : costs->link_latency[b];
+    double& free_at = link_free[2 * b + (to < from ? 1 : 0)];
+    free_at = std::max(sent, free_at) + occupy;
+    return free_at + (latency + delay);
   }
 
   /// Advances stage s until it finishes or blocks on a receive; true when it moved.
@@ -81,10 +98,8 @@ struct execution {
         arrivals.erase(it);  // consumed: a second receive of the same message must wait forever
       } else if (is_send(a.kind)) {
         const int to = a.kind == action_kind::send_activation ? s + 1 : s - 1;
-        double delay = 0;
-        if (costs) delay = costs->send_latency + costs->transfer / p.chunks;
         arrivals.emplace(message_key{to, a.kind == action_kind::send_gradient, a.micro_batch, a.chunk},
-                         clock[i] + delay);
+                         arrival(s, to, clock[i]));
       } else {
         const double d = duration(s, a.kind);
         timeline.push_back({s, a.kind, a.micro_batch, a.chunk, clock[i], clock[i] + d});
@@ -161,6 +176,13 @@ std::string waits_at(const stuck_stage& st) {
 
 error invalid(std::string sentence) { return error(errc::invalid_argument, std::move(sentence)); }
 
+/// A number as a user wrote it: "-1", "0.25", "nan", "inf".
+std::string number(double v) {
+  std::ostringstream os;
+  os << v;
+  return os.str();
+}
+
 }  // namespace
 
 std::string deadlock::to_string() const {
@@ -186,6 +208,55 @@ std::string deadlock::to_string() const {
     out += ')';
   }
   return out;
+}
+
+error check_link(const link_model& link) {
+  if (!(link.latency_s >= 0) || !std::isfinite(link.latency_s))
+    return invalid("the link latency must be a finite number of seconds >= 0, got " + number(link.latency_s));
+  if (!(link.bytes_per_s > 0))
+    return invalid("the link bandwidth must be a positive number of bytes per second, got " + number(link.bytes_per_s));
+  return {};
+}
+
+error check_rank_placement(const rank_placement& placement, int num_stages) {
+  if (placement.num_ranks < 1)
+    return invalid("the rank placement needs a job of at least 1 rank, got " + std::to_string(placement.num_ranks));
+  if (static_cast<int>(placement.ranks.size()) != num_stages)
+    return invalid("the rank placement needs one rank per stage: got " + std::to_string(placement.ranks.size()) +
+                   " ranks for " + std::to_string(num_stages) + " stages");
+  for (std::size_t s = 0; s < placement.ranks.size(); ++s) {
+    const int r = placement.ranks[s];
+    if (r < 0 || r >= placement.num_ranks)
+      return invalid("the rank placement puts stage " + std::to_string(s) + " on rank " + std::to_string(r) +
+                     ", but the job has " + std::to_string(placement.num_ranks) + " rank" +
+                     (placement.num_ranks == 1 ? " (0)" : "s (0-" + std::to_string(placement.num_ranks - 1) + ")"));
+  }
+  return {};
+}
+
+expected<cost_model> with_links(cost_model base, const rank_placement& placement,
+                                const std::vector<double>& boundary_bytes, const link_model& link) {
+  const auto S = base.forward.size();
+  if (base.backward.size() != S)
+    return invalid("the cost model has forward/backward times for " + std::to_string(S) + "/" +
+                   std::to_string(base.backward.size()) + " stages");
+  if (auto err = check_link(link)) return err;
+  if (auto err = check_rank_placement(placement, static_cast<int>(S))) return err;
+  if (boundary_bytes.size() + 1 != std::max<std::size_t>(S, 1))
+    return invalid("the link costs need the bytes of " + std::to_string(S > 0 ? S - 1 : 0) +
+                   " stage boundaries, got " + std::to_string(boundary_bytes.size()));
+  base.link_latency.assign(boundary_bytes.size(), 0.0);
+  base.link_transfer.assign(boundary_bytes.size(), 0.0);
+  for (std::size_t b = 0; b < boundary_bytes.size(); ++b) {
+    const double bytes = boundary_bytes[b];
+    if (!(bytes >= 0) || !std::isfinite(bytes))
+      return invalid("the activation bytes at stage boundary " + std::to_string(b) +
+                     " must be a finite number >= 0, got " + number(bytes));
+    if (placement.ranks[b] == placement.ranks[b + 1]) continue;
+    base.link_latency[b] = link.latency_s;
+    base.link_transfer[b] = bytes / link.bytes_per_s;
+  }
+  return base;
 }
 
 std::optional<deadlock> find_deadlock(const plan& p) {
@@ -284,6 +355,17 @@ expected<simulation> simulate(const plan& p, const cost_model& costs) {
   for (std::size_t s = 0; s < S; ++s)
     if (!(costs.forward[s] >= 0) || !(costs.backward[s] >= 0))
       return invalid("the cost model's times for stage " + std::to_string(s) + " must be non-negative numbers");
+
+  for (const auto* link : {&costs.link_latency, &costs.link_transfer}) {
+    const char* name = link == &costs.link_latency ? "link_latency" : "link_transfer";
+    if (!link->empty() && link->size() != S - 1)
+      return invalid(std::string("the cost model's ") + name + " has " + std::to_string(link->size()) +
+                     " entries but the plan has " + std::to_string(S - 1) + " stage boundaries (or leave it empty)");
+    for (std::size_t b = 0; b < link->size(); ++b)
+      if (!((*link)[b] >= 0) || !std::isfinite((*link)[b]))
+        return invalid(std::string("the cost model's ") + name + " for boundary " + std::to_string(b) +
+                       " must be a finite non-negative number, got " + number((*link)[b]));
+  }
 
   execution ex(p, &costs);
   ex.run();

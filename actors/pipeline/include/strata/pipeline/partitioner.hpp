@@ -12,6 +12,9 @@
 ///   auto spec = parse_partition("auto", m.lstm.size(), devs.size());   // from --partition
 ///   auto placed = place_layers(m, devs, spec, {schedule_kind::one_f_one_b, 8, 1});
 ///   std::cout << placed.to_string();
+///   // The two devices on two ranks, over the link strata-bench-net measured:
+///   auto across = place_layers(m, devs, spec, {schedule_kind::one_f_one_b, 8, 1},
+///                              {{{0, 1}, 2}, link_model::measured(9.8, 2.96)});
 /// \endcode
 
 #include <cstddef>
@@ -22,6 +25,7 @@
 #include <vector>
 
 #include "strata/pipeline/plan.hpp"
+#include "strata/pipeline/simulator.hpp"
 
 namespace strata::pipeline {
 
@@ -31,6 +35,9 @@ struct layer_cost {
   double backward_s = 0;              ///< Backward time of one micro-batch, seconds.
   std::uint64_t memory_bytes = 0;     ///< Resident: weights, gradients, optimiser state.
   std::uint64_t activation_bytes = 0; ///< Kept from a micro-batch's forward until its backward.
+  /// Its output for one micro-batch: what crosses a cut right after this layer (to the next
+  /// stage; the gradient coming back has the same shape). Only matters across ranks.
+  std::uint64_t output_bytes = 0;
 };
 
 /// The model's layers in pipeline order: embedding, lstm[0..L-1], decoder + loss.
@@ -76,6 +83,15 @@ struct pipeline_shape {
   int chunks = 1;
 };
 
+/// Which rank (or machine) each device is on and what the link between two ranks costs. A cut
+/// between devices on different ranks sends each micro-batch's activation (the output of the
+/// last LSTM layer before the cut, `layer_cost::output_bytes`) forward and its gradient back
+/// over the link; cuts inside a rank stay free. Empty `placement.ranks`: every device on one rank.
+struct cross_rank_links {
+  rank_placement placement;  ///< placement.ranks[d]: the rank of devices[d].
+  link_model link;
+};
+
 /// One device's stage in a placement.
 struct stage_placement {
   int device = 0;
@@ -88,6 +104,11 @@ struct stage_placement {
   std::uint64_t memory_bytes = 0;  ///< Resident + activations at the schedule's peak in flight.
   std::uint64_t memory_limit = 0;
   double step_s = 0;           ///< Compute per step: micro_batches * (forward_s + backward_s).
+  int rank = 0;                ///< Its rank (0 without `cross_rank_links`).
+  std::uint64_t output_bytes = 0;  ///< Per micro-batch, to the next stage (0 for the last).
+  /// Per micro-batch message to the next stage over the link: latency + output_bytes /
+  /// bandwidth; 0 when the next stage is on the same rank (and for the last stage).
+  double link_s = 0;
 };
 
 /// Where the layers go and what that is predicted to cost.
@@ -97,6 +118,7 @@ struct placement {
   int slowest_stage = 0;         ///< The stage with the largest forward + backward.
   double predicted_step_s = 0;   ///< The simulator's makespan for the shape's schedule.
   double predicted_bubble = 0;   ///< The simulator's ideal bubble.
+  bool across_ranks = false;     ///< Some cut crosses ranks (then `to_string` names ranks and links).
 
   /// One line per stage, then a summary, e.g.
   /// "stage 0 (cpu:0): embedding + lstm 0-3, 212 ms/step (26.5 ms per micro-batch), 3.1 GiB of 16 GiB".
@@ -112,12 +134,25 @@ struct placement {
 /// most 4096, else one-layer boundary moves from the programme's split). A stage's memory is its layers' `memory_bytes` plus their
 /// `activation_bytes` times the peak micro-batches in flight on that stage under `shape`.
 ///
+/// With `links` naming devices on several ranks, every cut between two ranks costs its link:
+/// the programme's bottleneck also counts each such cut's transfer (output_bytes / bandwidth per
+/// micro-batch, each direction of a link being a resource of its own), and the simulated step
+/// has the link's latency and queueing on those boundaries (`with_links`). So a slow link moves
+/// cuts to where activations are smallest when compute allows. Without `links` (or with every
+/// device on one rank, or a free link) the result is exactly the 4-argument one.
+///
 /// Throws `std::invalid_argument` with one sentence when the inputs are inconsistent (no
 /// devices, no LSTM layers, more devices than LSTM layers, a spec for another layer or device
-/// count, a bad shape), when a given placement exceeds a device's memory, or when no contiguous
-/// split fits in memory.
+/// count, a bad shape, a bad link or rank placement: `check_link`, `check_rank_placement`),
+/// when a given placement exceeds a device's memory, or when no contiguous split fits in memory.
 placement place_layers(const model_costs& model, const std::vector<device_slot>& devices, const partition_spec& spec,
                        const pipeline_shape& shape);
+placement place_layers(const model_costs& model, const std::vector<device_slot>& devices, const partition_spec& spec,
+                       const pipeline_shape& shape, const cross_rank_links& links);
+
+/// The bytes crossing each cut of `ranges` per micro-batch (the output of the last LSTM layer
+/// before it): D - 1 entries, as `with_links` takes them. For tests and tools.
+std::vector<double> boundary_bytes_of(const model_costs& model, const std::vector<layer_range>& ranges);
 
 /// The largest forward + backward of any stage when LSTM layers are split as `ranges`
 /// (embedding on the first, decoder on the last). For tests and tools.
