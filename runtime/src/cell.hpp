@@ -17,6 +17,7 @@
 namespace strata::detail {
 
 struct system_impl;
+struct group_state;
 class dedicated_thread;
 
 /// Result of one turn of an actor on a thread.
@@ -51,6 +52,8 @@ struct actor_cell : cell_base {
   error stop_reason;
   std::vector<actor_ref> watchers;
   std::vector<actor_ref> links;
+  bool named = false;                          // registered under a name at least once
+  std::vector<std::weak_ptr<group_state>> groups;  // groups this actor is a member of
 
   // Supervision: the supervisor and how to build a fresh instance.
   actor_ref supervisor;
