@@ -207,8 +207,14 @@ struct detail::actor_access {
     a.sys_ = c->sys.get();
   }
   static void start(actor& a) { a.behavior_ = a.make_behavior(); }
+  static actor_cell* cell(actor& a) noexcept { return a.cell_; }
   static const behavior::handler* find(const actor& a, const type_meta* t) noexcept { return a.behavior_.find(t); }
 };
+
+void detail::set_forwarder(actor& self, bool (*hook)(actor_cell*, envelope*)) noexcept {
+  actor_access::cell(self)->forward_unhandled = hook;
+}
+detail::actor_cell* detail::cell_of(actor& self) noexcept { return actor_access::cell(self); }
 
 void detail::attach_instance(actor_cell* c, std::unique_ptr<actor> instance) noexcept {
   actor_access::attach(*instance, c);
@@ -255,6 +261,7 @@ void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
         }
       }
       const behavior::handler* h = self.behavior_.find(e->type);
+      if (h == nullptr && c->forward_unhandled != nullptr && c->forward_unhandled(c, e)) return;
       if (h == nullptr) {
         c->sys->unhandled.fetch_add(1, std::memory_order_relaxed);
         trace::emit(event_kind::unhandled, c->id, e->sender.id(), e->msg_id, type_id);
@@ -326,7 +333,12 @@ void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
       delete e;
       return;
     case message_kind::control:
-      if (e->type == type_of<suspend_for_restart>() && c->supervisor) {
+      if (e->type == type_of<retire_worker>()) {
+        if (!c->quit_pending) {
+          c->quit_pending = true;
+          c->quit_reason = error(errc::normal_exit, "the worker was retired by its pool");
+        }
+      } else if (e->type == type_of<suspend_for_restart>() && c->supervisor) {
         // An all-for-one supervisor restarts this child with a failed sibling.
         if (c->supervisor_note == nullptr) {
           c->suspended = true;

@@ -59,6 +59,10 @@ struct actor_cell : cell_base {
   actor_ref supervisor;
   std::function<std::unique_ptr<actor>()> factory;
 
+  // A router's hook: takes a user message the behavior has no handler for (ownership passes on
+  // true). Only consulted on the unhandled path, so ordinary dispatch pays nothing.
+  bool (*forward_unhandled)(actor_cell* self, envelope* e) = nullptr;
+
   // Placement.
   dedicated_thread* dedicated = nullptr;
 
@@ -92,6 +96,10 @@ bool start_instance(actor_cell* cell, error& failure) noexcept;
 
 /// The first of `required` that the cell's current behavior has no handler for, or null.
 const type_meta* missing_handler(actor_cell* cell, const std::vector<const type_meta*>& required) noexcept;
+
+/// Installs `hook` as `self`'s handler of messages its behavior does not handle (pool routers).
+void set_forwarder(actor& self, bool (*hook)(actor_cell*, envelope*)) noexcept;
+actor_cell* cell_of(actor& self) noexcept;
 
 /// The actor running on this thread, or nullptr.
 actor_cell* current_cell() noexcept;

@@ -24,6 +24,10 @@ struct suspend_for_restart {
   error reason;
 };
 
+/// Sent (control, in order) by a pool's router to a worker it retires: the worker quits
+/// normally once it has handled what was queued before.
+struct retire_worker {};
+
 /// A sibling suspended on `suspend_for_restart`: the supervisor restarts it (no failure counted).
 struct child_suspended {
   actor_ref child;

@@ -18,6 +18,7 @@
 #include "strata/actor_ref.hpp"
 #include "strata/error.hpp"
 #include "strata/group.hpp"
+#include "strata/pool.hpp"
 #include "strata/supervisor.hpp"
 
 namespace strata {
@@ -84,6 +85,7 @@ struct shutdown_report {
 
 
 namespace detail {
+class pool_router;
 template <class T>
 concept has_protocol = requires { typename T::protocol; };
 template <class T>
@@ -169,6 +171,21 @@ public:
   /// child too, until the policy's limit is exceeded; then the supervisor stops that child and
   /// fails itself with `errc::restart_limit`. Stopping the supervisor stops its children.
   actor_ref spawn_supervisor(restart_policy policy = {}, spawn_options options = {});
+  /// Spawns a pool: `options.size` workers `T(args...)`, supervised (restarted on failure by
+  /// `options.restarts`), behind one handle, the pool's router. Messages sent to the handle are
+  /// routed by `options.strategy` with their sender and request id, so a worker's reply goes
+  /// straight to the requester. The router answers `pool_resize` and `pool_size` itself. If the
+  /// supervisor gives up, the router terminates too; stopping the router stops the workers.
+  /// Bad options (no workers, consistent hashing without a key) throw `error_exception`
+  /// (invalid_argument) with one sentence.
+  template <class T, class... Args>
+    requires std::derived_from<T, actor>
+  actor_ref spawn_pool(pool_options options, Args... args) {
+    return spawn_pool_from(std::move(options), [args...]() -> std::unique_ptr<actor> { return std::make_unique<T>(args...); });
+  }
+  /// Like `spawn_pool<T>`, with workers made by `factory`.
+  actor_ref spawn_pool_from(pool_options options, std::function<std::unique_ptr<actor>()> factory);
+
   /// Spawns `T(args...)` supervised by `supervisor`; the arguments are kept to build restarts.
   template <class T, class... Args>
     requires std::derived_from<T, actor>
@@ -291,6 +308,7 @@ private:
   expected<actor_ref> lookup_impl(std::string_view name, const std::vector<const type_meta*>* protocol) const;
 
   friend struct detail::system_impl;
+  friend class detail::pool_router;
   /// `required`: message types the first behavior must handle (a typed actor's protocol); a
   /// missing one throws error_exception (invalid_argument) and the actor is not started.
   actor_ref spawn_instance(std::unique_ptr<actor> instance, spawn_options options, const actor_ref& supervisor,

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "strata/actor_ref.hpp"
@@ -72,6 +73,9 @@ struct envelope {
   envelope& operator=(const envelope&) = delete;
   virtual ~envelope() = default;
   virtual void* payload() noexcept { return nullptr; }
+  /// A copy of the payload in a fresh envelope (header fields default), or nullptr when the
+  /// payload type cannot be copied (used by broadcasting routers).
+  virtual envelope* clone_payload() const { return nullptr; }
 
   static void* operator new(std::size_t size);
   static void operator delete(void* ptr) noexcept;
@@ -84,6 +88,10 @@ struct typed_envelope final : envelope {
     type = type_of<T>();
   }
   void* payload() noexcept override { return &value; }
+  envelope* clone_payload() const override {
+    if constexpr (std::is_copy_constructible_v<T>) return new typed_envelope<T>(value);
+    else return nullptr;
+  }
   T value;
 };
 
