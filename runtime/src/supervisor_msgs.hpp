@@ -13,6 +13,12 @@ struct child_failed {
   error reason;
 };
 
+/// A supervisor's own reminder (a delayed send): the backoff of `child` has passed.
+struct restart_due {
+  actor_ref child;
+  error reason;
+};
+
 /// Sent when a child is spawned under a supervisor.
 struct child_added {
   actor_ref child;

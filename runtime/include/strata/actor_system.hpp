@@ -167,9 +167,12 @@ public:
   }
 
   /// Spawns a supervisor: it restarts a failed child (a fresh instance behind the same handle,
-  /// keeping the child's queued messages), and with `restart_strategy::all_for_one` every other
-  /// child too, until the policy's limit is exceeded; then the supervisor stops that child and
+  /// keeping the child's queued messages), with `restart_strategy::all_for_one` every other
+  /// child too, with `rest_for_one` the children spawned after it, after the policy's backoff,
+  /// until the policy's limit is exceeded; then the supervisor stops that child and
   /// fails itself with `errc::restart_limit`. Stopping the supervisor stops its children.
+  /// A bad backoff (factor below 1, negative start, maximum below the start) throws
+  /// `error_exception` (invalid_argument) with one sentence.
   actor_ref spawn_supervisor(restart_policy policy = {}, spawn_options options = {});
   /// Spawns a pool: `options.size` workers `T(args...)`, supervised (restarted on failure by
   /// `options.restarts`), behind one handle, the pool's router. Messages sent to the handle are
