@@ -77,7 +77,11 @@ expected<void> detail::deliver(cell_base* target, envelope* e, system_impl* orig
     system_impl* counted_in = origin;
     if (counted_in == nullptr && e->sender && !e->sender.cell()->remote) counted_in = as_cell(e->sender.cell())->sys.get();
     if (counted_in == nullptr && tls_current != nullptr) counted_in = tls_current->sys.get();
-    if (counted_in != nullptr) counted_in->undeliverable.fetch_add(1, std::memory_order_relaxed);
+    if (counted_in != nullptr) {
+      counted_in->undeliverable.fetch_add(1, std::memory_order_relaxed);
+      if (counted_in->dead_letter_subscribers.load(std::memory_order_relaxed) != 0)
+        counted_in->offer_dead_letter(*e, actor_ref{}, err);
+    }
     trace::emit(event_kind::drop, 0, sender_id, msg_id, type_id, static_cast<std::uint32_t>(err.code()));
     bounce(e, err);
     return err;
@@ -91,6 +95,10 @@ expected<void> detail::deliver(cell_base* target, envelope* e, system_impl* orig
       c->queued.fetch_sub(1, std::memory_order_relaxed);
       if (c->overflow == overflow_policy::drop) {
         c->sys->dropped.fetch_add(1, std::memory_order_relaxed);
+        if (c->sys->dead_letter_subscribers.load(std::memory_order_relaxed) != 0)
+          c->sys->offer_dead_letter(*e, actor_ref::from_cell(c),
+                                    error(errc::mailbox_full, "the mailbox of actor " + describe(c) + " is full (capacity " +
+                                                                  std::to_string(c->capacity) + "); the message was dropped"));
         trace::emit(event_kind::drop, c->id, sender_id, msg_id, type_id, static_cast<std::uint32_t>(errc::mailbox_full));
         delete e;
         return {};
@@ -98,6 +106,8 @@ expected<void> detail::deliver(cell_base* target, envelope* e, system_impl* orig
       c->sys->mailbox_full.fetch_add(1, std::memory_order_relaxed);
       error err(errc::mailbox_full, "the mailbox of actor " + describe(c) + " is full (capacity " +
                                         std::to_string(c->capacity) + ")");
+      if (c->sys->dead_letter_subscribers.load(std::memory_order_relaxed) != 0)
+        c->sys->offer_dead_letter(*e, actor_ref::from_cell(c), err);
       trace::emit(event_kind::drop, c->id, sender_id, msg_id, type_id, static_cast<std::uint32_t>(err.code()));
       bounce(e, err);
       return err;
@@ -118,6 +128,8 @@ expected<void> detail::deliver(cell_base* target, envelope* e, system_impl* orig
   c->sys->undeliverable.fetch_add(1, std::memory_order_relaxed);
   trace::emit(event_kind::drop, c->id, sender_id, msg_id, type_id, static_cast<std::uint32_t>(errc::target_terminated));
   error err(errc::target_terminated, "actor " + describe(c) + " has terminated");
+  if (c->sys->dead_letter_subscribers.load(std::memory_order_relaxed) != 0)
+    c->sys->offer_dead_letter(*e, actor_ref::from_cell(c), err);
   bounce(e, err);
   return err;
 }
@@ -195,8 +207,14 @@ struct detail::actor_access {
     a.sys_ = c->sys.get();
   }
   static void start(actor& a) { a.behavior_ = a.make_behavior(); }
+  static actor_cell* cell(actor& a) noexcept { return a.cell_; }
   static const behavior::handler* find(const actor& a, const type_meta* t) noexcept { return a.behavior_.find(t); }
 };
+
+void detail::set_forwarder(actor& self, bool (*hook)(actor_cell*, envelope*)) noexcept {
+  actor_access::cell(self)->forward_unhandled = hook;
+}
+detail::actor_cell* detail::cell_of(actor& self) noexcept { return actor_access::cell(self); }
 
 void detail::attach_instance(actor_cell* c, std::unique_ptr<actor> instance) noexcept {
   actor_access::attach(*instance, c);
@@ -243,11 +261,15 @@ void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
         }
       }
       const behavior::handler* h = self.behavior_.find(e->type);
+      if (h == nullptr && c->forward_unhandled != nullptr && c->forward_unhandled(c, e)) return;
       if (h == nullptr) {
         c->sys->unhandled.fetch_add(1, std::memory_order_relaxed);
         trace::emit(event_kind::unhandled, c->id, e->sender.id(), e->msg_id, type_id);
-        bounce(e, error(errc::unhandled_message, "actor " + describe(c) + " has no handler for message type " +
-                                                     (e->type ? e->type->name : std::string("?"))));
+        error err(errc::unhandled_message, "actor " + describe(c) + " has no handler for message type " +
+                                               (e->type ? e->type->name : std::string("?")));
+        if (c->sys->dead_letter_subscribers.load(std::memory_order_relaxed) != 0)
+          c->sys->offer_dead_letter(*e, actor_ref::from_cell(c), err);
+        bounce(e, std::move(err));
         return;
       }
       trace::emit(event_kind::handler_begin, c->id, e->sender.id(), e->msg_id, type_id);
@@ -311,7 +333,12 @@ void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
       delete e;
       return;
     case message_kind::control:
-      if (e->type == type_of<suspend_for_restart>() && c->supervisor) {
+      if (e->type == type_of<retire_worker>()) {
+        if (!c->quit_pending) {
+          c->quit_pending = true;
+          c->quit_reason = error(errc::normal_exit, "the worker was retired by its pool");
+        }
+      } else if (e->type == type_of<suspend_for_restart>() && c->supervisor) {
         // An all-for-one supervisor restarts this child with a failed sibling.
         if (c->supervisor_note == nullptr) {
           c->suspended = true;
@@ -422,7 +449,10 @@ void detail::terminate_actor(actor_cell* c, error reason) noexcept {
       }
       trace::emit(event_kind::drop, c->id, e->sender.id(), e->msg_id, e->type ? e->type->id : 0,
                   static_cast<std::uint32_t>(errc::target_terminated));
-      bounce(e, error(errc::target_terminated, why));
+      error err(errc::target_terminated, why);
+      if (sys->dead_letter_subscribers.load(std::memory_order_relaxed) != 0)
+        sys->offer_dead_letter(*e, actor_ref::from_cell(c), err);
+      bounce(e, std::move(err));
     } else {
       delete e;
     }
@@ -431,11 +461,17 @@ void detail::terminate_actor(actor_cell* c, error reason) noexcept {
 
   std::vector<actor_ref> watchers;
   std::vector<actor_ref> links;
+  std::vector<std::weak_ptr<group_state>> groups;
+  bool named = false;
   {
     std::lock_guard lock(c->mu);
     watchers.swap(c->watchers);
     links.swap(c->links);
+    groups.swap(c->groups);
+    named = c->named;  // registrations happen under mu before `terminated` was set: all are seen
   }
+  if (named) sys->forget_names(c);
+  if (!groups.empty()) leave_groups(c, groups);
   actor_ref me = actor_ref::from_cell(c);
   for (auto& w : watchers) {
     auto* e = new typed_envelope<down_msg>(down_msg{me, reason});

@@ -264,6 +264,21 @@ shutdown_report actor_system::shutdown(shutdown_mode mode) {
   // everyone else handles the stop flag on its next turn.
   await_all_for(std::chrono::seconds(30));
   live.clear();
+  // Handles kept by the registry, dead-letter subscriptions and groups would keep their cells,
+  // and through them this state, alive: a reference cycle. Every actor has stopped: drop them.
+  {
+    std::lock_guard lock(s.names_m);
+    s.names.clear();
+  }
+  {
+    std::lock_guard lock(s.dead_letter_m);
+    s.dead_letter_watchers.clear();
+    s.dead_letter_subscribers.store(0, std::memory_order_relaxed);
+  }
+  {
+    std::lock_guard lock(s.groups_m);
+    s.groups.clear();
+  }
   report.messages_discarded = s.discarded.load() - discarded_before;
   if (report.drain_timed_out)  // never silent: shutdown is not a wait (await_idle is)
     std::fprintf(stderr,

@@ -17,6 +17,7 @@
 namespace strata::detail {
 
 struct system_impl;
+struct group_state;
 class dedicated_thread;
 
 /// Result of one turn of an actor on a thread.
@@ -51,10 +52,16 @@ struct actor_cell : cell_base {
   error stop_reason;
   std::vector<actor_ref> watchers;
   std::vector<actor_ref> links;
+  bool named = false;                          // registered under a name at least once
+  std::vector<std::weak_ptr<group_state>> groups;  // groups this actor is a member of
 
   // Supervision: the supervisor and how to build a fresh instance.
   actor_ref supervisor;
   std::function<std::unique_ptr<actor>()> factory;
+
+  // A router's hook: takes a user message the behavior has no handler for (ownership passes on
+  // true). Only consulted on the unhandled path, so ordinary dispatch pays nothing.
+  bool (*forward_unhandled)(actor_cell* self, envelope* e) = nullptr;
 
   // Placement.
   dedicated_thread* dedicated = nullptr;
@@ -89,6 +96,10 @@ bool start_instance(actor_cell* cell, error& failure) noexcept;
 
 /// The first of `required` that the cell's current behavior has no handler for, or null.
 const type_meta* missing_handler(actor_cell* cell, const std::vector<const type_meta*>& required) noexcept;
+
+/// Installs `hook` as `self`'s handler of messages its behavior does not handle (pool routers).
+void set_forwarder(actor& self, bool (*hook)(actor_cell*, envelope*)) noexcept;
+actor_cell* cell_of(actor& self) noexcept;
 
 /// The actor running on this thread, or nullptr.
 actor_cell* current_cell() noexcept;

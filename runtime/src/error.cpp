@@ -20,6 +20,7 @@ const char* to_string(errc code) noexcept {
     case errc::invalid_argument: return "invalid_argument";
     case errc::runtime_failure: return "runtime_failure";
     case errc::rank_down: return "rank_down";
+    case errc::not_found: return "not_found";
   }
   return "unknown";
 }

@@ -13,6 +13,12 @@ struct child_failed {
   error reason;
 };
 
+/// A supervisor's own reminder (a delayed send): the backoff of `child` has passed.
+struct restart_due {
+  actor_ref child;
+  error reason;
+};
+
 /// Sent when a child is spawned under a supervisor.
 struct child_added {
   actor_ref child;
@@ -23,6 +29,10 @@ struct child_added {
 struct suspend_for_restart {
   error reason;
 };
+
+/// Sent (control, in order) by a pool's router to a worker it retires: the worker quits
+/// normally once it has handled what was queued before.
+struct retire_worker {};
 
 /// A sibling suspended on `suspend_for_restart`: the supervisor restarts it (no failure counted).
 struct child_suspended {

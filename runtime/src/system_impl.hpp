@@ -6,7 +6,10 @@
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
+#include <map>
 #include <mutex>
+#include <string>
+#include <unordered_map>
 #include <vector>
 
 #include "cell.hpp"
@@ -16,6 +19,9 @@
 
 namespace strata::detail {
 
+/// Removes the terminating `cell` from `groups` (the groups it was a member of).
+void leave_groups(actor_cell* cell, std::vector<std::weak_ptr<group_state>>& groups) noexcept;
+
 struct system_impl {
   system_impl(actor_system* owner, system_config cfg);
 
@@ -24,6 +30,12 @@ struct system_impl {
   /// Snapshot of live actors (references held).
   std::vector<actor_ref> live_cells();
   void schedule(actor_cell* cell) noexcept;
+
+  /// Offers `e` (not delivered or not handled for `reason`) to the dead-letter subscribers.
+  /// Call only when `dead_letter_subscribers` is non-zero; `e` is not consumed.
+  void offer_dead_letter(const envelope& e, const actor_ref& receiver, const error& reason) noexcept;
+  /// Removes the registry entries of the terminating `cell`.
+  void forget_names(actor_cell* cell) noexcept;
 
   actor_system* pub;
   system_config config;
@@ -45,6 +57,25 @@ struct system_impl {
       unhandled{0}, mailbox_full{0}, dropped{0}, discarded{0}, late_responses{0},
       unanswered_results{0};
   alignas(64) std::atomic<std::uint64_t> handled{0};  // added once per actor turn
+
+  // Registry: name -> actor (and its protocol when registered typed). Guarded by `names_m`;
+  // lock order: names_m, then a cell's mu.
+  struct name_entry {
+    actor_ref ref;
+    bool typed = false;
+    std::vector<const type_meta*> protocol;
+  };
+  mutable std::mutex names_m;
+  std::map<std::string, name_entry, std::less<>> names;
+
+  // Dead letters: the count is read (relaxed) on failed sends only; the list under its mutex.
+  std::atomic<std::size_t> dead_letter_subscribers{0};
+  std::mutex dead_letter_m;
+  std::vector<actor_ref> dead_letter_watchers;
+
+  // Groups by name, created at first use, kept for the life of the system.
+  std::mutex groups_m;
+  std::unordered_map<std::string, std::shared_ptr<group_state>> groups;
 
   std::mutex dedicated_m;
   std::vector<std::unique_ptr<dedicated_thread>> dedicated;

@@ -9,12 +9,16 @@
 #include <future>
 #include <memory>
 #include <string>
+#include <string_view>
 #include <type_traits>
 #include <utility>
+#include <vector>
 
 #include "strata/actor.hpp"
 #include "strata/actor_ref.hpp"
 #include "strata/error.hpp"
+#include "strata/group.hpp"
+#include "strata/pool.hpp"
 #include "strata/supervisor.hpp"
 
 namespace strata {
@@ -81,6 +85,7 @@ struct shutdown_report {
 
 
 namespace detail {
+class pool_router;
 template <class T>
 concept has_protocol = requires { typename T::protocol; };
 template <class T>
@@ -162,10 +167,28 @@ public:
   }
 
   /// Spawns a supervisor: it restarts a failed child (a fresh instance behind the same handle,
-  /// keeping the child's queued messages), and with `restart_strategy::all_for_one` every other
-  /// child too, until the policy's limit is exceeded; then the supervisor stops that child and
+  /// keeping the child's queued messages), with `restart_strategy::all_for_one` every other
+  /// child too, with `rest_for_one` the children spawned after it, after the policy's backoff,
+  /// until the policy's limit is exceeded; then the supervisor stops that child and
   /// fails itself with `errc::restart_limit`. Stopping the supervisor stops its children.
+  /// A bad backoff (factor below 1, negative start, maximum below the start) throws
+  /// `error_exception` (invalid_argument) with one sentence.
   actor_ref spawn_supervisor(restart_policy policy = {}, spawn_options options = {});
+  /// Spawns a pool: `options.size` workers `T(args...)`, supervised (restarted on failure by
+  /// `options.restarts`), behind one handle, the pool's router. Messages sent to the handle are
+  /// routed by `options.strategy` with their sender and request id, so a worker's reply goes
+  /// straight to the requester. The router answers `pool_resize` and `pool_size` itself. If the
+  /// supervisor gives up, the router terminates too; stopping the router stops the workers.
+  /// Bad options (no workers, consistent hashing without a key) throw `error_exception`
+  /// (invalid_argument) with one sentence.
+  template <class T, class... Args>
+    requires std::derived_from<T, actor>
+  actor_ref spawn_pool(pool_options options, Args... args) {
+    return spawn_pool_from(std::move(options), [args...]() -> std::unique_ptr<actor> { return std::make_unique<T>(args...); });
+  }
+  /// Like `spawn_pool<T>`, with workers made by `factory`.
+  actor_ref spawn_pool_from(pool_options options, std::function<std::unique_ptr<actor>()> factory);
+
   /// Spawns `T(args...)` supervised by `supervisor`; the arguments are kept to build restarts.
   template <class T, class... Args>
     requires std::derived_from<T, actor>
@@ -238,8 +261,57 @@ public:
 
   system_stats stats() const;
 
+  // ---- registry -------------------------------------------------------------------------------
+  /// Registers `ref` under `name`; the entry goes away by itself when the actor terminates.
+  /// Refused with one sentence: an empty handle or name (`invalid_argument`), a name already
+  /// taken (`invalid_argument`), an actor that has terminated (`target_terminated`), or one of
+  /// another system or process. A typed handle records its protocol for `lookup<P>`.
+  expected<void> register_name(const actor_ref& ref, std::string name) {
+    return register_name_impl(ref, std::move(name), nullptr);
+  }
+  template <class P>
+  expected<void> register_name(const typed_actor<P>& ref, std::string name) {
+    const std::vector<const type_meta*> metas = detail::protocol_metas<P>::get();
+    return register_name_impl(ref.ref(), std::move(name), &metas);
+  }
+  /// Removes the entry `name`; false if there was none.
+  bool unregister_name(std::string_view name);
+  /// The actor registered under `name`, or `errc::not_found`.
+  expected<actor_ref> lookup(std::string_view name) const { return lookup_impl(name, nullptr); }
+  /// Typed: the actor must have been registered with a typed handle whose protocol handles every
+  /// message type of `P` (else `errc::type_mismatch`, naming the first type missing).
+  template <class P>
+  expected<typed_actor<P>> lookup(std::string_view name) const {
+    const std::vector<const type_meta*> metas = detail::protocol_metas<P>::get();
+    auto found = lookup_impl(name, &metas);
+    if (!found) return found.error();
+    return typed_actor<P>(std::move(*found));
+  }
+  /// Every registered name, sorted.
+  std::vector<std::string> registered_names() const;
+
+  // ---- dead letters -----------------------------------------------------------------------------
+  /// `subscriber` receives a `dead_letter` for every message from now on that cannot be delivered
+  /// or handled (see `dead_letter::reason`). Costs nothing on successful sends; with no
+  /// subscriber, a failed send pays one relaxed atomic load. A subscriber that terminates is
+  /// dropped at its first dead letter (undeliverable dead letters are never offered again).
+  /// Refused for an empty handle (`invalid_argument`). Subscribing twice keeps one subscription.
+  expected<void> subscribe_dead_letters(const actor_ref& subscriber);
+  /// False if `subscriber` was not subscribed.
+  bool unsubscribe_dead_letters(const actor_ref& subscriber);
+
+  // ---- publish / subscribe ------------------------------------------------------------------------
+  /// The group (topic) `name`, created at first use; the same name gives the same group.
+  /// An empty name is refused with `std::invalid_argument`.
+  strata::group group(std::string_view name);
+
 private:
+  expected<void> register_name_impl(const actor_ref& ref, std::string name,
+                                    const std::vector<const type_meta*>* protocol);
+  expected<actor_ref> lookup_impl(std::string_view name, const std::vector<const type_meta*>* protocol) const;
+
   friend struct detail::system_impl;
+  friend class detail::pool_router;
   /// `required`: message types the first behavior must handle (a typed actor's protocol); a
   /// missing one throws error_exception (invalid_argument) and the actor is not started.
   actor_ref spawn_instance(std::unique_ptr<actor> instance, spawn_options options, const actor_ref& supervisor,

@@ -29,6 +29,7 @@ enum class errc : std::uint8_t {
   invalid_argument,     ///< A caller passed a bad value.
   runtime_failure,      ///< Anything else, described by the text.
   rank_down,            ///< The receiver's process (MPI rank) has left the job (strata::net).
+  not_found,            ///< No such name (e.g. `actor_system::lookup` of a name nobody registered).
 };
 
 /// Short name of an error category ("request_timeout", ...).

@@ -4,6 +4,8 @@
 
 #include <cstddef>
 #include <cstdint>
+#include <string>
+#include <type_traits>
 #include <utility>
 
 #include "strata/actor_ref.hpp"
@@ -23,6 +25,19 @@ struct down_msg {
 struct exit_msg {
   actor_ref source;
   error reason;
+};
+
+/// A message that could not be delivered or handled, offered to the actors subscribed with
+/// `actor_system::subscribe_dead_letters`. The payload itself is not kept.
+struct dead_letter {
+  std::string type_name;  ///< The message's C++ type, e.g. "app::ping".
+  actor_ref sender;       ///< Its sender (empty for anonymous sends).
+  actor_ref receiver;     ///< The intended receiver (empty when sent to an empty handle).
+  /// Why: `target_terminated` (sent to a terminated actor, or still queued when it terminated),
+  /// `invalid_argument` (empty handle), `mailbox_full` (refused or dropped by a bounded mailbox),
+  /// `unhandled_message` (the receiver has no handler for the type); the text says which.
+  error reason;
+  bool request = false;   ///< True if it was a request (its requester received `reason` as well).
 };
 
 /// The reply of a request whose handler returns nothing.
@@ -58,6 +73,9 @@ struct envelope {
   envelope& operator=(const envelope&) = delete;
   virtual ~envelope() = default;
   virtual void* payload() noexcept { return nullptr; }
+  /// A copy of the payload in a fresh envelope (header fields default), or nullptr when the
+  /// payload type cannot be copied (used by broadcasting routers).
+  virtual envelope* clone_payload() const { return nullptr; }
 
   static void* operator new(std::size_t size);
   static void operator delete(void* ptr) noexcept;
@@ -70,6 +88,10 @@ struct typed_envelope final : envelope {
     type = type_of<T>();
   }
   void* payload() noexcept override { return &value; }
+  envelope* clone_payload() const override {
+    if constexpr (std::is_copy_constructible_v<T>) return new typed_envelope<T>(value);
+    else return nullptr;
+  }
   T value;
 };
 

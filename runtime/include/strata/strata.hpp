@@ -7,6 +7,7 @@
 #include "strata/actor_system.hpp"
 #include "strata/behavior.hpp"
 #include "strata/error.hpp"
+#include "strata/group.hpp"
 #include "strata/message.hpp"
 #include "strata/trace.hpp"
 #include "strata/type_meta.hpp"
