@@ -40,10 +40,12 @@ namespace {
 
 template <class R, class M>
 expected<R> ask(internal::worker_state& w, const actor_ref& to, M msg) {
-  auto got = w.sys->request<R>(to, w.options.timeout, std::move(msg)).get();
-  if (!got) return got.error();
-  if constexpr (std::is_same_v<R, void>) return {};
-  else return std::move(*got);
+  return w.sys->request<R>(to, w.options.timeout, std::move(msg)).get();
+}
+
+error never_initialised(const char* call, const kvstore::key& key) {
+  return error(errc::invalid_argument, std::string("kvstore dist ") + call + ": key " + key.to_string() +
+                                           " was never initialised; call init first (every worker).");
 }
 
 expected<void> done(expected<unit_t> r) {
@@ -141,6 +143,43 @@ expected<std::vector<float>> local_sum(internal::worker_state& w, const kvstore:
   return sum;
 }
 
+/// dist_sync_allreduce: `sums[i]` (this worker's value of `keys[i]`, a key of the replica) summed
+/// over the ranks by one allreduce, packed in key order; then the same update on every replica.
+/// Answers the replica's values, in the order of `keys`.
+expected<std::vector<tensor>> fused_pushpull(internal::worker_state& w, const std::vector<kvstore::key>& keys,
+                                             std::vector<std::vector<float>> sums) {
+  std::vector<std::size_t> order(keys.size());
+  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
+  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
+  for (std::size_t i = 1; i < order.size(); ++i)
+    if (keys[order[i]] == keys[order[i - 1]])
+      return error(errc::invalid_argument, "kvstore dist pushpull: key " + keys[order[i]].to_string() +
+                                               " appears twice; dist_sync_allreduce takes each key once per call.");
+  std::vector<float> packed;
+  std::vector<std::size_t> offsets;
+  for (std::size_t i : order) {
+    offsets.push_back(packed.size());
+    packed.insert(packed.end(), sums[i].begin(), sums[i].end());
+  }
+  if (auto summed = allreduce(w, packed); !summed) return summed.error();
+  std::vector<kvstore::key> push_keys;
+  std::vector<tensor> merged, outs;
+  for (std::size_t j = 0; j < order.size(); ++j) {
+    const auto& key = keys[order[j]];
+    const auto& shape = w.shapes[key];
+    const std::size_t n = sums[order[j]].size();
+    push_keys.push_back(key);
+    merged.push_back(tensor::from_host<float>(std::span<const float>(packed.data() + offsets[j], n), shape, w.dev, w.s));
+    outs.push_back(tensor::empty(shape, dtype::float32, w.dev, w.s));
+  }
+  if (auto pushed = w.replica->push(push_keys, merged).get(); !pushed) return pushed.error();
+  auto pulled = w.replica->pull(push_keys, outs).get();
+  if (!pulled) return pulled.error();
+  std::vector<tensor> result(keys.size());
+  for (std::size_t j = 0; j < order.size(); ++j) result[order[j]] = std::move((*pulled)[j]);
+  return result;
+}
+
 }  // namespace
 
 expected<void> store::barrier() {
@@ -203,9 +242,7 @@ expected<tensor> store::pull(const kvstore::key& key) {
   auto& w = *state_;
   if (w.replica) {
     auto shape = w.shapes.find(key);
-    if (shape == w.shapes.end())
-      return error(errc::invalid_argument, "kvstore dist pull: key " + key.to_string() +
-                                               " was never initialised; call init first (every worker).");
+    if (shape == w.shapes.end()) return never_initialised("pull", key);
     auto got = w.replica->pull(key, tensor::empty(shape->second, dtype::float32, w.dev, w.s)).get();
     if (!got) return got.error();
     return std::move(got->front());
@@ -219,13 +256,12 @@ expected<tensor> store::pushpull(const kvstore::key& key, const std::vector<tens
   if (state_->replica) {
     auto& w = *state_;
     auto shape = w.shapes.find(key);
-    if (shape == w.shapes.end())
-      return error(errc::invalid_argument, "kvstore dist pushpull: key " + key.to_string() +
-                                               " was never initialised; call init first (every worker).");
+    if (shape == w.shapes.end()) return never_initialised("pushpull", key);
     auto sum = local_sum(w, key, values, &shape->second);
     if (!sum) return sum.error();
-    auto got = pushpull(std::vector<kvstore::key>{key},
-                        std::vector<tensor>{tensor::from_host<float>(std::span<const float>(*sum), shape->second, w.dev, w.s)});
+    std::vector<std::vector<float>> sums;
+    sums.push_back(std::move(*sum));
+    auto got = fused_pushpull(w, {key}, std::move(sums));
     if (!got) return got.error();
     return std::move(got->front());
   }
@@ -250,43 +286,15 @@ expected<std::vector<tensor>> store::pushpull(const std::vector<kvstore::key>& k
     }
     return outs;
   }
-  // One fused allreduce: every key's gradient packed in key order, summed over the ranks.
-  std::vector<std::size_t> order(keys.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
-  for (std::size_t i = 1; i < order.size(); ++i)
-    if (keys[order[i]] == keys[order[i - 1]])
-      return error(errc::invalid_argument, "kvstore dist pushpull: key " + keys[order[i]].to_string() +
-                                               " appears twice; dist_sync_allreduce takes each key once per call.");
-  std::vector<float> packed;
-  std::vector<std::size_t> offsets;
-  for (std::size_t i : order) {
+  std::vector<std::vector<float>> sums;
+  for (std::size_t i = 0; i < keys.size(); ++i) {
     auto shape = w.shapes.find(keys[i]);
-    if (shape == w.shapes.end())
-      return error(errc::invalid_argument, "kvstore dist pushpull: key " + keys[i].to_string() +
-                                               " was never initialised; call init first (every worker).");
+    if (shape == w.shapes.end()) return never_initialised("pushpull", keys[i]);
     auto host = local_sum(w, keys[i], {values[i]}, &shape->second);
     if (!host) return host.error();
-    offsets.push_back(packed.size());
-    packed.insert(packed.end(), host->begin(), host->end());
+    sums.push_back(std::move(*host));
   }
-  if (auto summed = allreduce(w, packed); !summed) return summed.error();
-  std::vector<kvstore::key> push_keys;
-  std::vector<tensor> merged, outs;
-  for (std::size_t j = 0; j < order.size(); ++j) {
-    const auto& key = keys[order[j]];
-    const auto& shape = w.shapes[key];
-    const auto n = static_cast<std::size_t>(values[order[j]].numel());
-    push_keys.push_back(key);
-    merged.push_back(tensor::from_host<float>(std::span<const float>(packed.data() + offsets[j], n), shape, w.dev, w.s));
-    outs.push_back(tensor::empty(shape, dtype::float32, w.dev, w.s));
-  }
-  if (auto pushed = w.replica->push(push_keys, merged).get(); !pushed) return pushed.error();
-  auto pulled = w.replica->pull(push_keys, outs).get();
-  if (!pulled) return pulled.error();
-  std::vector<tensor> result(keys.size());
-  for (std::size_t j = 0; j < order.size(); ++j) result[order[j]] = std::move((*pulled)[j]);
-  return result;
+  return fused_pushpull(w, keys, std::move(sums));
 }
 
 namespace {
