@@ -113,12 +113,15 @@ expected<void> detail::deliver(cell_base* target, envelope* e, system_impl* orig
       return err;
     }
   }
+  // The enqueue is stamped before the push: once the message is in the mailbox, the receiver may
+  // handle it (and stamp that) before this thread gets to record anything.
+  const std::uint64_t enqueued_at = trace::stamp();
   switch (c->box.push(e)) {
     case mailbox::push_result::queued:
-      trace::emit(event_kind::enqueue, c->id, sender_id, msg_id, type_id, 0);
+      trace::emit_stamped(enqueued_at, event_kind::enqueue, c->id, sender_id, msg_id, type_id, 0);
       return {};
     case mailbox::push_result::queued_and_wake:
-      trace::emit(event_kind::enqueue, c->id, sender_id, msg_id, type_id, 1);
+      trace::emit_stamped(enqueued_at, event_kind::enqueue, c->id, sender_id, msg_id, type_id, 1);
       c->sys->schedule(c);
       return {};
     case mailbox::push_result::closed:

@@ -120,6 +120,15 @@ void detail::emit_at_slow(std::chrono::steady_clock::time_point when, event_kind
   record_event(s, static_cast<std::uint64_t>(ts), kind, actor, peer, msg, type, arg);
 }
 
+std::uint64_t detail::stamp_slow() noexcept { return now_ts(the_session()); }
+
+void detail::emit_stamped_slow(std::uint64_t stamp, event_kind kind, std::uint64_t actor, std::uint64_t peer,
+                               std::uint64_t msg, std::uint32_t type, std::uint32_t arg) noexcept {
+  session& s = the_session();
+  // 0: recording began between the stamp and now.
+  record_event(s, stamp != 0 ? stamp : now_ts(s), kind, actor, peer, msg, type, arg);
+}
+
 namespace {
 void record_event(session& s, std::uint64_t ts, event_kind kind, std::uint64_t actor, std::uint64_t peer,
                   std::uint64_t msg, std::uint32_t type, std::uint32_t arg) noexcept {

@@ -51,6 +51,9 @@ void emit_slow(event_kind kind, std::uint64_t actor, std::uint64_t peer, std::ui
                std::uint32_t type, std::uint32_t arg) noexcept;
 void emit_at_slow(std::chrono::steady_clock::time_point when, event_kind kind, std::uint64_t actor,
                   std::uint64_t peer, std::uint64_t msg, std::uint32_t type, std::uint32_t arg) noexcept;
+std::uint64_t stamp_slow() noexcept;
+void emit_stamped_slow(std::uint64_t stamp, event_kind kind, std::uint64_t actor, std::uint64_t peer,
+                       std::uint64_t msg, std::uint32_t type, std::uint32_t arg) noexcept;
 }  // namespace detail
 
 /// True while recording; one relaxed load.
@@ -82,6 +85,28 @@ inline void emit_at(std::chrono::steady_clock::time_point when, event_kind kind,
     detail::emit_at_slow(when, kind, actor, peer, msg, type, arg);
 #else
   (void)when, (void)kind, (void)actor, (void)peer, (void)msg, (void)type, (void)arg;
+#endif
+}
+
+/// The recording's clock now, in its own time base; 0 when not recording. With `emit_stamped`, an
+/// event can be stamped before the action it records and written after it (an enqueue is stamped
+/// before the push, so that the receiver's handling can never appear to come first).
+inline std::uint64_t stamp() noexcept {
+#ifndef STRATA_TRACE_COMPILED_OUT
+  if (enabled()) [[unlikely]]
+    return detail::stamp_slow();
+#endif
+  return 0;
+}
+
+/// Records one event with a time taken earlier by `stamp()`.
+inline void emit_stamped(std::uint64_t stamp, event_kind kind, std::uint64_t actor, std::uint64_t peer,
+                         std::uint64_t msg, std::uint32_t type, std::uint32_t arg = 0) noexcept {
+#ifndef STRATA_TRACE_COMPILED_OUT
+  if (enabled()) [[unlikely]]
+    detail::emit_stamped_slow(stamp, kind, actor, peer, msg, type, arg);
+#else
+  (void)stamp, (void)kind, (void)actor, (void)peer, (void)msg, (void)type, (void)arg;
 #endif
 }
 
