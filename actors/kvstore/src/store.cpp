@@ -214,8 +214,12 @@ expected<void> kvstore_actor::on_shard_init(shard_init& m, response_promise<unit
 /// The reply: for each pushed chunk key, the version its value belongs to (`round_of`), which a
 /// router passes as `pull_versions` when it pulls in a later step.
 expected<void> kvstore_actor::on_shard_request(shard_request& m, response_promise<std::vector<std::uint64_t>>& p) {
-  for (const auto& key : m.push_keys) (void)keys_.at(key);
-  for (const auto& key : m.pull_keys) (void)keys_.at(key);
+  // A load between two steps of one request may have replaced the shard's keys.
+  for (const auto* keys : {&m.push_keys, &m.pull_keys})
+    for (const auto& key : *keys)
+      if (!keys_.contains(key))
+        return bad("kvstore request: key " + key.to_string() +
+                   " is no longer in the store; a load replaced the store's keys while the request was in flight.");
   if (!m.pull_versions.empty() && m.pull_versions.size() != m.pull_keys.size())
     return bad("kvstore shard request: " + std::to_string(m.pull_versions.size()) + " versions for " +
                std::to_string(m.pull_keys.size()) + " pulled keys; expected one per key.");
