@@ -1,9 +1,15 @@
 // strata-bench-messaging: strata against CAF 0.17 on the same messaging workloads, same run.
 //
-//   strata-bench-messaging [--threads N] [--repeat R] [--json] [--no-caf] [sizes...]
+//   strata-bench-messaging [--threads N] [--repeat R] [--json] [--no-caf] [--savina-divide D] [sizes...]
+//
+// Besides the four micro workloads it runs five Savina benchmarks (samples/savina, the code a
+// user reads there) beside CAF twins (savina_caf.cpp); `--json` gains `savina_<name>`: CAF's time
+// divided by strata's (above 1: strata ahead), and `savina_seconds` with both times.
 
 #include <algorithm>
 #include <cstdio>
+#include <exception>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -11,6 +17,10 @@
 #include <nlohmann/json.hpp>
 
 #include "messaging_workloads.hpp"
+#include "savina.hpp"
+#ifdef STRATA_BENCH_HAVE_CAF
+#include "savina_twins.hpp"
+#endif
 #include "strata/stats.hpp"
 
 namespace {
@@ -35,6 +45,52 @@ messaging_result median_of(const std::vector<messaging_result>& runs) {
   return m;
 }
 
+struct savina_row {
+  const char* name;
+  double strata_s = 0;
+  double caf_s = 0;
+};
+
+/// Median seconds of each Savina workload on strata and on CAF; throws on a wrong result.
+std::vector<savina_row> run_savina(const savina::params& p, int repeat, bool with_caf) {
+  using runner = savina::result (*)(const savina::params&);
+  struct entry {
+    const char* name;
+    runner on_strata;
+    runner on_caf;
+  };
+#ifdef STRATA_BENCH_HAVE_CAF
+  namespace twin = strata::bench;
+  const entry entries[] = {{"counting", savina::counting, twin::caf_counting},
+                           {"fork_join", savina::fork_join, twin::caf_fork_join},
+                           {"thread_ring", savina::thread_ring, twin::caf_thread_ring},
+                           {"chameneos", savina::chameneos, twin::caf_chameneos},
+                           {"big", savina::big, twin::caf_big}};
+#else
+  (void)with_caf;
+  const entry entries[] = {{"counting", savina::counting, nullptr},
+                           {"fork_join", savina::fork_join, nullptr},
+                           {"thread_ring", savina::thread_ring, nullptr},
+                           {"chameneos", savina::chameneos, nullptr},
+                           {"big", savina::big, nullptr}};
+#endif
+  std::vector<savina_row> rows;
+  for (const auto& e : entries) {
+    std::vector<double> s, c;
+    for (int i = 0; i < repeat; ++i) {
+      auto check = [&](const savina::result& r, const char* who) {
+        if (!r.ok)
+          throw std::runtime_error(std::string("savina ") + e.name + " on " + who + " gave a wrong result: " + r.detail);
+        return r.seconds;
+      };
+      s.push_back(check(e.on_strata(p), "strata"));
+      if (with_caf && e.on_caf != nullptr) c.push_back(check(e.on_caf(p), "CAF"));
+    }
+    rows.push_back({e.name, median(s), c.empty() ? 0.0 : median(c)});
+  }
+  return rows;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -53,6 +109,9 @@ int main(int argc, char** argv) {
   app.add_option("--spawn-count", p.spawn_count, "idle actors spawned")->check(CLI::Range(1, 100'000'000));
   app.add_flag("--json", json, "print one JSON object on one line");
   app.add_flag("--no-caf", no_caf, "measure strata only");
+  std::size_t savina_divide = 1;
+  app.add_option("--savina-divide", savina_divide, "divide every Savina size by this (a quick run)")
+      ->check(CLI::Range(1, 1'000'000));
   CLI11_PARSE(app, argc, argv);
 
 #ifndef STRATA_BENCH_HAVE_CAF
@@ -67,6 +126,16 @@ int main(int argc, char** argv) {
   }
   messaging_result s = median_of(strata_runs);
   messaging_result c = median_of(caf_runs);
+  savina::params sp;
+  sp.threads = p.threads;
+  sp = sp.scaled_down(savina_divide);
+  std::vector<savina_row> savina_rows;
+  try {
+    savina_rows = run_savina(sp, repeat, !no_caf);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "strata-bench-messaging: %s\n", e.what());
+    return 1;
+  }
 
   if (json) {
     nlohmann::json out = {
@@ -85,6 +154,13 @@ int main(int argc, char** argv) {
                     {"spawn_per_s", c.spawn_per_s},
                     {"bytes_per_idle_actor", c.bytes_per_idle_actor}};
     }
+    nlohmann::json seconds = nlohmann::json::object();
+    for (const auto& r : savina_rows) {
+      seconds[r.name] = no_caf ? nlohmann::json{{"strata", r.strata_s}}
+                               : nlohmann::json{{"strata", r.strata_s}, {"caf", r.caf_s}};
+      out[std::string("savina_") + r.name] = no_caf ? nlohmann::json(nullptr) : nlohmann::json(r.caf_s / r.strata_s);
+    }
+    out["savina_seconds"] = seconds;
     std::printf("%s\n", out.dump().c_str());
     return 0;
   }
@@ -103,5 +179,9 @@ int main(int argc, char** argv) {
   row("ring (token hops)", s.ring_hops_per_s / 1e6, c.ring_hops_per_s / 1e6, "M hop/s", false);
   row("spawn rate", s.spawn_per_s / 1e3, c.spawn_per_s / 1e3, "k actors/s", false);
   row("memory per idle actor", s.bytes_per_idle_actor, c.bytes_per_idle_actor, "B", true);
+  for (const auto& r : savina_rows) {
+    const std::string name = std::string("Savina ") + r.name;
+    row(name.c_str(), r.strata_s * 1e3, r.caf_s * 1e3, "ms", true);
+  }
   return 0;
 }
