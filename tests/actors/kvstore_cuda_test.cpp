@@ -26,20 +26,16 @@
 #include "strata/device/device_manager.hpp"
 #include "strata/kernels/cuda.hpp"
 #include "strata/strata.hpp"
+#include "support/await.hpp"
 
 namespace {
 
 namespace kc = strata::kernels::cuda;
 namespace kct = strata::kernels::cuda::test;
 
-constexpr auto patience = std::chrono::seconds(60);
 constexpr double tolerance = 1e-6;
 
-template <class T>
-T await(std::future<T>&& f) {
-  if (f.wait_for(patience) != std::future_status::ready) BOOST_FAIL("timed out waiting for the store");
-  return f.get();
-}
+using strata::test::await;
 
 boost::test_tools::assertion_result two_gpus(boost::unit_test::test_unit_id) {
   return strata::test::gpu_precondition(2);

@@ -19,18 +19,14 @@
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 
 namespace {
 
-constexpr auto patience = std::chrono::seconds(60);
 
-template <class T>
-T await(std::future<T>&& f) {
-  if (f.wait_for(patience) != std::future_status::ready) BOOST_FAIL("timed out waiting for the store");
-  return f.get();
-}
+using strata::test::await;
 
 std::size_t numel(const std::vector<std::int64_t>& shape) {
   std::size_t n = 1;

@@ -20,6 +20,7 @@
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 
@@ -27,11 +28,7 @@ namespace {
 
 constexpr auto patience = std::chrono::seconds(30);
 
-template <class T>
-T await(std::future<T>&& f) {
-  if (f.wait_for(patience) != std::future_status::ready) BOOST_FAIL("timed out waiting for the store");
-  return f.get();
-}
+using strata::test::await;
 
 struct fixture {
   strata::actor_system sys{strata::system_config{.worker_threads = 2}};

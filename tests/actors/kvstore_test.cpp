@@ -20,22 +20,14 @@
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 
 namespace {
 
-constexpr auto patience = std::chrono::seconds(30);
 
-template <class T>
-T await(std::future<T>& f) {
-  if (f.wait_for(patience) != std::future_status::ready) BOOST_FAIL("timed out waiting for the store");
-  return f.get();
-}
-template <class T>
-T await(std::future<T>&& f) {
-  return await(f);
-}
+using strata::test::await;
 
 /// Devices, streams and random data shared by the tests.
 struct fixture {

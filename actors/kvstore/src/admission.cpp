@@ -67,6 +67,9 @@ admission_ticket ticket_of(const kvstore::broadcast& m) {  // an init: a barrier
 }
 admission_ticket ticket_of(const kvstore::set_updater&) { return {"set_updater", 0, true, {}, {}, {}}; }
 admission_ticket ticket_of(const kvstore::set_optimizer&) { return {"set_optimizer", 0, true, {}, {}, {}}; }
+admission_ticket ticket_of(const kvstore::set_gradient_compression&) {
+  return {"set_gradient_compression", 0, true, {}, {}, {}};
+}
 admission_ticket ticket_of(const kvstore::version& m) { return {"version", 0, false, {m.key}, {}, {}}; }
 admission_ticket ticket_of(const kvstore::save&) { return {"save", 0, true, {}, {}, {}}; }
 admission_ticket ticket_of(const kvstore::load&) { return {"load", 0, true, {}, {}, {}}; }

@@ -78,6 +78,9 @@ client::tensors client::broadcast(std::vector<kvstore::key> keys, std::vector<te
 client::done client::set_updater(kvstore::updater rule) {
   return call<unit_t>(kvstore::set_updater{std::move(rule)});
 }
+client::done client::set_gradient_compression(std::string type, float threshold) {
+  return call<unit_t>(kvstore::set_gradient_compression{std::move(type), threshold});
+}
 client::done client::set_optimizer(kernels::sgd_options options) {
   return call<unit_t>(kvstore::set_optimizer{options});
 }

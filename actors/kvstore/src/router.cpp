@@ -101,6 +101,7 @@ public:
         serve(&kvstore_router::on_broadcast_request),
         serve(&kvstore_router::on_broadcast<kvstore::set_updater>),
         serve(&kvstore_router::on_broadcast<kvstore::set_optimizer>),
+        serve(&kvstore_router::on_broadcast<kvstore::set_gradient_compression>),
         serve(&kvstore_router::on_version),
         serve(&kvstore_router::on_save),
         serve(&kvstore_router::on_load),

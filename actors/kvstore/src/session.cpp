@@ -66,6 +66,7 @@ public:
         forward<bool, kvstore::is_capable>(),
         forward<unit_t, kvstore::set_updater>(),
         forward<unit_t, kvstore::set_optimizer>(),
+        forward<unit_t, kvstore::set_gradient_compression>(),
         forward<std::uint64_t, kvstore::version>(),
         forward<unit_t, kvstore::save>(),
         forward<unit_t, kvstore::load>(),

@@ -1,6 +1,7 @@
 #include "store.hpp"
 
 #include <algorithm>
+#include <cmath>
 #include <span>
 #include <utility>
 #include <variant>
@@ -32,6 +33,7 @@ behavior kvstore_actor::make_behavior() {
       admitted(&kvstore_actor::on_broadcast),
       admitted(&kvstore_actor::on_set_updater),
       admitted(&kvstore_actor::on_set_optimizer),
+      admitted(&kvstore_actor::on_set_gradient_compression),
       admitted(&kvstore_actor::on_version),
       admitted(&kvstore_actor::on_save),
       admitted(&kvstore_actor::on_load),
@@ -172,6 +174,29 @@ expected<void> kvstore_actor::on_set_optimizer(kvstore::set_optimizer& m, respon
   std::visit([this](const auto& o) { rule_ = o; }, m.options);
   scheduler_ = m.scheduler;
   for (auto& [key, state] : keys_) state.optimizer_state.clear();  // a new optimizer starts fresh
+  p.deliver(unit);
+  return {};
+}
+
+expected<void> kvstore_actor::on_set_gradient_compression(kvstore::set_gradient_compression& m,
+                                                          response_promise<unit_t>& p) {
+  auto type = parse_compression_type(m.type);
+  if (!type) return type.error();
+  const std::string what = "kvstore set_gradient_compression: ";
+  if (!std::isfinite(m.threshold) || (*type == compression_type::two_bit && !(m.threshold > 0)))
+    return bad(what + "threshold " + std::to_string(m.threshold) + " is not " +
+               (*type == compression_type::two_bit ? "above 0 (2bit sends +threshold, 0 or -threshold)." : "finite."));
+  if (*type != compression_type::none) {
+    if (device_.kind() != device_kind::cpu)
+      return bad(what + "compression runs on cpu stores only (this store merges on " + device_.name() + ").");
+    if (options_.contributions_per_version > 1)
+      return bad(what + "this store's versions collect the pushes of " +
+                 std::to_string(options_.contributions_per_version) +
+                 " workers, whose residuals it cannot tell apart; compress on each worker instead.");
+  }
+  compression_ = *type;
+  compression_threshold_ = m.threshold;
+  for (auto& [key, state] : keys_) state.residuals.clear();  // a new setting starts from zero residuals
   p.deliver(unit);
   return {};
 }

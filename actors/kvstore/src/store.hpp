@@ -51,6 +51,7 @@ private:
     std::size_t received = 0;             // values accumulated towards the next version (sync mode)
     std::uint64_t version = 0;            // updates applied
     std::vector<tensor> optimizer_state;  // sgd: momentum; adam: exp_avg, exp_avg_sq
+    std::vector<tensor> residuals;        // gradient compression: one per position in a push
     std::int64_t step = 0;
     kvstore::key label = 0;  // the caller's key (a shard's chunk keys differ from it)
   };
@@ -86,6 +87,7 @@ private:
   expected<void> on_broadcast(kvstore::broadcast& m, response_promise<std::vector<tensor>>& p);
   expected<void> on_set_updater(kvstore::set_updater& m, response_promise<unit_t>& p);
   expected<void> on_set_optimizer(kvstore::set_optimizer& m, response_promise<unit_t>& p);
+  expected<void> on_set_gradient_compression(kvstore::set_gradient_compression& m, response_promise<unit_t>& p);
   expected<void> on_version(kvstore::version& m, response_promise<std::uint64_t>& p);
   expected<void> on_save(kvstore::save& m, response_promise<unit_t>& p);
   expected<void> on_load(kvstore::load& m, response_promise<unit_t>& p);
@@ -124,6 +126,10 @@ private:
                      std::size_t n, const std::shared_ptr<work_status>& status, const work_label& label);
   void keep_until_done(const tensor& t) const;
   slice_ref readable(const slice_ref& v, const key_state& state, const std::shared_ptr<work_status>& status);
+  /// Gradient compression: the value that position `slot` of a push sends, quantized with that
+  /// position's residual (cpu stores).
+  slice_ref compressed(const slice_ref& v, key_state& state, std::size_t slot,
+                       const std::shared_ptr<work_status>& status);
   void enqueue_push(const std::vector<kvstore::key>& keys, const std::vector<slice_ref>& values,
                     const std::shared_ptr<work_status>& status);
   tensor& accumulator_of(key_state& state);
@@ -147,6 +153,8 @@ private:
   std::optional<key_map> staged_;  // a shard's part of a load, until shard_commit
   std::optional<bool> int_keys_;   // kind of the keys held, once the first key is stored
   update_rule rule_;
+  compression_type compression_ = compression_type::none;  // set_gradient_compression
+  float compression_threshold_ = 0.5f;
   kvstore::lr_scheduler scheduler_;  // of the optimizer in rule_, or monostate
   std::vector<parked_pull> parked_;
   admission_queue admission_;

@@ -75,6 +75,29 @@ slice_ref kvstore_actor::readable(const slice_ref& v, const key_state& state, co
   return slice_ref{staging, 0};
 }
 
+slice_ref kvstore_actor::compressed(const slice_ref& v, key_state& state, std::size_t slot,
+                                   const std::shared_ptr<work_status>& status) {
+  const auto n = static_cast<std::size_t>(state.value.numel());
+  const bool fresh = state.residuals.size() <= slot;
+  while (state.residuals.size() <= slot)
+    state.residuals.push_back(tensor::empty({state.value.numel()}, dtype::float32, device_, stream_));
+  tensor residual = state.residuals[slot];
+  tensor sent = tensor::empty({state.value.numel()}, dtype::float32, device_, stream_);
+  kernels::on_stream(stream_,
+                     {.name = "kvstore_compress", .kind = work_kind::pointwise, .bytes = 4.0 * sizeof(float) * static_cast<double>(n)},
+                     [v, residual, sent, n, fresh, type = compression_, threshold = compression_threshold_,
+                      status](auto target) {
+                       if constexpr (kernels::is_cuda_target<decltype(target)>) {
+                         status->fail("kvstore push: gradient compression has no cuda kernel.");  // refused at set time
+                       } else {
+                         float* r = residual.device_data<float>();
+                         if (fresh) std::fill(r, r + n, 0.0f);
+                         compress(type, threshold, v.t.device_data<float>() + v.offset, r, sent.device_data<float>(), n);
+                       }
+                     });
+  return slice_ref{sent, 0};
+}
+
 /// Groups the values by key (first-appearance order) and merges each group.
 void kvstore_actor::enqueue_push(const std::vector<kvstore::key>& keys, const std::vector<slice_ref>& values,
                   const std::shared_ptr<work_status>& status) {
@@ -83,6 +106,8 @@ void kvstore_actor::enqueue_push(const std::vector<kvstore::key>& keys, const st
     key_state& state = keys_.at(key);
     for (const auto& v : group) stream_.wait(v.t.ready_event());
     for (auto& v : group) v = readable(v, state, status);
+    if (compression_ != compression_type::none)
+      for (std::size_t slot = 0; slot < group.size(); ++slot) group[slot] = compressed(group[slot], state, slot, status);
     const std::size_t need = options_.contributions_per_version;
     if (need == 0) {  // asynchronous: this call's values make one update
       merge(state, group, false, true, status);

@@ -23,6 +23,7 @@
 #include "strata/kernels/optimizers.hpp"
 #include "strata/kvstore/lr_scheduler.hpp"
 #include "strata/message.hpp"
+#include "strata/kvstore/compression.hpp"
 
 namespace strata::kvstore {
 
@@ -304,6 +305,8 @@ public:
   /// With MXNet's learning-rate scheduler (`kvstore::set_optimizer::scheduler`).
   done set_optimizer(kernels::sgd_options options, kvstore::lr_scheduler scheduler);
   done set_optimizer(kernels::adam_options options, kvstore::lr_scheduler scheduler);
+  /// MXNet's `set_gradient_compression` (`kvstore::set_gradient_compression`).
+  done set_gradient_compression(std::string type, float threshold = 0.5f);
   std::future<expected<std::uint64_t>> version(kvstore::key key);
   done save(std::string path);
   done load(std::string path);
