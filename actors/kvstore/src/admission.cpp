@@ -73,6 +73,13 @@ admission_ticket ticket_of(const kvstore::set_gradient_compression&) {
 admission_ticket ticket_of(const kvstore::version& m) { return {"version", 0, false, {m.key}, {}, {}}; }
 admission_ticket ticket_of(const kvstore::save&) { return {"save", 0, true, {}, {}, {}}; }
 admission_ticket ticket_of(const kvstore::load&) { return {"load", 0, true, {}, {}, {}}; }
+admission_ticket ticket_of(const kvstore::save_optimizer_states&) {
+  return {"save_optimizer_states", 0, true, {}, {}, {}};
+}
+admission_ticket ticket_of(const kvstore::load_optimizer_states&) {
+  return {"load_optimizer_states", 0, true, {}, {}, {}};
+}
+admission_ticket ticket_of(const shard_load_optimizer_states&) { return {"load_optimizer_states", 0, true, {}, {}, {}}; }
 admission_ticket ticket_of(const shard_init& m) { return {"init", 0, true, m.keys, {}, {}}; }
 admission_ticket ticket_of(const shard_request& m) {
   const char* op = m.push_keys.empty() ? "pull" : (m.pull_keys.empty() ? "push" : "pushpull");

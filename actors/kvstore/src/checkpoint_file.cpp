@@ -20,8 +20,24 @@ namespace strata::kvstore::internal {
 
 namespace {
 
-constexpr char checkpoint_magic[9] = "STRKV001";
 constexpr char checkpoint_end[9] = "STRKVEND";
+
+/// The two files of this format: a store's checkpoint (values, then optimizer state) and its
+/// optimizer states alone (`save_optimizer_states`), whose header carries the optimizer.
+struct file_kind {
+  const char* magic;        // 8 bytes
+  std::uint64_t value_arrays;  // arrays before the optimizer state: 1 (the value) or 0
+  const char* request;      // "kvstore load" / "kvstore load_optimizer_states"
+  const char* noun;         // "checkpoint" / "optimizer states file"
+  const char* a_noun;       // with its article
+  const char* other_magic;  // the other kind's magic, for a precise sentence
+  const char* other_hint;
+};
+constexpr file_kind values_file{"STRKV001", 1, "kvstore load", "checkpoint", "a checkpoint", "STRKVOPT",
+                                "it holds optimizer states only; load it with load_optimizer_states"};
+constexpr file_kind states_file{"STRKVOPT", 0, "kvstore load_optimizer_states", "optimizer states file",
+                                "an optimizer states file", "STRKV001",
+                                "it is a values checkpoint; load it with load"};
 
 /// The checkpoint's checksum: FNV-1a over the first `n` bytes, with the basis kvstore files have
 /// always used (strata/checksum.hpp), so files written before stay loadable.
@@ -37,8 +53,8 @@ void put(std::string& out, T v) {
 /// Reads the checkpoint's fields in order; any read past the end throws the "truncated" sentence.
 class checkpoint_reader {
 public:
-  checkpoint_reader(const std::string& bytes, std::size_t end, std::string path)
-      : bytes_(bytes), end_(end), path_(std::move(path)) {}
+  checkpoint_reader(const std::string& bytes, std::size_t end, std::string path, const file_kind& kind)
+      : bytes_(bytes), end_(end), path_(std::move(path)), kind_(kind) {}
   template <class T>
   T get() {
     T v;
@@ -58,36 +74,50 @@ public:
 private:
   void need(std::size_t n) const {
     if (n > end_ - pos_)
-      throw std::runtime_error("kvstore load: checkpoint \"" + path_ + "\" is truncated or corrupt: its contents end early.");
+      throw std::runtime_error(std::string(kind_.request) + ": " + kind_.noun + " \"" + path_ +
+                               "\" is truncated or corrupt: its contents end early.");
   }
   const std::string& bytes_;
   std::size_t end_;
   std::string path_;
+  const file_kind& kind_;
   std::size_t pos_ = 0;
 };
 
-std::vector<checkpoint_entry> parse_checkpoint(const std::string& bytes, const std::string& path) {
+/// The entries of a file of `kind`; its header blob (optimizer states files) into `header`.
+std::vector<checkpoint_entry> parse_file(const std::string& bytes, const std::string& path, const file_kind& kind,
+                                         std::string* header) {
   auto corrupt = [&](const std::string& why) {
-    return std::runtime_error("kvstore load: checkpoint \"" + path + "\" is truncated or corrupt: " + why + ".");
+    return std::runtime_error(std::string(kind.request) + ": " + kind.noun + " \"" + path +
+                              "\" is truncated or corrupt: " + why + ".");
   };
   const std::size_t trailer = sizeof(std::uint64_t) + 8;
-  if (bytes.size() < 8 + sizeof(std::uint64_t) + trailer) throw corrupt("it is too short to be a checkpoint");
-  if (bytes.compare(0, 8, checkpoint_magic) != 0) throw corrupt("it does not start with \"STRKV001\"");
+  if (bytes.size() >= 8 && bytes.compare(0, 8, kind.other_magic) == 0)
+    throw std::runtime_error(std::string(kind.request) + ": \"" + path + "\" is not " + kind.a_noun + ": " +
+                             kind.other_hint + ".");
+  if (bytes.size() < 8 + sizeof(std::uint64_t) + trailer) throw corrupt(std::string("it is too short to be ") + kind.a_noun);
+  if (bytes.compare(0, 8, kind.magic) != 0) throw corrupt(std::string("it does not start with \"") + kind.magic + "\"");
   const std::size_t body = bytes.size() - trailer;
   if (bytes.compare(bytes.size() - 8, 8, checkpoint_end) != 0) throw corrupt("its end marker is missing");
   std::uint64_t stored_sum;
   std::memcpy(&stored_sum, bytes.data() + body, sizeof stored_sum);
   if (stored_sum != fnv1a(bytes, body)) throw corrupt("its checksum does not match its contents");
-  checkpoint_reader in(bytes, body, path);
+  checkpoint_reader in(bytes, body, path, kind);
   in.get<std::uint64_t>();  // magic, 8 bytes
+  if (header != nullptr) {
+    const auto len = in.get<std::uint64_t>();
+    if (len > body) throw corrupt("its header length is out of range");
+    header->assign(len, '\0');
+    in.read(header->data(), len);
+  }
   const auto count = in.get<std::uint64_t>();
   std::vector<checkpoint_entry> entries;
   for (std::uint64_t k = 0; k < count; ++k) {
     checkpoint_entry e;
-    const auto kind = in.get<std::uint8_t>();
-    if (kind == 0) {
+    const auto key_kind = in.get<std::uint8_t>();
+    if (key_kind == 0) {
       e.key = in.get<std::int64_t>();
-    } else if (kind == 1) {
+    } else if (key_kind == 1) {
       const auto len = in.get<std::uint64_t>();
       if (len > body) throw corrupt("a key length is out of range");
       std::string name(len, '\0');
@@ -107,8 +137,9 @@ std::vector<checkpoint_entry> parse_checkpoint(const std::string& bytes, const s
       e.shape.push_back(dim);
       numel *= static_cast<std::uint64_t>(dim);
     }
-    const auto arrays = 1 + in.get<std::uint64_t>();
-    if (arrays > 3) throw corrupt("an optimizer state count is out of range");
+    const auto states = in.get<std::uint64_t>();
+    if (states > 2) throw corrupt("an optimizer state count is out of range");
+    const auto arrays = kind.value_arrays + states;
     for (std::uint64_t a = 0; a < arrays; ++a) {
       in.require(numel * sizeof(float));  // before allocating: a corrupt size must not allocate
       std::vector<float> v(numel);
@@ -123,28 +154,42 @@ std::vector<checkpoint_entry> parse_checkpoint(const std::string& bytes, const s
 
 }  // namespace
 
-expected<checkpoint> read_checkpoint_file(const std::string& path) {
+namespace {
+expected<checkpoint> read_file(const std::string& path, const file_kind& kind, std::string* header) {
   std::ifstream file(path, std::ios::binary);
-  if (!file) return bad("kvstore load: cannot open checkpoint \"" + path + "\": " + std::strerror(errno) + ".");
+  if (!file)
+    return bad(std::string(kind.request) + ": cannot open " + kind.noun + " \"" + path + "\": " + std::strerror(errno) + ".");
   std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   checkpoint c;
   try {
-    c.entries = parse_checkpoint(bytes, path);
+    c.entries = parse_file(bytes, path, kind, header);
   } catch (const std::exception& e) {
     return bad(e.what());
   }
   for (const auto& e : c.entries) {
     if (c.int_keys && *c.int_keys != e.key.is_int())
-      return bad("kvstore load: checkpoint \"" + path + "\" mixes integer and string keys; expected one kind.");
+      return bad(std::string(kind.request) + ": " + kind.noun + " \"" + path +
+                 "\" mixes integer and string keys; expected one kind.");
     c.int_keys = e.key.is_int();
   }
   return c;
 }
+}  // namespace
+
+expected<checkpoint> read_checkpoint_file(const std::string& path) { return read_file(path, values_file, nullptr); }
+
+expected<checkpoint> read_optimizer_states_file(const std::string& path, std::string& header) {
+  return read_file(path, states_file, &header);
+}
 
 namespace {
 
-std::string checkpoint_bytes(const std::vector<checkpoint_entry>& entries) {
-  std::string out(checkpoint_magic, 8);
+std::string file_bytes(const file_kind& kind, const std::string* header, const std::vector<checkpoint_entry>& entries) {
+  std::string out(kind.magic, 8);
+  if (header != nullptr) {
+    put<std::uint64_t>(out, header->size());
+    out += *header;
+  }
   put<std::uint64_t>(out, entries.size());
   for (const auto& e : entries) {
     if (e.key.is_int()) {
@@ -160,7 +205,7 @@ std::string checkpoint_bytes(const std::vector<checkpoint_entry>& entries) {
     put<std::int64_t>(out, e.step);
     put<std::uint64_t>(out, e.shape.size());
     for (auto d : e.shape) put<std::int64_t>(out, d);
-    put<std::uint64_t>(out, e.arrays.size() - 1);
+    put<std::uint64_t>(out, e.arrays.size() - kind.value_arrays);
     for (const auto& a : e.arrays) out.append(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(float));
   }
   put<std::uint64_t>(out, fnv1a(out, out.size()));
@@ -170,16 +215,28 @@ std::string checkpoint_bytes(const std::vector<checkpoint_entry>& entries) {
 
 }  // namespace
 
-expected<void> write_checkpoint_file(const std::string& path, const std::vector<checkpoint_entry>& entries) {
+namespace {
+expected<void> write_file(const std::string& path, const file_kind& kind, const std::string* header,
+                          const std::vector<checkpoint_entry>& entries, const char* request) {
   std::string bytes;
   try {
-    bytes = checkpoint_bytes(entries);
+    bytes = file_bytes(kind, header, entries);
   } catch (const std::exception& e) {
     return error(errc::runtime_failure, e.what());
   }
   auto written = write_file_atomically(path, bytes);
-  if (!written) return error(errc::runtime_failure, "kvstore save: " + written.error().message());
+  if (!written) return error(errc::runtime_failure, std::string(request) + ": " + written.error().message());
   return {};
+}
+}  // namespace
+
+expected<void> write_checkpoint_file(const std::string& path, const std::vector<checkpoint_entry>& entries) {
+  return write_file(path, values_file, nullptr, entries, "kvstore save");
+}
+
+expected<void> write_optimizer_states_file(const std::string& path, const std::string& header,
+                                           const std::vector<checkpoint_entry>& entries) {
+  return write_file(path, states_file, &header, entries, "kvstore save_optimizer_states");
 }
 
 }  // namespace strata::kvstore::internal

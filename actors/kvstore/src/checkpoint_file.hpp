@@ -28,4 +28,11 @@ using kvstore::write_checkpoint;
 expected<checkpoint> read_checkpoint_file(const std::string& path);
 expected<void> write_checkpoint_file(const std::string& path, const std::vector<checkpoint_entry>& entries);
 
+// Optimizer states (`save_optimizer_states`): "STRKVOPT", u64 length + header bytes (the optimizer,
+// optimizer_states.hpp), then the entries as above with no value (the state count may be 0), the
+// checksum and "STRKVEND". Each entry's `arrays` holds the optimizer state only.
+expected<checkpoint> read_optimizer_states_file(const std::string& path, std::string& header);
+expected<void> write_optimizer_states_file(const std::string& path, const std::string& header,
+                                           const std::vector<checkpoint_entry>& entries);
+
 }  // namespace strata::kvstore::internal

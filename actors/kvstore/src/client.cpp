@@ -78,6 +78,12 @@ client::tensors client::broadcast(std::vector<kvstore::key> keys, std::vector<te
 client::done client::set_updater(kvstore::updater rule) {
   return call<unit_t>(kvstore::set_updater{std::move(rule)});
 }
+client::done client::save_optimizer_states(std::string path) {
+  return call<unit_t>(kvstore::save_optimizer_states{std::move(path)});
+}
+client::done client::load_optimizer_states(std::string path) {
+  return call<unit_t>(kvstore::load_optimizer_states{std::move(path)});
+}
 client::done client::set_gradient_compression(std::string type, float threshold) {
   return call<unit_t>(kvstore::set_gradient_compression{std::move(type), threshold});
 }

@@ -1,617 +1,112 @@
-#include "router.hpp"
+#include "router_actor.hpp"
 
-#include <algorithm>
-#include <chrono>
-#include <deque>
-#include <functional>
-#include <map>
-#include <memory>
-#include <optional>
-#include <utility>
-
-#include "admission.hpp"
-#include "checkpoint_file.hpp"
-#include "merge.hpp"
-#include "shard_protocol.hpp"
-#include "strata/actor.hpp"
-
+// A sharded store's router: its spawn, saves, loads and optimizer states (the class and its
+// request handling are in router_actor.hpp).
 namespace strata::kvstore::internal {
-
-namespace {
-
-/// Takes the public messages, checks each request whole against the caller's keys, and sends its
-/// parts to the shards (one message per shard and request, or per shard and step when shards
-/// would otherwise read and write one caller tensor in no order, or for a synchronous pushpull:
-/// see "requests in steps" below), answering once all have answered.
-/// Keys are spread round robin over the shards in init order; a key of more than `chunk_bytes`
-/// becomes contiguous chunks on consecutive shards. Each chunk is a key of its own on its shard
-/// (an integer the router assigns), read and written in place through `slice_ref`s.
-///
-/// Checkpoints: a save gathers every shard's snapshot (a barrier on each shard) and writes the
-/// caller's keys, chunks joined, in one store's format; a load checks the whole file, then stages
-/// each shard's part and commits on every shard only when all have staged it. While a save or
-/// load is in progress the router holds the requests that arrive and serves them afterwards.
-class kvstore_router final : public actor {
-public:
-  kvstore_router(kvstore::options options, std::vector<actor_ref> shards, store_place place)
-      : options_(std::move(options)), shards_(std::move(shards)), place_(std::move(place)) {}
-
-private:
-  /// A handler of a public request: `body(m, p, sender id)` runs now or, while the router holds
-  /// requests (a checkpoint, a request done in steps, or an earlier request held), once the held
-  /// ones before it have started (in arrival order). `body` returns false, changing nothing, when
-  /// it cannot start yet because a request in flight uses one of its tensors (see `conflicts`).
-  template <class R, class M>
-  auto serve(bool (kvstore_router::*body)(M&, response_promise<R>&, std::uint64_t)) {
-    return [this, body](M& m) -> expected<R> {
-      auto p = make_response_promise<R>();
-      const auto origin = current_sender().id();
-      std::function<bool()> start = [this, body, m = std::move(m), p, origin]() mutable {
-        return (this->*body)(m, p, origin);
-      };
-      if (holding() || !start()) held_.push_back(std::move(start));
-      return R{};
-    };
-  }
-  bool holding() const { return checkpointing_ || steps_holding_ > 0 || !held_.empty(); }
-  /// Starts what may start now: stalled steps of requests in progress, then held requests in order.
-  /// Not reentrant (a step that completes at once calls it again): the outer call loops instead.
-  void pump() {
-    if (pumping_) {
-      pump_again_ = true;
-      return;
-    }
-    pumping_ = true;
-    do {
-      pump_again_ = false;
-      for (std::size_t i = 0; i < stalled_.size();) {
-        if (conflicts(stalled_[i]->steps[stalled_[i]->next].uses)) {
-          ++i;
-          continue;
-        }
-        auto j = std::move(stalled_[i]);
-        stalled_.erase(stalled_.begin() + static_cast<std::ptrdiff_t>(i));
-        send_step(std::move(j));
-      }
-      while (!checkpointing_ && steps_holding_ == 0 && !held_.empty()) {
-        auto next = std::move(held_.front());
-        held_.pop_front();
-        if (!next()) {
-          held_.push_front(std::move(next));
-          break;
-        }
-      }
-    } while (pump_again_);
-    pumping_ = false;
-  }
-  /// Ends a checkpoint: serves the requests held meanwhile.
-  void resume() {
-    checkpointing_ = false;
-    pump();
-  }
-
-public:
-  behavior make_behavior() override {
-    return {
-        serve(&kvstore_router::on_init),
-        serve(&kvstore_router::on_push),
-        serve(&kvstore_router::on_pull),
-        serve(&kvstore_router::on_pushpull),
-        serve(&kvstore_router::on_pushpull_in_place),
-        serve(&kvstore_router::on_broadcast_request),
-        serve(&kvstore_router::on_broadcast<kvstore::set_updater>),
-        serve(&kvstore_router::on_broadcast<kvstore::set_optimizer>),
-        serve(&kvstore_router::on_broadcast<kvstore::set_gradient_compression>),
-        serve(&kvstore_router::on_version),
-        serve(&kvstore_router::on_save),
-        serve(&kvstore_router::on_load),
-        [](const kvstore::is_capable& m) -> expected<bool> { return has_capability(m.capability); },
-        [this](const kvstore::store_type&) -> std::string {
-          return options_.kind == kvstore::kind::local && options_.shard_devices.empty() ? "local" : "device";
-        },
-    };
-  }
-
-  void on_exit(const error&) override {
-    for (const auto& s : shards_) system().stop(s);
-  }
-
-private:
-  /// Shard requests may wait for a version (synchronous mode) as long as the caller's own timeout.
-  static constexpr std::chrono::hours shard_timeout{24};
-
-  struct chunk {
-    std::size_t shard = 0;
-    std::int64_t sub_key = 0;
-    std::size_t offset = 0;  // first element of the caller's tensor
-    std::size_t length = 0;
-  };
-  struct placement {
-    std::vector<std::int64_t> shape;
-    std::vector<chunk> chunks;
-  };
-  using placements = std::map<kvstore::key, placement>;
-
-  bool on_init(kvstore::init& m, response_promise<unit_t>& p, std::uint64_t) {
-    auto uses = uses_of(m.values, false);
-    if (conflicts(uses)) return false;
-    std::optional<bool> kind = int_keys_;
-    if (auto r = check_init(m, kind, shape_of(), place_, options_.init_existing); !r) return p.deliver(r.error()), true;
-    int_keys_ = kind;
-    send_init(m, answer(p));
-    return true;
-  }
-  /// Sends a checked init's new keys to their shards; `done` runs once all have stored them.
-  void send_init(const kvstore::init& m, std::function<void(const error*)> done) {
-    auto uses = uses_of(m.values, false);
-    std::vector<shard_init> parts(shards_.size());
-    for (std::size_t i = 0; i < m.keys.size(); ++i) {
-      if (keys_.contains(m.keys[i])) continue;  // keep_first: the key keeps its value
-      const placement& pl = place_key(keys_, m.keys[i], m.values[i].shape());
-      for (const auto& c : pl.chunks) {
-        auto& part = parts[c.shard];
-        part.keys.emplace_back(c.sub_key);
-        part.values.push_back(slice_ref{m.values[i], c.offset});
-        part.lengths.push_back(static_cast<std::int64_t>(c.length));
-        part.labels.push_back(m.keys[i]);
-      }
-    }
-    occupy(uses);
-    auto g = gather([this, uses, done = std::move(done)](const error* e) {
-      release(uses);
-      done(e);
-      pump();
-    });
-    for (std::size_t s = 0; s < parts.size(); ++s)
-      if (!parts[s].keys.empty()) ask(s, std::move(parts[s]), g);
-    g->start();
-  }
-  bool on_pushpull_in_place(kvstore::pushpull_in_place& m, response_promise<std::vector<tensor>>& p,
-                            std::uint64_t origin) {
-    kvstore::pushpull both = as_pushpull(m);
-    return on_pushpull(both, p, origin);
-  }
-  /// The init's parts go to the shards first, then the pull's: init is a barrier on every shard,
-  /// so each shard copies its part of an output after it stored its part of the value.
-  bool on_broadcast_request(kvstore::broadcast& m, response_promise<std::vector<tensor>>& p, std::uint64_t origin) {
-    auto uses = uses_of(m.init.values, false);
-    auto writes = uses_of(m.pull.outs, true);
-    uses.insert(uses.end(), writes.begin(), writes.end());
-    if (conflicts(uses)) return false;
-    std::optional<bool> kind = int_keys_;
-    if (auto r = check_broadcast(m, kind, shape_of(), place_, options_.init_existing); !r)
-      return p.deliver(r.error()), true;
-    int_keys_ = kind;
-    auto both = gather(answer_with(p, m.pull.outs));
-    ++both->waiting;
-    send_init(m.init, [both](const error* e) { both->arrive(e); });
-    auto j = std::make_shared<job>();
-    add_pull_steps(*j, entries(m.pull.keys, m.pull.outs, true), 0, origin, 0);
-    ++both->waiting;
-    j->done = [both](const error* e) { both->arrive(e); };
-    start(std::move(j));
-    both->start();
-    return true;
-  }
-  bool on_push(kvstore::push& m, response_promise<unit_t>& p, std::uint64_t origin) {
-    if (conflicts(uses_of(m.values, false))) return false;
-    if (auto r = check_existing("push", "value", m.keys, m.values, int_keys_, shape_of(), place_); !r)
-      return p.deliver(r.error()), true;
-    auto j = std::make_shared<job>();
-    j->steps.push_back(make_step(entries(m.keys, m.values, false), m.priority, origin, 0));
-    j->done = answer(p);
-    start(std::move(j));
-    return true;
-  }
-  bool on_pull(kvstore::pull& m, response_promise<std::vector<tensor>>& p, std::uint64_t origin) {
-    if (conflicts(uses_of(m.outs, true))) return false;
-    if (auto r = check_existing("pull", "output", m.keys, m.outs, int_keys_, shape_of(), place_); !r)
-      return p.deliver(r.error()), true;
-    auto j = std::make_shared<job>();
-    add_pull_steps(*j, entries(m.keys, m.outs, true), m.priority, origin, m.min_version);
-    j->done = answer_with(p, std::move(m.outs));
-    start(std::move(j));
-    return true;
-  }
-  bool on_pushpull(kvstore::pushpull& m, response_promise<std::vector<tensor>>& p, std::uint64_t origin) {
-    auto uses = uses_of(m.push.values, false);
-    auto writes = uses_of(m.pull.outs, true);
-    uses.insert(uses.end(), writes.begin(), writes.end());
-    if (conflicts(uses)) return false;
-    if (auto r = check_existing("pushpull", "value", m.push.keys, m.push.values, int_keys_, shape_of(), place_); !r)
-      return p.deliver(r.error()), true;
-    if (auto r = check_existing("pushpull", "output", m.pull.keys, m.pull.outs, int_keys_, shape_of(), place_); !r)
-      return p.deliver(r.error()), true;
-    auto pushed = entries(m.push.keys, m.push.values, false);
-    auto pulled = entries(m.pull.keys, m.pull.outs, true);
-    auto j = std::make_shared<job>();
-    const bool synchronous = options_.contributions_per_version > 0;
-    std::vector<entry> all = pushed;
-    all.insert(all.end(), pulled.begin(), pulled.end());
-    if (!synchronous && !crosses_shards(all)) {
-      j->steps.push_back(make_step(all, m.priority, origin, 0));
-    } else {
-      // Every shard reads the values before any writes an output (one store's order), and in
-      // synchronous mode the pulls wait for the versions the push contributes to (its replies).
-      j->steps.push_back(make_step(pushed, m.priority, origin, 0));
-      add_pull_steps(*j, pulled, m.priority, origin, 0);
-      for (std::size_t i = 1; i < j->steps.size(); ++i) {
-        j->steps[i].pulls_own_rounds = synchronous;
-        j->steps[i].waits = synchronous;
-      }
-      j->holds = !synchronous;
-    }
-    j->done = answer_with(p, std::move(m.pull.outs));
-    start(std::move(j));
-    return true;
-  }
-  template <class M>
-  bool on_broadcast(M& m, response_promise<unit_t>& p, std::uint64_t) {
-    auto g = gather(answer(p));
-    for (std::size_t s = 0; s < shards_.size(); ++s) ask(s, m, g);
-    g->start();
-    return true;
-  }
-  bool on_version(kvstore::version& m, response_promise<std::uint64_t>& p, std::uint64_t) {
-    auto it = keys_.find(m.key);
-    if (it == keys_.end())
-      return p.deliver(bad("kvstore version: key " + m.key.to_string() + " is not initialised.")), true;
-    const chunk& c = it->second.chunks.front();  // every push updates every chunk of a key
-    request<std::uint64_t>(shards_[c.shard], shard_timeout, kvstore::version{c.sub_key})
-        .then([p](std::uint64_t v) mutable { p.deliver(v); }, [p](const error& e) mutable { p.deliver(e); });
-    return true;
-  }
-
-  /// Every shard's snapshot (chunk keys), joined into the caller's keys and written as one store would.
-  bool on_save(kvstore::save& m, response_promise<unit_t>& p, std::uint64_t) {
-    checkpointing_ = true;
-    auto taken = std::make_shared<std::map<std::int64_t, checkpoint_entry>>();  // by chunk key
-    auto g = gather([this, p, taken, path = m.path](const error* e) mutable {
-      auto written = e ? expected<void>(*e) : guarded("save", [&] { return write_checkpoint(path, join(*taken)); });
-      written ? p.deliver(unit) : p.deliver(written.error());
-      resume();
-    });
-    for (std::size_t s = 0; s < shards_.size(); ++s) {
-      ++g->waiting;
-      request<std::vector<checkpoint_entry>>(shards_[s], shard_timeout, shard_save{})
-          .then(
-              [g, taken](std::vector<checkpoint_entry>& part) {
-                for (auto& e : part) taken->emplace(std::get<0>(e.key.value()), std::move(e));
-                g->arrive(nullptr);
-              },
-              [g](const error& e) { g->arrive(&e); });
-    }
-    g->start();
-    return true;
-  }
-  std::vector<checkpoint_entry> join(const std::map<std::int64_t, checkpoint_entry>& taken) const {
-    std::vector<checkpoint_entry> entries;
-    for (const auto& [key, pl] : keys_) {
-      const checkpoint_entry& first = taken.at(pl.chunks.front().sub_key);
-      auto& e = entries.emplace_back(checkpoint_entry{key, first.version, first.step, pl.shape, {}});
-      e.arrays.resize(first.arrays.size());
-      for (const auto& c : pl.chunks)
-        for (std::size_t a = 0; a < e.arrays.size(); ++a) {
-          const auto& part = taken.at(c.sub_key).arrays.at(a);
-          e.arrays[a].insert(e.arrays[a].end(), part.begin(), part.end());
-        }
-    }
-    return entries;
-  }
-
-  /// Checks the whole file, places its keys afresh over the shards, has every shard stage its
-  /// part, then commits on all of them, or, when one failed, drops the staged parts everywhere.
-  bool on_load(kvstore::load& m, response_promise<unit_t>& p, std::uint64_t) {
-    auto file = read_checkpoint(m.path);
-    if (!file) return p.deliver(file.error()), true;
-    auto entries = std::make_shared<const std::vector<checkpoint_entry>>(std::move(file->entries));
-    placements loaded;
-    std::vector<shard_load> parts(shards_.size(), shard_load{entries, {}});
-    for (std::size_t i = 0; i < entries->size(); ++i) {
-      const auto& e = (*entries)[i];
-      for (const auto& c : place_key(loaded, e.key, e.shape).chunks)
-        parts[c.shard].pieces.push_back({c.sub_key, e.key, i, c.offset, {static_cast<std::int64_t>(c.length)}});
-    }
-    checkpointing_ = true;
-    auto g = gather([this, p, loaded = std::move(loaded), kind = file->int_keys](const error* e) mutable {
-      for (const auto& s : shards_) send(s, shard_commit{.keep = e == nullptr});
-      if (!e) {
-        keys_ = std::move(loaded);
-        int_keys_ = kind;
-      }
-      e ? p.deliver(*e) : p.deliver(unit);
-      resume();
-    });
-    for (std::size_t s = 0; s < shards_.size(); ++s) ask(s, std::move(parts[s]), g);
-    g->start();
-    return true;
-  }
-
-  /// Counts the shards' answers; `done` runs once with the first failure (or null).
-  struct gathering {
-    std::size_t waiting = 1;  // 1 until start(), so that answers cannot finish it early
-    std::optional<error> failure;
-    std::function<void(const error*)> done;
-    void arrive(const error* e) {
-      if (e && !failure) failure = *e;
-      if (--waiting == 0) done(failure ? &*failure : nullptr);
-    }
-    void start() { arrive(nullptr); }
-  };
-  static std::shared_ptr<gathering> gather(std::function<void(const error*)> done) {
-    auto g = std::make_shared<gathering>();
-    g->done = std::move(done);
-    return g;
-  }
-  template <class M>
-  void ask(std::size_t shard, M msg, const std::shared_ptr<gathering>& g) {
-    ++g->waiting;
-    request<void>(shards_[shard], shard_timeout, std::move(msg))
-        .then([g] { g->arrive(nullptr); }, [g](const error& e) { g->arrive(&e); });
-  }
-
-  static std::function<void(const error*)> answer(response_promise<unit_t> p) {
-    return [p](const error* e) mutable { e ? p.deliver(*e) : p.deliver(unit); };
-  }
-  static std::function<void(const error*)> answer_with(response_promise<std::vector<tensor>> p,
-                                                       std::vector<tensor> outs) {
-    return [p, outs = std::move(outs)](const error* e) mutable {
-      if (e) return p.deliver(*e);
-      for (auto& out : outs) out.set_ready_event(event{});  // every shard's copy has completed
-      p.deliver(std::move(outs));
-    };
-  }
-
-  shape_lookup shape_of() const {
-    return [this](const kvstore::key& key) -> const std::vector<std::int64_t>* {
-      auto it = keys_.find(key);
-      return it == keys_.end() ? nullptr : &it->second.shape;
-    };
-  }
-
-  /// Places `key` in `into`: its chunks on the next shards, under new chunk keys.
-  const placement& place_key(placements& into, const kvstore::key& key, const std::vector<std::int64_t>& shape) {
-    std::size_t numel = 1;
-    for (auto d : shape) numel *= static_cast<std::size_t>(d);
-    const std::size_t bytes = numel * sizeof(float);
-    std::size_t pieces = 1;
-    if (options_.chunk_bytes > 0 && bytes > options_.chunk_bytes)
-      pieces = std::min(numel, (bytes + options_.chunk_bytes - 1) / options_.chunk_bytes);
-    placement pl{shape, {}};
-    std::size_t offset = 0;
-    for (std::size_t c = 0; c < pieces; ++c) {
-      const std::size_t length = numel / pieces + (c < numel % pieces ? 1 : 0);
-      pl.chunks.push_back(chunk{next_shard_ % shards_.size(), next_sub_key_++, offset, length});
-      ++next_shard_;
-      offset += length;
-    }
-    return into.emplace(key, std::move(pl)).first->second;
-  }
-
-  // ---- requests in steps, ordered by the caller tensors they use ------------------------------
-  //
-  // Shards run at once, so two shards' accesses to one caller tensor have no order of their own.
-  // One store reads every value of a request before it writes any output, writes outputs in
-  // order, and serves requests that use one tensor in arrival order; the router keeps that order:
-  // - within a request, when a tensor's elements are read on one shard and written on another
-  //   (or written on two), the request runs in steps: the push on every shard, then the pulls
-  //   (one step per output when outputs overlap across shards); meanwhile no other request starts;
-  // - across requests, one that uses a tensor a request in flight writes (or writes one it uses)
-  //   waits until that one has been answered, and so do the requests after it.
-  // A pull that waits for a version writes its outputs when that version exists, as on one store
-  // (where later requests are not ordered after it either): it is not waited for.
-
-  /// A caller tensor a request reads or writes, by allocation.
-  struct tensor_use {
-    const void* allocation = nullptr;
-    bool write = false;
-  };
-  /// One key of a request with its caller tensor: a value read or an output written.
-  struct entry {
-    kvstore::key key;
-    tensor t;
-    bool write = false;
-  };
-  /// What is sent to the shards at once: one part per shard (empty ones are not sent).
-  struct step {
-    std::vector<shard_request> parts;
-    std::vector<tensor_use> uses;
-    bool waits = false;             // its pulls may wait for a version: not counted in `in_use_`
-    bool pulls_own_rounds = false;  // synchronous pushpull: pull the versions the first step pushed
-  };
-  /// A request in progress: its steps, sent one after another.
-  struct job {
-    std::vector<step> steps;
-    std::size_t next = 0;
-    bool holds = false;                             // nothing else starts until it is done
-    std::map<std::int64_t, std::uint64_t> rounds;   // chunk key -> the version its pushed value belongs to
-    std::function<void(const error*)> done;
-  };
-  struct use_count {
-    std::size_t readers = 0;
-    std::size_t writers = 0;
-  };
-
-  static std::vector<tensor_use> uses_of(const std::vector<tensor>& ts, bool write) {
-    std::vector<tensor_use> uses;
-    uses.reserve(ts.size());
-    for (const auto& t : ts) uses.push_back({allocation_of(t), write});
-    return uses;
-  }
-  static std::vector<entry> entries(const std::vector<kvstore::key>& keys, const std::vector<tensor>& ts, bool write) {
-    std::vector<entry> out;
-    out.reserve(keys.size());
-    for (std::size_t i = 0; i < keys.size(); ++i) out.push_back({keys[i], ts[i], write});
-    return out;
-  }
-  /// True when a request in flight writes one of these tensors, or uses one these write.
-  bool conflicts(const std::vector<tensor_use>& uses) const {
-    if (shards_.size() < 2 || in_use_.empty()) return false;  // one shard orders its requests itself
-    for (const auto& u : uses) {
-      auto it = in_use_.find(u.allocation);
-      if (it != in_use_.end() && (it->second.writers > 0 || (u.write && it->second.readers > 0))) return true;
-    }
-    return false;
-  }
-  void occupy(const std::vector<tensor_use>& uses) {
-    for (const auto& u : uses) {
-      auto& c = in_use_[u.allocation];
-      ++(u.write ? c.writers : c.readers);
-    }
-  }
-  void release(const std::vector<tensor_use>& uses) {
-    for (const auto& u : uses) {
-      auto it = in_use_.find(u.allocation);
-      --(u.write ? it->second.writers : it->second.readers);
-      if (it->second.readers == 0 && it->second.writers == 0) in_use_.erase(it);
-    }
-  }
-
-  /// True when elements of one caller tensor are written by one shard and read or written by
-  /// another, so that the shards' accesses need an order. O(n log n) in the chunks named.
-  bool crosses_shards(const std::vector<entry>& es) const {
-    if (shards_.size() < 2) return false;
-    struct range {
-      const void* allocation;
-      std::size_t begin, end, shard;
-      bool write;
-    };
-    std::vector<range> ranges;
-    bool any_write = false;
-    for (const auto& e : es) {
-      any_write = any_write || e.write;
-      for (const auto& c : keys_.at(e.key).chunks)
-        ranges.push_back({allocation_of(e.t), c.offset, c.offset + c.length, c.shard, e.write});
-    }
-    if (!any_write) return false;
-    std::sort(ranges.begin(), ranges.end(), [](const range& a, const range& b) {
-      return a.allocation != b.allocation ? std::less<const void*>{}(a.allocation, b.allocation) : a.begin < b.begin;
-    });
-    // Sorted by start, a range overlaps an earlier one exactly when that one ends after its start:
-    // the largest end seen on any shard but its own says whether one does.
-    struct largest_ends {
-      std::size_t end = 0, shard = static_cast<std::size_t>(-1), other_end = 0;  // other_end: largest end on another shard than `shard`
-      void add(std::size_t e, std::size_t s) {
-        if (s == shard) end = std::max(end, e);
-        else if (e > end) other_end = std::exchange(end, e), shard = s;
-        else other_end = std::max(other_end, e);
-      }
-      std::size_t beside(std::size_t s) const { return s == shard ? other_end : end; }
-    };
-    largest_ends all, written;
-    for (std::size_t i = 0; i < ranges.size(); ++i) {
-      const range& r = ranges[i];
-      if (i > 0 && ranges[i - 1].allocation != r.allocation) all = written = largest_ends{};
-      if ((r.write ? all : written).beside(r.shard) > r.begin) return true;
-      all.add(r.end, r.shard);
-      if (r.write) written.add(r.end, r.shard);
-    }
-    return false;
-  }
-
-  /// The parts of `es` for each shard: values as push keys, outputs as pull keys.
-  step make_step(const std::vector<entry>& es, int priority, std::uint64_t origin, std::uint64_t min_version) const {
-    step st;
-    st.parts.resize(shards_.size());
-    for (auto& part : st.parts) {
-      part.priority = priority;
-      part.origin = origin;
-      part.min_version = min_version;
-    }
-    for (const auto& e : es) {
-      st.uses.push_back({allocation_of(e.t), e.write});
-      for (const auto& c : keys_.at(e.key).chunks) {
-        auto& part = st.parts[c.shard];
-        (e.write ? part.pull_keys : part.push_keys).emplace_back(c.sub_key);
-        (e.write ? part.outs : part.values).push_back(slice_ref{e.t, c.offset});
-      }
-    }
-    st.waits = min_version > 0;
-    return st;
-  }
-  /// Pulls: one step, or one per output in order when outputs overlap across shards.
-  void add_pull_steps(job& j, const std::vector<entry>& pulled, int priority, std::uint64_t origin,
-                      std::uint64_t min_version) const {
-    if (!crosses_shards(pulled)) {
-      j.steps.push_back(make_step(pulled, priority, origin, min_version));
-      return;
-    }
-    for (const auto& e : pulled) j.steps.push_back(make_step({e}, priority, origin, min_version));
-    j.holds = min_version == 0;
-  }
-
-  void start(std::shared_ptr<job> j) {
-    if (j->holds) ++steps_holding_;
-    send_step(std::move(j));
-  }
-  /// Sends the job's next step (or stalls it until the tensors it uses are free), and when every
-  /// shard has answered, the step after it, or answers the request.
-  void send_step(std::shared_ptr<job> j) {
-    step& st = j->steps[j->next];
-    if (conflicts(st.uses)) {
-      stalled_.push_back(std::move(j));
-      return;
-    }
-    if (st.pulls_own_rounds)
-      for (auto& part : st.parts) {
-        part.pull_versions.resize(part.pull_keys.size(), 0);
-        for (std::size_t i = 0; i < part.pull_keys.size(); ++i)
-          if (auto it = j->rounds.find(std::get<0>(part.pull_keys[i].value())); it != j->rounds.end())
-            part.pull_versions[i] = it->second;
-      }
-    std::vector<tensor_use> held_uses = st.waits ? std::vector<tensor_use>{} : st.uses;
-    occupy(held_uses);
-    auto g = gather([this, j, held_uses](const error* e) {
-      release(held_uses);
-      if (!e && ++j->next < j->steps.size()) {
-        send_step(j);
-      } else {
-        if (j->holds) --steps_holding_;
-        j->done(e);
-      }
-      pump();
-    });
-    for (std::size_t s = 0; s < st.parts.size(); ++s) {
-      auto& part = st.parts[s];
-      if (part.push_keys.empty() && part.pull_keys.empty()) continue;
-      ++g->waiting;
-      std::vector<kvstore::key> pushed = part.push_keys;  // the reply has the versions of these keys
-      request<std::vector<std::uint64_t>>(shards_[s], shard_timeout, std::move(part))
-          .then(
-              [g, j, pushed = std::move(pushed)](std::vector<std::uint64_t>& rounds) {
-                for (std::size_t i = 0; i < rounds.size() && i < pushed.size(); ++i)
-                  j->rounds[std::get<0>(pushed[i].value())] = rounds[i];
-                g->arrive(nullptr);
-              },
-              [g](const error& e) { g->arrive(&e); });
-    }
-    g->start();
-  }
-
-  kvstore::options options_;
-  std::vector<actor_ref> shards_;
-  store_place place_;
-  placements keys_;
-  std::optional<bool> int_keys_;
-  bool checkpointing_ = false;              // a save or load is in progress
-  std::size_t steps_holding_ = 0;           // requests in steps that hold every other request
-  std::deque<std::function<bool()>> held_;  // requests not started yet, in arrival order
-  std::vector<std::shared_ptr<job>> stalled_;  // steps waiting for tensors in use
-  std::map<const void*, use_count> in_use_;    // caller tensors of requests in flight
-  bool pumping_ = false;
-  bool pump_again_ = false;
-  std::int64_t next_sub_key_ = 0;
-  std::size_t next_shard_ = 0;
-};
-
-
-}  // namespace
 
 actor_ref spawn_router(actor_system& system, kvstore::options options, std::vector<actor_ref> shards,
                        store_place place) {
   auto name = options.name;
   return system.spawn_with<kvstore_router>(spawn_options{.name = std::move(name)}, std::move(options), std::move(shards),
                                            std::move(place));
+}
+
+/// Every shard's snapshot (chunk keys), joined into the caller's keys and written as one store would.
+bool kvstore_router::on_save(kvstore::save& m, response_promise<unit_t>& p, std::uint64_t) {
+  gather_snapshots([path = m.path](std::vector<checkpoint_entry> entries) {
+    return guarded("save", [&] { return write_checkpoint(path, entries); });
+  }, p);
+  return true;
+}
+
+bool kvstore_router::on_save_optimizer_states(kvstore::save_optimizer_states& m, response_promise<unit_t>& p, std::uint64_t) {
+  if (!optimizer_) return p.deliver(bad(no_optimizer_to_save)), true;
+  gather_snapshots([path = m.path, setting = *optimizer_](std::vector<checkpoint_entry> entries) {
+    return guarded("save_optimizer_states", [&] { return write_optimizer_states(path, setting, std::move(entries)); });
+  }, p);
+  return true;
+}
+
+/// The file is checked whole against the keys first; then every shard installs the optimizer and
+/// the states of its chunks.
+bool kvstore_router::on_load_optimizer_states(kvstore::load_optimizer_states& m, response_promise<unit_t>& p, std::uint64_t) {
+  auto file = read_optimizer_states(m.path, shape_of());
+  if (!file) return p.deliver(file.error()), true;
+  auto entries = std::make_shared<const std::vector<checkpoint_entry>>(std::move(file->entries));
+  std::vector<shard_load_optimizer_states> parts(shards_.size(), shard_load_optimizer_states{file->setting, entries, {}});
+  for (std::size_t i = 0; i < entries->size(); ++i)
+    for (const auto& c : keys_.at((*entries)[i].key).chunks)
+      parts[c.shard].pieces.push_back({c.sub_key, (*entries)[i].key, i, c.offset, {static_cast<std::int64_t>(c.length)}});
+  optimizer_ = file->setting;
+  auto g = gather(answer(p));
+  for (std::size_t s = 0; s < shards_.size(); ++s) ask(s, std::move(parts[s]), g);
+  g->start();
+  return true;
+}
+
+/// Takes every shard's snapshot, joins them into the caller's keys and hands them to `write`.
+void kvstore_router::gather_snapshots(std::function<expected<void>(std::vector<checkpoint_entry>)> write, response_promise<unit_t> p) {
+  checkpointing_ = true;
+  auto taken = std::make_shared<std::map<std::int64_t, checkpoint_entry>>();  // by chunk key
+  auto g = gather([this, p, taken, write = std::move(write)](const error* e) mutable {
+    auto written = e ? expected<void>(*e) : write(join(*taken));
+    written ? p.deliver(unit) : p.deliver(written.error());
+    resume();
+  });
+  for (std::size_t s = 0; s < shards_.size(); ++s) {
+    ++g->waiting;
+    request<std::vector<checkpoint_entry>>(shards_[s], shard_timeout, shard_save{})
+        .then(
+            [g, taken](std::vector<checkpoint_entry>& part) {
+              for (auto& e : part) taken->emplace(std::get<0>(e.key.value()), std::move(e));
+              g->arrive(nullptr);
+            },
+            [g](const error& e) { g->arrive(&e); });
+  }
+  g->start();
+}
+
+std::vector<checkpoint_entry> kvstore_router::join(const std::map<std::int64_t, checkpoint_entry>& taken) const {
+  std::vector<checkpoint_entry> entries;
+  for (const auto& [key, pl] : keys_) {
+    const checkpoint_entry& first = taken.at(pl.chunks.front().sub_key);
+    auto& e = entries.emplace_back(checkpoint_entry{key, first.version, first.step, pl.shape, {}});
+    e.arrays.resize(first.arrays.size());
+    for (const auto& c : pl.chunks)
+      for (std::size_t a = 0; a < e.arrays.size(); ++a) {
+        const auto& part = taken.at(c.sub_key).arrays.at(a);
+        e.arrays[a].insert(e.arrays[a].end(), part.begin(), part.end());
+      }
+  }
+  return entries;
+}
+
+/// Checks the whole file, places its keys afresh over the shards, has every shard stage its
+/// part, then commits on all of them, or, when one failed, drops the staged parts everywhere.
+bool kvstore_router::on_load(kvstore::load& m, response_promise<unit_t>& p, std::uint64_t) {
+  auto file = read_checkpoint(m.path);
+  if (!file) return p.deliver(file.error()), true;
+  auto entries = std::make_shared<const std::vector<checkpoint_entry>>(std::move(file->entries));
+  placements loaded;
+  std::vector<shard_load> parts(shards_.size(), shard_load{entries, {}});
+  for (std::size_t i = 0; i < entries->size(); ++i) {
+    const auto& e = (*entries)[i];
+    for (const auto& c : place_key(loaded, e.key, e.shape).chunks)
+      parts[c.shard].pieces.push_back({c.sub_key, e.key, i, c.offset, {static_cast<std::int64_t>(c.length)}});
+  }
+  checkpointing_ = true;
+  auto g = gather([this, p, loaded = std::move(loaded), kind = file->int_keys](const error* e) mutable {
+    for (const auto& s : shards_) send(s, shard_commit{.keep = e == nullptr});
+    if (!e) {
+      keys_ = std::move(loaded);
+      int_keys_ = kind;
+    }
+    e ? p.deliver(*e) : p.deliver(unit);
+    resume();
+  });
+  for (std::size_t s = 0; s < shards_.size(); ++s) ask(s, std::move(parts[s]), g);
+  g->start();
+  return true;
 }
 
 }  // namespace strata::kvstore::internal

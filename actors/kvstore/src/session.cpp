@@ -70,6 +70,8 @@ public:
         forward<std::uint64_t, kvstore::version>(),
         forward<unit_t, kvstore::save>(),
         forward<unit_t, kvstore::load>(),
+        forward<unit_t, kvstore::save_optimizer_states>(),
+        forward<unit_t, kvstore::load_optimizer_states>(),
         forward<std::string, kvstore::store_type>(),
         [this](detail::session_barrier& b) {
           barriers_.emplace_back(next_call_, std::move(b.promise));

@@ -9,6 +9,7 @@
 
 #include "checkpoint_file.hpp"
 #include "merge.hpp"
+#include "optimizer_states.hpp"
 #include "strata/kvstore/kvstore.hpp"
 
 namespace strata::kvstore::internal {
@@ -57,6 +58,13 @@ struct shard_load {
 /// Swaps the staged keys in (`keep`) or drops them. No reply.
 struct shard_commit {
   bool keep = false;
+};
+/// Installs an optimizer and the shard's part of an optimizer states file (`pieces` as for a
+/// load; each entry's arrays are states only). A barrier.
+struct shard_load_optimizer_states {
+  optimizer_setting setting;
+  std::shared_ptr<const std::vector<checkpoint_entry>> file;
+  std::vector<checkpoint_piece> pieces;
 };
 
 }  // namespace strata::kvstore::internal

@@ -37,11 +37,14 @@ behavior kvstore_actor::make_behavior() {
       admitted(&kvstore_actor::on_version),
       admitted(&kvstore_actor::on_save),
       admitted(&kvstore_actor::on_load),
+      admitted(&kvstore_actor::on_save_optimizer_states),
+      admitted(&kvstore_actor::on_load_optimizer_states),
       // From a sharded store's router.
       admitted(&kvstore_actor::on_shard_init),
       admitted(&kvstore_actor::on_shard_request),
       admitted(&kvstore_actor::on_shard_save),
       admitted(&kvstore_actor::on_shard_load),
+      admitted(&kvstore_actor::on_shard_load_optimizer_states),
       [this](const shard_commit& m) {
         if (m.keep && staged_) {
           keys_ = std::move(*staged_);
@@ -49,6 +52,11 @@ behavior kvstore_actor::make_behavior() {
           reconcile_parked();
         }
         staged_.reset();
+      },
+      [](optimizer_states_taken& m) {
+        auto written = m.entries ? write_optimizer_states(m.path, m.setting, std::move(*m.entries))
+                                 : expected<void>(m.entries.error());
+        written ? m.promise.deliver(unit) : m.promise.deliver(written.error());
       },
       [](checkpoint_taken& m) {
         auto written = m.entries ? write_checkpoint(m.path, *m.entries) : expected<void>(m.entries.error());
@@ -225,6 +233,53 @@ expected<void> kvstore_actor::on_load(kvstore::load& m, response_promise<unit_t>
     int_keys_ = kind;
     reconcile_parked();
   });
+}
+
+expected<void> kvstore_actor::on_save_optimizer_states(kvstore::save_optimizer_states& m, response_promise<unit_t>& p) {
+  optimizer_setting setting;
+  if (const auto* sgd = std::get_if<kernels::sgd_options>(&rule_)) setting.options = *sgd;
+  else if (const auto* adam = std::get_if<kernels::adam_options>(&rule_)) setting.options = *adam;
+  else return bad(no_optimizer_to_save);
+  setting.scheduler = scheduler_;
+  return snapshot([sys = &system(), me = self(), path = m.path, setting, p](expected<std::vector<checkpoint_entry>> taken) mutable {
+    (void)sys->send(me, optimizer_states_taken{path, setting, std::move(taken), p});
+  });
+}
+
+expected<void> kvstore_actor::on_load_optimizer_states(kvstore::load_optimizer_states& m, response_promise<unit_t>& p) {
+  auto file = read_optimizer_states(m.path, shape_of());
+  if (!file) return file.error();
+  std::vector<checkpoint_piece> pieces;
+  for (std::size_t i = 0; i < file->entries.size(); ++i)
+    pieces.push_back({file->entries[i].key, file->entries[i].key, i, 0, file->entries[i].shape});
+  install_optimizer_states(file->setting, file->entries, pieces, p);
+  return {};
+}
+
+expected<void> kvstore_actor::on_shard_load_optimizer_states(shard_load_optimizer_states& m, response_promise<unit_t>& p) {
+  install_optimizer_states(m.setting, *m.file, m.pieces, p);
+  return {};
+}
+
+void kvstore_actor::install_optimizer_states(const optimizer_setting& setting, const std::vector<checkpoint_entry>& file,
+                                             const std::vector<checkpoint_piece>& pieces, response_promise<unit_t>& p) {
+  std::visit([this](const auto& o) { rule_ = o; }, setting.options);
+  scheduler_ = setting.scheduler;
+  for (auto& [key, state] : keys_) {
+    state.optimizer_state.clear();
+    state.step = 0;
+  }
+  for (const auto& piece : pieces) {
+    const checkpoint_entry& e = file[piece.entry];
+    key_state& state = keys_.at(piece.key);  // checked against the keys before
+    state.step = e.step;
+    std::size_t n = 1;
+    for (auto d : piece.shape) n *= static_cast<std::size_t>(d);
+    for (const auto& a : e.arrays)
+      state.optimizer_state.push_back(
+          tensor::from_host<float>(std::span<const float>(a).subspan(piece.offset, n), state.value.shape(), device_, stream_));
+  }
+  reply_when_done(p, std::make_shared<work_status>());
 }
 
 expected<void> kvstore_actor::on_shard_init(shard_init& m, response_promise<unit_t>& p) {

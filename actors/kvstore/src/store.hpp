@@ -34,6 +34,14 @@ struct checkpoint_taken {
   response_promise<unit_t> promise;
 };
 
+/// A store's snapshot for a `kvstore::save_optimizer_states`, written on the actor's thread.
+struct optimizer_states_taken {
+  std::string path;
+  optimizer_setting setting;
+  expected<std::vector<checkpoint_entry>> entries;
+  response_promise<unit_t> promise;
+};
+
 /// A store's stream finished the work of one request (posted by `send_on_complete`).
 struct request_done {};
 
@@ -91,12 +99,19 @@ private:
   expected<void> on_version(kvstore::version& m, response_promise<std::uint64_t>& p);
   expected<void> on_save(kvstore::save& m, response_promise<unit_t>& p);
   expected<void> on_load(kvstore::load& m, response_promise<unit_t>& p);
+  expected<void> on_save_optimizer_states(kvstore::save_optimizer_states& m, response_promise<unit_t>& p);
+  expected<void> on_load_optimizer_states(kvstore::load_optimizer_states& m, response_promise<unit_t>& p);
+  expected<void> on_shard_load_optimizer_states(shard_load_optimizer_states& m, response_promise<unit_t>& p);
   expected<void> on_shard_init(shard_init& m, response_promise<unit_t>& p);
   expected<void> on_shard_request(shard_request& m, response_promise<std::vector<std::uint64_t>>& p);
   expected<void> on_shard_save(shard_save& m, response_promise<std::vector<checkpoint_entry>>& p);
   expected<void> on_shard_load(shard_load& m, response_promise<unit_t>& p);
 
   shape_lookup shape_of() const;
+  /// Installs `setting` and gives the keys of `pieces` their state from `file` (the others start
+  /// fresh); answers `p` once the copies are done.
+  void install_optimizer_states(const optimizer_setting& setting, const std::vector<checkpoint_entry>& file,
+                                const std::vector<checkpoint_piece>& pieces, response_promise<unit_t>& p);
   bool version_reached(const std::vector<kvstore::key>& keys, const std::vector<std::uint64_t>& versions) const;
   /// The version that the value last pushed to `key` belongs to: the current one when that value
   /// completed it (or in asynchronous mode), else the next.

@@ -210,6 +210,24 @@ struct load {
   std::string path;
 };
 
+/// MXNet's `save_optimizer_states(fname, dump_optimizer=True)`: writes the optimizer installed by
+/// `set_optimizer` (its hyper-parameters and scheduler) and every key's optimizer state (SGD
+/// momentum, Adam's two moments and step), without the values, to `path` atomically, after the
+/// work queued before it. A store without an optimizer (assign, or a user updater whose state the
+/// store cannot see) fails with one sentence. Any store, whatever its shard count, loads the
+/// file. Reply: `unit`.
+struct save_optimizer_states {
+  std::string path;
+};
+/// MXNet's `load_optimizer_states`: installs the file's optimizer and scheduler and gives each key
+/// of the file its saved state. The file is read and checked whole first; a key it names must
+/// exist in the store with the same shape, else the request fails with one sentence and nothing
+/// changes. Keys of the store that the file lacks start with fresh state; values and versions are
+/// untouched (the values live in `save` checkpoints). Reply: `unit`.
+struct load_optimizer_states {
+  std::string path;
+};
+
 /// Spawns a store (with `options.shards` > 1: the shards and the router in front of them; the
 /// returned handle takes the same messages either way, and stopping it stops the shards).
 ///
@@ -310,6 +328,8 @@ public:
   std::future<expected<std::uint64_t>> version(kvstore::key key);
   done save(std::string path);
   done load(std::string path);
+  done save_optimizer_states(std::string path);
+  done load_optimizer_states(std::string path);
 
   /// MXNet's `rank`: this worker's rank among the store's workers, 0 (one process is one worker).
   int rank() const noexcept { return 0; }
