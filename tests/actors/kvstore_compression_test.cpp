@@ -17,7 +17,7 @@
 #include "strata/device/device_manager.hpp"
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/strata.hpp"
-#include "support/await.hpp"
+#include "support/one_device.hpp"
 
 namespace {
 
@@ -26,35 +26,13 @@ constexpr float rate = 2.0f;        // the "test" optimizer's rescale_grad
 
 using strata::test::await;
 
-struct fixture {
-  strata::actor_system sys{strata::system_config{.worker_threads = 2}};
-  strata::device_manager manager{strata::device_options{.cpu_threads_per_device = 1}};
-  strata::device dev = manager.create("cpu:1").at(0);
-  strata::stream stream = dev.create_stream();
-  std::mt19937 rng{20261203};
+struct fixture : strata::test::one_device {
   const std::vector<std::vector<std::int64_t>> shapes{{4, 4}, {10, 10}, {30, 30}};
 
-  strata::tensor make(const std::vector<float>& v, const std::vector<std::int64_t>& shape) {
-    return strata::tensor::from_host<float>(std::span<const float>(v), shape, dev, stream);
-  }
-  static std::size_t count(const std::vector<std::int64_t>& shape) {
-    std::size_t n = 1;
-    for (auto d : shape) n *= static_cast<std::size_t>(d);
-    return n;
-  }
-  strata::tensor filled(const std::vector<std::int64_t>& shape, float v) {
-    return make(std::vector<float>(count(shape), v), shape);
-  }
   std::vector<strata::tensor> each_worker(const std::vector<std::int64_t>& shape, float v) {
     std::vector<strata::tensor> out;
     for (std::size_t w = 0; w < workers; ++w) out.push_back(filled(shape, v));
     return out;
-  }
-  std::vector<float> value_of(strata::kvstore::client& kv, const strata::kvstore::key& key,
-                              const std::vector<std::int64_t>& shape) {
-    auto pulled = await(kv.pull(key, filled(shape, 1.0f)));
-    BOOST_REQUIRE(pulled.has_value());
-    return pulled->at(0).to_host<float>(stream);
   }
   void expect_everywhere(strata::kvstore::client& kv, const strata::kvstore::key& key,
                          const std::vector<std::int64_t>& shape, float expected) {

@@ -18,38 +18,17 @@
 #include "strata/device/device_manager.hpp"
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/strata.hpp"
-#include "support/await.hpp"
+#include "support/one_device.hpp"
 
 namespace {
 
 namespace kv = strata::kvstore;
 using strata::test::await;
 
-struct fixture {
-  strata::actor_system sys{strata::system_config{.worker_threads = 2}};
-  strata::device_manager manager{strata::device_options{.cpu_threads_per_device = 1}};
-  strata::device dev = manager.create("cpu:1").at(0);
-  strata::stream stream = dev.create_stream();
-  std::mt19937 rng{20261203};
+struct fixture : strata::test::one_device {
   const std::vector<std::int64_t> shape_a{3, 7};
   const std::vector<std::int64_t> shape_b{40};
 
-  std::vector<float> random(std::size_t n) {
-    std::uniform_real_distribution<float> d(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-  }
-  strata::tensor make(const std::vector<float>& v, const std::vector<std::int64_t>& shape) {
-    return strata::tensor::from_host<float>(std::span<const float>(v), shape, dev, stream);
-  }
-  std::vector<float> value_of(kv::client& store, const kv::key& key, const std::vector<std::int64_t>& shape) {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    auto pulled = await(store.pull(key, make(std::vector<float>(static_cast<std::size_t>(n), 0.f), shape)));
-    BOOST_REQUIRE(pulled.has_value());
-    return pulled->at(0).to_host<float>(stream);
-  }
   /// Pushes `grads` (one pair per step) to keys 1 and 2.
   void train(kv::client& store, const std::vector<std::pair<std::vector<float>, std::vector<float>>>& grads) {
     for (const auto& [ga, gb] : grads) BOOST_REQUIRE(await(store.push({1, 2}, {make(ga, shape_a), make(gb, shape_b)})).has_value());

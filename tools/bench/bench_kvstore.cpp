@@ -172,6 +172,49 @@ double chunked_push_seconds(strata::actor_system& sys, std::size_t chunks, int r
   return median(sec);
 }
 
+/// Milliseconds (medians of `reps`) of a push and a pull of `fraction` of the rows of a
+/// `rows` x `dim` embedding under SGD: row-sparse (push_row_sparse + row_sparse_pull) and dense
+/// (the same gradient as a full tensor, zeros elsewhere, and a full pull), on one store.
+std::pair<double, double> row_sparse_vs_dense_ms(strata::actor_system& sys, std::int64_t rows, std::int64_t dim,
+                                                 double fraction, int reps) {
+  auto devices = strata::make_devices("cpu:1");
+  auto& dev = devices[0];
+  auto s = dev.create_stream();
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys), std::chrono::minutes(30));
+  const auto n = static_cast<std::size_t>(rows * dim);
+  const auto k = std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(rows) * fraction));
+  auto full = [&](float v) {
+    std::vector<float> host(n, v);
+    return strata::tensor::from_host<float>(std::span<const float>(host), {rows, dim}, dev, s);
+  };
+  get(kv.init("emb", full(0.5f)), "init");
+  get(kv.set_optimizer(strata::kernels::sgd_options{.lr = 0.1}), "set_optimizer");
+  std::vector<std::int64_t> ids;
+  std::vector<float> grad_rows(static_cast<std::size_t>(k * dim), 0.01f);
+  std::vector<float> dense_grad(n, 0.0f);
+  for (std::int64_t i = 0; i < k; ++i) {
+    ids.push_back(i * rows / k);
+    std::fill_n(dense_grad.begin() + ids.back() * dim, dim, 0.01f);
+  }
+  auto sparse_rows = strata::tensor::from_host<float>(std::span<const float>(grad_rows), {k, dim}, dev, s);
+  auto sparse_out = strata::tensor::from_host<float>(std::span<const float>(grad_rows), {k, dim}, dev, s);
+  auto dense = strata::tensor::from_host<float>(std::span<const float>(dense_grad), {rows, dim}, dev, s);
+  auto dense_out = full(0.0f);
+  s.synchronize();
+  std::vector<double> sparse_ms, dense_ms;
+  for (int r = 0; r < reps; ++r) {
+    auto t0 = clock_type::now();
+    get(kv.push("emb", {strata::kvstore::row_sparse{sparse_rows, ids, {rows, dim}}}), "row-sparse push");
+    get(kv.row_sparse_pull("emb", sparse_out, ids), "row_sparse_pull");
+    sparse_ms.push_back(seconds_since(t0) * 1e3);
+    t0 = clock_type::now();
+    get(kv.push("emb", dense), "push");
+    get(kv.pull("emb", dense_out), "pull");
+    dense_ms.push_back(seconds_since(t0) * 1e3);
+  }
+  return {median(sparse_ms), median(dense_ms)};
+}
+
 std::vector<std::size_t> parse_list(const std::string& text, const char* option, std::size_t max) {
   std::vector<std::size_t> out;
   std::size_t pos = 0;
@@ -206,6 +249,12 @@ int main(int argc, char** argv) {
   std::string shards_text = "1,2,4";
   std::string chunk_scaling_text;
   bool json = false;
+  std::int64_t sparse_rows = 1'000'000, sparse_dim = 64;
+  double sparse_fraction = 0.01;
+  app.add_option("--sparse-rows", sparse_rows, "rows of the row-sparse figure's embedding")
+      ->check(CLI::Range(std::int64_t{1}, std::int64_t{100'000'000}));
+  app.add_option("--sparse-dim", sparse_dim, "floats per row of that embedding")->check(CLI::Range(std::int64_t{1}, std::int64_t{65536}));
+  app.add_option("--sparse-fraction", sparse_fraction, "fraction of its rows pushed and pulled")->check(CLI::Range(1e-9, 1.0));
   app.add_option("--mib", mib, "MiB per pushed array (float32)")->check(CLI::Range(0.001, 4096.0));
   app.add_option("--pushers", pushers, "arrays pushed into the key per push")->check(CLI::Range(1, 64));
   app.add_option("--keys", keys, "keys per round trip (latency)")->check(CLI::Range(1, 1000000));
@@ -218,6 +267,10 @@ int main(int argc, char** argv) {
                  "only time one push of a key split into these chunk counts, e.g. 25000,100000,500000");
   app.add_flag("--json", json, "one JSON line instead of the table");
   CLI11_PARSE(app, argc, argv);
+  if (std::isnan(sparse_fraction)) {
+    std::fprintf(stderr, "strata-bench-kvstore: --sparse-fraction must be a number above 0 and at most 1, not nan.\n");
+    return 2;
+  }
   if (std::isnan(mib)) {  // CLI::Range lets NaN through: every comparison with it is false
     std::fprintf(stderr, "strata-bench-kvstore: --mib must be a number from 0.001 to 4096, not nan.\n");
     return 2;
@@ -264,6 +317,8 @@ int main(int argc, char** argv) {
       sharded.emplace_back(count, merge_bandwidth(sys, devs, count, n, pushers, reps));
     }
     const double base = sharded.empty() ? 0.0 : sharded.front().second;
+    // (d) row-sparse push+pull of a fraction of an embedding's rows against the dense push+pull.
+    const auto [sparse_ms, dense_ms] = row_sparse_vs_dense_ms(sys, sparse_rows, sparse_dim, sparse_fraction, reps);
 
     if (json) {
       nlohmann::json j;
@@ -282,6 +337,12 @@ int main(int argc, char** argv) {
       for (auto [count, gbps] : sharded)
         s.push_back({{"shards", count}, {"merge_gbps", gbps}, {"speedup", base > 0 ? gbps / base : 0.0}});
       j["sharded"] = s;
+      j["row_sparse"] = {{"rows", sparse_rows},
+                         {"dim", sparse_dim},
+                         {"fraction", sparse_fraction},
+                         {"row_sparse_push_pull_ms", sparse_ms},
+                         {"dense_push_pull_ms", dense_ms},
+                         {"speedup", dense_ms / sparse_ms}};
       std::printf("%s\n", j.dump().c_str());
       return 0;
     }
@@ -302,6 +363,11 @@ int main(int argc, char** argv) {
                   ("merge, " + std::to_string(count) + " shard(s) on cpu:" + std::to_string(count) + " (ratio: vs 1 shard)")
                       .c_str(),
                   gbps, anchor, base > 0 ? gbps / base : 0.0);
+    std::printf("%-44s %10.2f ms %11.2f ms %8.1f\n",
+                ("row-sparse push+pull, " + std::to_string(sparse_fraction * 100).substr(0, 4) + "% of " +
+                 std::to_string(sparse_rows) + " x " + std::to_string(sparse_dim) + " (anchor: dense)")
+                    .c_str(),
+                sparse_ms, dense_ms, dense_ms / sparse_ms);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata-bench-kvstore: %s\n", e.what());
     return 1;

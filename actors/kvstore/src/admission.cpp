@@ -73,6 +73,14 @@ admission_ticket ticket_of(const kvstore::set_gradient_compression&) {
 admission_ticket ticket_of(const kvstore::version& m) { return {"version", 0, false, {m.key}, {}, {}}; }
 admission_ticket ticket_of(const kvstore::save&) { return {"save", 0, true, {}, {}, {}}; }
 admission_ticket ticket_of(const kvstore::load&) { return {"load", 0, true, {}, {}, {}}; }
+admission_ticket ticket_of(const kvstore::push_row_sparse& m) {
+  std::vector<const void*> uses;
+  for (const auto& v : m.values) uses.push_back(allocation_of(v.rows));
+  return {"push", m.priority, false, m.keys, uses, {}};
+}
+admission_ticket ticket_of(const kvstore::row_sparse_pull& m) {
+  return {"pull", m.priority, false, m.keys, allocations(m.outs), {}};
+}
 admission_ticket ticket_of(const kvstore::save_optimizer_states&) {
   return {"save_optimizer_states", 0, true, {}, {}, {}};
 }

@@ -40,6 +40,8 @@ admission_ticket ticket_of(const kvstore::version& m);
 admission_ticket ticket_of(const kvstore::save& m);
 admission_ticket ticket_of(const kvstore::load& m);
 admission_ticket ticket_of(const kvstore::save_optimizer_states& m);
+admission_ticket ticket_of(const kvstore::push_row_sparse& m);
+admission_ticket ticket_of(const kvstore::row_sparse_pull& m);
 admission_ticket ticket_of(const kvstore::load_optimizer_states& m);
 admission_ticket ticket_of(const shard_load_optimizer_states& m);
 admission_ticket ticket_of(const shard_init& m);

@@ -78,6 +78,13 @@ client::tensors client::broadcast(std::vector<kvstore::key> keys, std::vector<te
 client::done client::set_updater(kvstore::updater rule) {
   return call<unit_t>(kvstore::set_updater{std::move(rule)});
 }
+client::done client::push(kvstore::key key, std::vector<kvstore::row_sparse> values) {
+  std::vector<kvstore::key> keys(values.size(), key);
+  return call<unit_t>(kvstore::push_row_sparse{std::move(keys), std::move(values)});
+}
+client::tensors client::row_sparse_pull(kvstore::key key, tensor out, std::vector<std::int64_t> row_ids) {
+  return call<std::vector<tensor>>(kvstore::row_sparse_pull{{std::move(key)}, {std::move(row_ids)}, {std::move(out)}});
+}
 client::done client::save_optimizer_states(std::string path) {
   return call<unit_t>(kvstore::save_optimizer_states{std::move(path)});
 }

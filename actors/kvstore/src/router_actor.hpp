@@ -33,6 +33,10 @@ namespace strata::kvstore::internal {
 /// caller's keys, chunks joined, in one store's format; a load checks the whole file, then stages
 /// each shard's part and commits on every shard only when all have staged it. While a save or
 /// load is in progress the router holds the requests that arrive and serves them afterwards.
+inline std::string row_sparse_unsharded(const char* op) {
+  return std::string("kvstore ") + op + ": row-sparse values run on stores of one shard only so far.";
+}
+
 class kvstore_router final : public actor {
 public:
   kvstore_router(kvstore::options options, std::vector<actor_ref> shards, store_place place)
@@ -107,6 +111,10 @@ public:
         serve(&kvstore_router::on_version),
         serve(&kvstore_router::on_save),
         serve(&kvstore_router::on_load),
+        [](const kvstore::push_row_sparse&) -> expected<unit_t> { return bad(row_sparse_unsharded("push")); },
+        [](const kvstore::row_sparse_pull&) -> expected<std::vector<tensor>> {
+          return bad(row_sparse_unsharded("row_sparse_pull"));
+        },
         serve(&kvstore_router::on_save_optimizer_states),
         serve(&kvstore_router::on_load_optimizer_states),
         [](const kvstore::is_capable& m) -> expected<bool> { return has_capability(m.capability); },

@@ -70,6 +70,8 @@ public:
         forward<std::uint64_t, kvstore::version>(),
         forward<unit_t, kvstore::save>(),
         forward<unit_t, kvstore::load>(),
+        forward<unit_t, kvstore::push_row_sparse>(),
+        forward<std::vector<tensor>, kvstore::row_sparse_pull>(),
         forward<unit_t, kvstore::save_optimizer_states>(),
         forward<unit_t, kvstore::load_optimizer_states>(),
         forward<std::string, kvstore::store_type>(),

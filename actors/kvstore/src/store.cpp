@@ -37,6 +37,8 @@ behavior kvstore_actor::make_behavior() {
       admitted(&kvstore_actor::on_version),
       admitted(&kvstore_actor::on_save),
       admitted(&kvstore_actor::on_load),
+      admitted(&kvstore_actor::on_push_row_sparse),
+      admitted(&kvstore_actor::on_row_sparse_pull),
       admitted(&kvstore_actor::on_save_optimizer_states),
       admitted(&kvstore_actor::on_load_optimizer_states),
       // From a sharded store's router.

@@ -99,6 +99,10 @@ private:
   expected<void> on_version(kvstore::version& m, response_promise<std::uint64_t>& p);
   expected<void> on_save(kvstore::save& m, response_promise<unit_t>& p);
   expected<void> on_load(kvstore::load& m, response_promise<unit_t>& p);
+  expected<void> on_push_row_sparse(kvstore::push_row_sparse& m, response_promise<unit_t>& p);
+  expected<void> on_row_sparse_pull(kvstore::row_sparse_pull& m, response_promise<std::vector<tensor>>& p);
+  /// Whether this store takes row-sparse pushes (cpu, asynchronous, no compression).
+  expected<void> row_sparse_supported(const char* op) const;
   expected<void> on_save_optimizer_states(kvstore::save_optimizer_states& m, response_promise<unit_t>& p);
   expected<void> on_load_optimizer_states(kvstore::load_optimizer_states& m, response_promise<unit_t>& p);
   expected<void> on_shard_load_optimizer_states(shard_load_optimizer_states& m, response_promise<unit_t>& p);

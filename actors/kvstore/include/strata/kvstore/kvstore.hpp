@@ -24,6 +24,7 @@
 #include "strata/kvstore/lr_scheduler.hpp"
 #include "strata/message.hpp"
 #include "strata/kvstore/compression.hpp"
+#include "strata/kvstore/row_sparse.hpp"
 
 namespace strata::kvstore {
 
@@ -154,6 +155,29 @@ struct pushpull_in_place {
   std::vector<tensor> values;
   int priority = 0;  ///< As `kvstore::push::priority`.
 };
+/// MXNet's push of `row_sparse` values: `values[i]` to `keys[i]`, a key held dense with the
+/// values' full `shape`. The rows of one key's values are summed by id, then the rule runs on
+/// those rows only: assign makes the key that sum (every other row zero: MXNet's store keeps the
+/// merged row-sparse array), SGD and Adam update only the pushed rows and their state (MXNet's
+/// lazy update; Adam's step counts pushes), a user updater gets the sum as a dense tensor.
+/// Asynchronous cpu stores of one shard without compression; the others refuse with one
+/// sentence, as do a row id out of range and rows whose shape is not `[row_ids.size(),
+/// shape[1], ...]`. Reply: `unit`.
+struct push_row_sparse {
+  std::vector<kvstore::key> keys;
+  std::vector<kvstore::row_sparse> values;
+  int priority = 0;  ///< As `kvstore::push::priority`.
+};
+/// MXNet's `row_sparse_pull(key, out, row_ids)`: copies rows `row_ids[i]` of the value of
+/// `keys[i]`, in that order (an id may repeat), into `outs[i]` of shape `[row_ids[i].size(),
+/// shape[1], ...]` (cpu tensors). Reply as pull.
+struct row_sparse_pull {
+  std::vector<kvstore::key> keys;
+  std::vector<std::vector<std::int64_t>> row_ids;
+  std::vector<tensor> outs;
+  int priority = 0;  ///< As `kvstore::push::priority`.
+};
+
 /// MXNet's `broadcast(key, value, out)`: `init` and then `pull`, as one request (nothing of the
 /// same sender comes between). The request is checked whole first: the pull may name the keys
 /// the init creates. Reply as pull.
@@ -328,6 +352,10 @@ public:
   std::future<expected<std::uint64_t>> version(kvstore::key key);
   done save(std::string path);
   done load(std::string path);
+  /// MXNet's push of row-sparse values (`kvstore::push_row_sparse`).
+  done push(kvstore::key key, std::vector<kvstore::row_sparse> values);
+  /// MXNet's `row_sparse_pull(key, out, row_ids)` (`kvstore::row_sparse_pull`).
+  tensors row_sparse_pull(kvstore::key key, tensor out, std::vector<std::int64_t> row_ids);
   done save_optimizer_states(std::string path);
   done load_optimizer_states(std::string path);
 
