@@ -315,6 +315,10 @@ int main(int argc, char** argv) {
   train->add_option("--crash-after-step", t.crash_after_step, "testing: kill the process (SIGKILL) after step N")
       ->check(step_count)
       ->group("");
+  train->add_option("--replicas", t.replicas,
+                    "under mpirun: data parallel replicas of the pipeline (ranks = stages x replicas; docs/lstm_lm.md)")
+      ->check(whole_number(65536))
+      ->capture_default_str();
   train->add_option("--crash-rank", t.crash_rank, "testing, under mpirun: the rank --crash-after-step kills")
       ->check(CLI::Range(0, 1'000'000))
       ->group("");

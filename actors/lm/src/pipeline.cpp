@@ -37,16 +37,23 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
                                   devices.front().name() + " and " + d.name());
   }
   device store_device = std::move(options.store_device);
-  if (options.ranks) {  // one stage per rank: this rank's device serves stage rank(), the others stay empty
-    const int rank = options.ranks->rank(), world = options.ranks->size();
+  lm_config stage_config = config;  // replicas: each trains on its share of the batch's columns
+  if (options.ranks) {  // one stage per rank: this rank's device serves its stage, the others stay empty
+    const auto rank = static_cast<std::size_t>(options.ranks->rank()), world = static_cast<std::size_t>(options.ranks->size());
+    const std::size_t R = options.replicas;
     if (devices.size() != 1)
       throw std::invalid_argument("a pipeline across ranks runs one stage per rank on one device of its own; got " +
                                   std::to_string(devices.size()) + " devices on rank " + std::to_string(rank));
-    if (layer_counts.size() != static_cast<std::size_t>(world))
-      throw std::invalid_argument("the partition names " + std::to_string(layer_counts.size()) + " stages for a job of " +
-                                  std::to_string(world) + " ranks (one stage per rank)");
+    if (R < 1 || layer_counts.size() * R != world)
+      throw std::invalid_argument("a job of " + std::to_string(world) + " ranks cannot hold " + std::to_string(R) +
+                                  " replicas of " + std::to_string(layer_counts.size()) + " stages (one stage per rank)");
+    if (R > 1 && (config.batch % (R * config.micro_batches) != 0 || devices.front().kind() != device_kind::cpu))
+      throw std::invalid_argument("replicas need cpu stages and a batch (" + std::to_string(config.batch) +
+                                  ") that splits into " + std::to_string(R) + " replicas x " +
+                                  std::to_string(config.micro_batches) + " micro-batches");
+    stage_config.batch = config.batch / R;
     std::vector<device> per_stage(layer_counts.size());
-    per_stage[static_cast<std::size_t>(rank)] = devices.front();
+    per_stage[rank % layer_counts.size()] = devices.front();
     devices = std::move(per_stage);
   }
   if (layer_counts.size() != devices.size())
@@ -60,6 +67,10 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
   st.plan = pipeline::make_plan(schedule, static_cast<int>(spans.size()), static_cast<int>(config.micro_batches),
                                 static_cast<int>(config.chunks));
   st.ranks = options.ranks;
+  if (st.ranks) {
+    st.replicas = options.replicas;
+    st.replica = static_cast<std::size_t>(st.ranks->rank()) / spans.size();
+  }
   for (std::size_t s = 0; s < spans.size(); ++s) {
     if (!st.devices[s].valid()) {  // another rank's stage
       st.contexts.emplace_back();
@@ -70,8 +81,10 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
     }
     st.contexts.push_back(std::make_shared<pipeline::stage_context>(static_cast<int>(s), st.devices[s]));
     st.models.push_back(
-        std::make_shared<lm_stage>(config, spans[s], st.devices[s], st.contexts[s]->compute(), options.carry_state));
+        std::make_shared<lm_stage>(stage_config, spans[s], st.devices[s], st.contexts[s]->compute(), options.carry_state));
     st.stage_models.push_back(std::make_shared<lstm_stage_model>(st.models.back()));
+    if (options.ranks && options.replicas > 1)
+      st.stage_models.back()->before_norm = [&st, s](lm_stage& m, stream& on) { st.sum_gradients_over_replicas(s, m, on); };
     auto clock = std::make_shared<stage_clock>();
     clock->copy_stream = st.contexts[s]->copies().id();
     st.clocks.push_back(clock);
@@ -150,15 +163,17 @@ expected<step_result> lm_pipeline::train_step(const std::vector<std::int32_t>& t
     if (auto r = state_->rebuild_store(); !r) return r.error();
   auto& st = *state_;
   // Split the batch into micro-batches of columns: stage 0 takes the tokens, the last the targets.
-  const std::size_t T = c.seq, B = c.batch, M = c.micro_batches, Bm = B / M;
+  // Replica j (across ranks) takes columns [j B / R, (j+1) B / R).
+  const std::size_t T = c.seq, B = c.batch, M = c.micro_batches, Bm = B / (M * st.replicas);
+  const std::size_t first = st.replica * (B / st.replicas);
   std::vector<std::vector<std::int32_t>> tok(M), tgt(M);
   for (std::size_t mb = 0; mb < M; ++mb) {
     tok[mb].resize(T * Bm);
     tgt[mb].resize(T * Bm);
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t b = 0; b < Bm; ++b) {
-        tok[mb][t * Bm + b] = tokens[t * B + mb * Bm + b];
-        tgt[mb][t * Bm + b] = targets[t * B + mb * Bm + b];
+        tok[mb][t * Bm + b] = tokens[t * B + first + mb * Bm + b];
+        tgt[mb][t * Bm + b] = targets[t * B + first + mb * Bm + b];
       }
   }
   const std::size_t S = st.stage_models.size();

@@ -80,10 +80,16 @@ expected<std::vector<std::string>> gather_bytes(rank_group& group, const std::st
 
 }  // namespace
 
+int lm_pipeline::state::driver_rank() const { return static_cast<int>(replica * models.size()); }
+
 void lm_pipeline::state::spawn_actors_across_ranks(pipeline::pipeline_options o) {
   const int rank = ranks->rank();
-  std::vector<int> placement(models.size());
-  for (std::size_t s = 0; s < placement.size(); ++s) placement[s] = static_cast<int>(s);  // stage k on rank k
+  std::vector<int> placement(models.size());  // stage k of replica j on rank j P + k
+  for (std::size_t s = 0; s < placement.size(); ++s) placement[s] = driver_rank() + static_cast<int>(s);
+  if (replicas > 1) {  // each replica's pipeline publishes its own names
+    o.stage_name += "-r" + std::to_string(replica);
+    o.driver_name += "-r" + std::to_string(replica);
+  }
   std::vector<actor_ref> local_stages(models.size());
   actor_ref supervisor;
   for (std::size_t s = 0; s < models.size(); ++s) {
@@ -97,7 +103,45 @@ void lm_pipeline::state::spawn_actors_across_ranks(pipeline::pipeline_options o)
                               std::to_string(rank) + ")"},
         contexts[s], stage_models[s]);
   }
-  actors = ranks->connect(*system, plan, placement, contexts, std::move(local_stages), std::move(supervisor), o);
+  actors = ranks->connect(*system, plan, placement, contexts, std::move(local_stages), std::move(supervisor), o,
+                          driver_rank());
+}
+
+std::map<std::string, std::pair<std::size_t, std::size_t>> lm_pipeline::state::parameter_offsets(std::size_t& total) const {
+  std::map<std::string, std::pair<std::size_t, std::size_t>> out;  // name -> (offset, count), PyTorch's order
+  total = 0;
+  for (const auto& name : parameter_names(config)) {
+    std::size_t n = 1;
+    for (auto d : parameter_shape(config, name)) n *= d;
+    out[name] = {total, n};
+    total += n;
+  }
+  return out;
+}
+
+void lm_pipeline::state::sum_gradients_over_replicas(std::size_t, lm_stage& m, stream& s) {
+  // One float sum over every rank: each fills its stage's gradients in the slots of their names,
+  // so each slot ends as the sum over that stage's replicas (the zeros of the other stages' ranks
+  // add nothing). Runs on the stage actor once its backward work is done.
+  s.synchronize();
+  std::size_t total = 0;
+  const auto offsets = parameter_offsets(total);
+  std::vector<float> all(total, 0.0f);
+  for (std::size_t i = 0; i < m.names().size(); ++i) {
+    const auto [at, n] = offsets.at(m.names()[i]);
+    const float* g = m.grad(i).device_data<float>();
+    std::copy(g, g + n, all.begin() + static_cast<std::ptrdiff_t>(at));
+  }
+  if (auto r = ranks->sum(all); !r)
+    throw std::runtime_error("cannot sum the gradients over the replicas: " + r.error().message());
+  for (std::size_t i = 0; i < m.names().size(); ++i) {
+    const auto [at, n] = offsets.at(m.names()[i]);
+    std::copy(all.begin() + static_cast<std::ptrdiff_t>(at), all.begin() + static_cast<std::ptrdiff_t>(at + n),
+              m.grad(i).device_data<float>());
+  }
+  std::lock_guard lock(reduce_mutex);
+  ++reduced_steps;
+  reduce_done.notify_all();
 }
 
 expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::milliseconds timeout) {
@@ -105,30 +149,49 @@ expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::millise
   // Every rank's stage holds its step data before rank 0's driver begins the step.
   std::vector<float> ready{1.0f};
   if (auto r = ranks->sum(ready); !r) return r.error();
+  ++steps_run;
+  const bool driver = ranks->rank() == driver_rank();
   expected<pipeline::step_outcome> outcome = error(errc::runtime_failure, "no outcome");
-  if (ranks->rank() == 0)
+  if (driver) {
     outcome = system->request<pipeline::step_outcome>(actors.driver, timeout, pipeline::run_step{}).get();
-  // Then rank 0 tells every rank how the step went ([failed, loss, norm, step ms]) and each rank
-  // its own stage's device times ([busy, forward, backward, other] per stage).
+    // With replicas the other ranks may wait in the gradient sum this step never reached: end
+    // this process (the job with it) rather than join the sum below.
+    if (!outcome && replicas > 1) return outcome.error();
+  } else if (replicas > 1) {
+    // Collectives go in one order on every rank: this step's gradient sum (on the stage actor)
+    // before the sum below.
+    std::unique_lock lock(reduce_mutex);
+    if (!reduce_done.wait_for(lock, timeout, [&] { return reduced_steps >= steps_run; }))
+      return error(errc::request_timeout, "the replicas did not sum their gradients within the step's timeout");
+  }
+  // Then rank 0 tells every rank how the step went ([failed, loss, norm, step ms]), each driver
+  // its replica's summed loss (two floats: exact in float, the rest), and each rank of replica 0
+  // its stage's device times ([busy, forward, backward, other] per stage).
   constexpr std::size_t head = 4, per_stage = 4;
-  std::vector<float> shared(head + per_stage * S, 0.0f);
+  const std::size_t losses = head + per_stage * S;
+  std::vector<float> shared(losses + 2 * replicas, 0.0f);
   const double count = static_cast<double>(config.seq * config.batch);
   const double units = static_cast<double>(config.micro_batches);
   step_result r;
-  if (ranks->rank() == 0) {
+  double loss_sum = 0;
+  if (driver) {
     if (outcome) {
-      for (const auto& report : outcome->reports) r.loss += report.at(1);
-      r.loss /= count;
+      for (const auto& report : outcome->reports) loss_sum += report.at(1);
       r.grad_norm = outcome->args.at(1);
       r.step_ms = outcome->step_ms;
     }
+    const auto hi = static_cast<float>(loss_sum);
+    shared[losses + 2 * replica] = hi;
+    shared[losses + 2 * replica + 1] = static_cast<float>(loss_sum - static_cast<double>(hi));
+  }
+  if (ranks->rank() == 0) {
     shared[0] = outcome ? 0.0f : 1.0f;
-    shared[1] = static_cast<float>(r.loss);
+    shared[1] = static_cast<float>(loss_sum / count);
     shared[2] = static_cast<float>(r.grad_norm);
     shared[3] = static_cast<float>(r.step_ms);
   }
   for (std::size_t s = 0; s < S; ++s) {
-    if (!local(s)) continue;
+    if (!local(s) || replica != 0) continue;
     float* out = &shared[head + per_stage * s];
     out[0] = static_cast<float>(clocks[s]->busy_ms());
     out[1] = static_cast<float>(static_cast<double>(clocks[s]->forward_ns.load()) / 1e6 / units);
@@ -141,7 +204,12 @@ expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::millise
     if (!outcome && ranks->rank() == 0) return outcome.error();
     return error(errc::runtime_failure, "the step failed on rank 0 (its output names the reason)");
   }
-  if (ranks->rank() != 0) {  // rank 0 keeps its doubles; the others get the step's figures in float
+  if (ranks->rank() == 0) {  // the mean over the whole batch, summed in double in replica order
+    double total = 0;
+    for (std::size_t j = 0; j < replicas; ++j)
+      total += static_cast<double>(shared[losses + 2 * j]) + static_cast<double>(shared[losses + 2 * j + 1]);
+    r.loss = replicas == 1 ? loss_sum / count : total / count;
+  } else {  // the others get the step's figures in float
     r.loss = shared[1];
     r.grad_norm = shared[2];
     r.step_ms = shared[3];
@@ -164,32 +232,29 @@ expected<std::vector<named_parameter>> lm_pipeline::state::gather_parameters(
     std::map<std::string, std::vector<float>> local_values) {
   // One float sum over every parameter in PyTorch's order; each rank fills its own stage's (a sum
   // with zeros keeps the values exactly).
-  const auto names = parameter_names(config);
-  std::vector<std::size_t> offset(names.size() + 1, 0);
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    std::size_t n = 1;
-    for (auto d : parameter_shape(config, names[i])) n *= d;
-    offset[i + 1] = offset[i] + n;
-  }
-  std::vector<float> all(offset.back(), 0.0f);
-  for (std::size_t i = 0; i < names.size(); ++i) {
-    auto it = local_values.find(names[i]);
-    if (it != local_values.end()) std::copy(it->second.begin(), it->second.end(), all.begin() + static_cast<std::ptrdiff_t>(offset[i]));
-  }
+  // Replicas hold equal weights: replica 0's ranks give them.
+  std::size_t total = 0;
+  const auto offsets = parameter_offsets(total);
+  std::vector<float> all(total, 0.0f);
+  for (const auto& [name, values] : local_values)
+    if (replica == 0) std::copy(values.begin(), values.end(), all.begin() + static_cast<std::ptrdiff_t>(offsets.at(name).first));
   if (auto r = ranks->sum(all); !r) return r.error();
   std::vector<named_parameter> out;
-  for (std::size_t i = 0; i < names.size(); ++i)
-    out.push_back({names[i], std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(offset[i]),
-                                                all.begin() + static_cast<std::ptrdiff_t>(offset[i + 1]))});
+  for (const auto& name : parameter_names(config)) {
+    const auto [at, n] = offsets.at(name);
+    out.push_back({name, std::vector<float>(all.begin() + static_cast<std::ptrdiff_t>(at),
+                                            all.begin() + static_cast<std::ptrdiff_t>(at + n))});
+  }
   return out;
 }
 
 expected<std::string> lm_pipeline::state::gather_optimizer_state(std::string local_bytes) {
-  auto parts = gather_bytes(*ranks, local_bytes);
+  auto parts = gather_bytes(*ranks, replica == 0 ? local_bytes : std::string());  // replicas hold equal states
   if (!parts) return parts.error();
   // One kvstore checkpoint of every rank's keys, as one store of every stage would save it.
   std::vector<kvstore::checkpoint_entry> entries;
   for (const auto& part : *parts) {
+    if (part.empty()) continue;
     scratch_file file("gather");
     if (auto w = write_bytes(file.path, part); !w) return w.error();
     auto ck = kvstore::read_checkpoint(file.path.string());

@@ -10,7 +10,9 @@
 #include <cmath>
 #include <filesystem>
 #include <functional>
+#include <condition_variable>
 #include <map>
+#include <mutex>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -51,6 +53,10 @@ public:
 
   explicit lstm_stage_model(std::shared_ptr<lm_stage> stage) : stage_(std::move(stage)) {}
 
+  /// Data parallel replicas: sums the stage's gradients over the replicas (a blocking collective)
+  /// once its backward work is done, before the norm. Empty: nothing.
+  std::function<void(lm_stage&, stream&)> before_norm;
+
   /// The next step's tokens (first stage) and targets (last stage), one [T, Bm] per micro-batch;
   /// set by the owner before it runs the step, copied to the device when the step begins.
   void set_step_data(std::vector<std::vector<std::int32_t>> tokens, std::vector<std::vector<std::int32_t>> targets) {
@@ -73,7 +79,10 @@ public:
   void accept_output_grad(std::size_t mb, std::size_t ch, const tensor& t, stream&) {
     stage_->set_output_grad(mb, ch, t.device_data<float>());
   }
-  void end_compute(stream& s) { stage_->enqueue_norm(s); }
+  void end_compute(stream& s) {
+    if (before_norm) before_norm(*stage_, s);
+    stage_->enqueue_norm(s);
+  }
   std::vector<double> report() const { return {stage_->sq_norm(), stage_->loss_sum()}; }
 
   /// Scales by the clip coefficient / count (args[0]), then pushes the gradients to the kvstore
@@ -130,6 +139,11 @@ struct lm_pipeline::state {
   errc failure = errc::runtime_failure;
   std::size_t restarts = 0;
   std::shared_ptr<rank_group> ranks;  // stages on several MPI ranks (empty: one process)
+  std::size_t replicas = 1, replica = 0;  // across ranks: data parallel replicas, and this rank's
+  std::size_t steps_run = 0;              // steps begun across ranks
+  std::mutex reduce_mutex;                // guards reduced_steps
+  std::condition_variable reduce_done;
+  std::size_t reduced_steps = 0;          // steps whose gradients this rank's stage summed over the replicas
 
   /// Whether stage s runs in this process.
   bool local(std::size_t s) const { return models[s] != nullptr; }
@@ -142,6 +156,9 @@ struct lm_pipeline::state {
 
   // pipeline_ranks.cpp: the collective parts of a pipeline across ranks.
   void spawn_actors_across_ranks(pipeline::pipeline_options o);
+  int driver_rank() const;
+  void sum_gradients_over_replicas(std::size_t stage, lm_stage& m, stream& s);
+  std::map<std::string, std::pair<std::size_t, std::size_t>> parameter_offsets(std::size_t& total) const;
   expected<step_result> step_across_ranks(std::chrono::milliseconds timeout);
   expected<std::vector<named_parameter>> gather_parameters(std::map<std::string, std::vector<float>> local_values);
   expected<std::string> gather_optimizer_state(std::string local_bytes);
@@ -171,7 +188,7 @@ struct lm_pipeline::state {
   /// drained (a failed stream skips what is left), so that no work item refers to the models.
   void halt() {
     if (ranks) {
-      (void)ranks->stop(*system, actors, std::chrono::minutes(1));  // rank 0 stops the driver, the others wait for it
+      (void)ranks->stop(*system, actors, std::chrono::minutes(1), driver_rank());  // the driver's rank stops it, the others wait
     } else {
       system->stop(actors.supervisor);  // stops the stages
       system->stop(actors.driver);

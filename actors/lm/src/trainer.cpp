@@ -148,7 +148,7 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
   const bool rank0 = !o.ranks || o.ranks->rank() == 0;
   // Owned through a pointer so that it stops before the system's shutdown writes the trace.
   auto pipe_owner = std::make_unique<lm_pipeline>(system, std::move(run.devices), cfg, su.schedule, su.layer_counts,
-                                                  lm_pipeline_options{.carry_state = o.carry_state, .ranks = o.ranks});
+                                                  lm_pipeline_options{.carry_state = o.carry_state, .ranks = o.ranks, .replicas = o.replicas});
   lm_pipeline& pipe = *pipe_owner;
   // The schedule; a plateau's position comes back with a resume of the same schedule.
   const lr_schedule schedule{o.lr_schedule, cfg.lr, o.warmup_steps, o.lr_decay, o.lr_step_size, total_steps};
@@ -361,9 +361,9 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
              {"micro_batches", cfg.micro_batches},
              {"chunks", cfg.chunks},
              {"layer_counts", su.layer_counts},
-             {"ranks", o.ranks ? o.ranks->size() : 1},
+             {"ranks", su.ranks},
              {"stages", su.layer_counts.size()},
-             {"replicas", 1}});
+             {"replicas", su.replicas}});
   if (!o.trace.empty()) {  // the trace is written at shutdown
     pipe_owner.reset();
     if (o.ranks) o.ranks->detach();

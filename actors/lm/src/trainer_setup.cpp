@@ -163,7 +163,17 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
     if (o.partition == "auto")
       throw input_error("--partition auto measures costs on each rank's own device, which ranks could disagree on; "
                         "under mpirun give even or layer ranges");
-    S = static_cast<std::size_t>(o.ranks->size());
+    const auto world = static_cast<std::size_t>(o.ranks->size());
+    if (o.replicas < 1 || world % o.replicas != 0)
+      throw input_error("--replicas " + std::to_string(o.replicas) + " does not divide the job's " + std::to_string(world) +
+                        " ranks (each replica is a pipeline of ranks / replicas stages)");
+    S = world / o.replicas;
+    su.ranks = world;
+    su.replicas = o.replicas;
+    su.devices += " per rank, " + std::to_string(world) + " ranks" +
+                  (o.replicas > 1 ? " (" + std::to_string(S) + " stages x " + std::to_string(o.replicas) + " replicas)" : "");
+  } else if (o.replicas != 1) {
+    throw input_error("--replicas " + std::to_string(o.replicas) + " needs a job of stages x replicas ranks under mpirun");
   }
   // auto (docs/lstm_lm.md): 1F1B, except on cpu stages that own their cores (cpu_threads times
   // the stages fits the hardware threads), where wavefront's time chunks let the stages overlap;
@@ -180,7 +190,8 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
     const auto ranges = static_cast<std::size_t>(std::count(o.partition.begin(), o.partition.end(), ',') + 1);
     if (ranges != S)
       throw input_error("--partition '" + o.partition + "' names " + std::to_string(ranges) + " stages, but the job has " +
-                        std::to_string(S) + " ranks (one stage per rank: start as many ranks as stages)");
+                        std::to_string(S * o.replicas) + " ranks for " + std::to_string(o.replicas) +
+                        (o.replicas == 1 ? " replica" : " replicas") + " (one stage per rank: start stages x replicas ranks)");
   }
   pl::partition_spec part;
   try {
@@ -247,6 +258,12 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
     throw input_error(e.what());
   }
   su.total_steps = o.epochs_given ? o.epochs * su.windows : o.steps;
+  if (o.replicas > 1 && cfg.batch % (o.replicas * cfg.micro_batches) != 0)
+    throw input_error("--batch " + std::to_string(cfg.batch) + " does not split into " + std::to_string(o.replicas) +
+                      " replicas of " + std::to_string(cfg.micro_batches) +
+                      (cfg.micro_batches == 1 ? " micro-batch" : " micro-batches") + " each");
+  if (o.replicas > 1 && run.devices.front().kind() != device_kind::cpu)
+    throw input_error("--replicas needs cpu devices (--devices cpu:1): replicas sum their gradients on the host");
 
   // ---- outputs: a path that cannot be written fails now, not after the run -----------------
   if (!o.checkpoint.empty()) check_output_dir("--checkpoint", o.checkpoint);

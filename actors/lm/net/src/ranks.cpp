@@ -66,17 +66,17 @@ public:
   pipeline::pipeline_actors connect(actor_system& system, const pipeline::plan& plan, const std::vector<int>& ranks,
                                     const std::vector<std::shared_ptr<pipeline::stage_context>>& contexts,
                                     std::vector<actor_ref> local, actor_ref supervisor,
-                                    const pipeline::pipeline_options& options) override {
+                                    const pipeline::pipeline_options& options, int driver_rank) override {
     std::vector<bool> built(plan.stages.size(), false);
     for (std::size_t s = 0; s < built.size(); ++s) built[s] = s < contexts.size() && contexts[s] && s < local.size() && local[s];
     pipeline_net::detail::check_local_stages(plan, ranks, endpoint(), contexts.size(), local.size(), built);
     return pipeline_net::detail::connect(system, endpoint(), plan, ranks, contexts, std::move(local), std::move(supervisor),
-                                         options);
+                                         options, driver_rank);
   }
 
   expected<void> stop(actor_system& system, const pipeline::pipeline_actors& actors,
-                      std::chrono::milliseconds timeout) override {
-    return pipeline_net::stop_pipeline(system, endpoint(), actors, timeout);
+                      std::chrono::milliseconds timeout, int driver_rank) override {
+    return pipeline_net::stop_pipeline(system, endpoint(), actors, timeout, driver_rank);
   }
 
   ~endpoint_group() override { detach(); }

@@ -63,6 +63,11 @@ struct lm_pipeline_options {
   /// in the same order (SPMD; train_step, parameters and optimizer_state are collective). A
   /// failed step is not retried across ranks (relaunch from the checkpoint). Empty: one process.
   std::shared_ptr<rank_group> ranks;
+  /// With `ranks`: data parallel replicas of the pipeline (world = stages x replicas, stage k of
+  /// replica j on rank j * stages + k). Replica j trains on columns [j B / R, (j+1) B / R) of each
+  /// step's batch; before the gradient norm the replicas sum their gradients (one collective sum
+  /// per step), so every replica applies the update of the whole batch. cpu stages only.
+  std::size_t replicas = 1;
 };
 
 /// The pipeline: spawns one stage actor per device and a driver that runs steps.

@@ -5,9 +5,10 @@
 /// net::endpoint (strata/lm_net/ranks.hpp), and a program hands it to lm::train through
 /// trainer_options::ranks or to lm_pipeline through lm_pipeline_options::ranks.
 ///
-/// Placement: one stage per rank, stage k on rank k; the step driver on rank 0. Every rank runs
-/// the same training loop on the same data (SPMD): the collective calls below happen in the same
-/// order on every rank.
+/// Placement: one stage per rank; with R data parallel replicas of a pipeline of P stages (world
+/// = P x R), stage k of replica j on rank j * P + k, and each replica's step driver on its first
+/// rank, j * P. Every rank runs the same training loop on the same data (SPMD): the collective
+/// calls below happen in the same order on every rank.
 
 #include <chrono>
 #include <exception>
@@ -44,15 +45,16 @@ public:
   virtual expected<void> sum(std::span<float> values) = 0;
 
   /// Wires this rank's stage actors `local` (empty handles for other ranks' stages; `ranks[s]` the
-  /// rank of stage s) with the other stages and the step driver (on rank 0), as pipeline_net::spawn_pipeline does.
+  /// rank of stage s) with the other stages and the step driver (on `driver_rank`), as
+  /// pipeline_net::spawn_pipeline does.
   virtual pipeline::pipeline_actors connect(actor_system& system, const pipeline::plan& plan,
                                             const std::vector<int>& ranks,
                                             const std::vector<std::shared_ptr<pipeline::stage_context>>& contexts,
                                             std::vector<actor_ref> local, actor_ref supervisor,
-                                            const pipeline::pipeline_options& options) = 0;
+                                            const pipeline::pipeline_options& options, int driver_rank) = 0;
   /// Ends this rank's part of the pipeline (pipeline_net::stop_pipeline).
   virtual expected<void> stop(actor_system& system, const pipeline::pipeline_actors& actors,
-                              std::chrono::milliseconds timeout) = 0;
+                              std::chrono::milliseconds timeout, int driver_rank) = 0;
 };
 
 }  // namespace strata::lm

@@ -103,6 +103,10 @@ struct trainer_options {
   /// (each rank's one local device); the log, checkpoints and trace come from rank 0 only.
   /// Empty: one process.
   std::shared_ptr<rank_group> ranks;
+  /// With `ranks`: data parallel replicas of the pipeline (lm_pipeline_options::replicas); the
+  /// job's ranks must be the stages times the replicas, and batch / replicas a multiple of the
+  /// micro-batches.
+  std::size_t replicas = 1;
   /// Stop after the step in progress (saving, when there is a checkpoint) once this reads true.
   const std::atomic<bool>* stop = nullptr;
   /// While train() runs, the first SIGINT or SIGTERM stops after the step in progress (as
@@ -149,6 +153,7 @@ struct training_setup {
   std::string costs_note;           ///< where the placement's per-layer costs came from
   pipeline::placement placement;
   std::vector<std::size_t> layer_counts;  ///< LSTM layers per stage
+  std::size_t ranks = 1, replicas = 1;    ///< MPI ranks (one stage each) and data parallel replicas
 };
 
 /// One finished step.
