@@ -3,7 +3,6 @@
 // the calls that need every stage (a step, the parameters, the optimizer state) are collective,
 // made by every rank in the same order with the same arguments.
 
-#include <cstring>
 #include <fstream>
 #include <sstream>
 

@@ -156,6 +156,7 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
 
   run.devices = choose_devices(o.devices, o.cpu_threads, su.devices);
   std::size_t S = run.devices.size();
+  if (o.replicas == 0) throw input_error("--replicas must be at least 1");
   if (o.ranks) {  // under mpirun: one stage per rank, each on its rank's one device
     if (run.devices.size() != 1)
       throw input_error("--devices '" + su.devices + "' names " + std::to_string(run.devices.size()) + " devices, but rank " +
@@ -164,7 +165,7 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
       throw input_error("--partition auto measures costs on each rank's own device, which ranks could disagree on; "
                         "under mpirun give even or layer ranges");
     const auto world = static_cast<std::size_t>(o.ranks->size());
-    if (o.replicas < 1 || world % o.replicas != 0)
+    if (world % o.replicas != 0)
       throw input_error("--replicas " + std::to_string(o.replicas) + " does not divide the job's " + std::to_string(world) +
                         " ranks (each replica is a pipeline of ranks / replicas stages)");
     S = world / o.replicas;
