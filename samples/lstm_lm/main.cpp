@@ -20,6 +20,7 @@
 #include <CLI/CLI.hpp>
 #include <nlohmann/json.hpp>
 
+#include "mpi.hpp"
 #include "report.hpp"
 #include "strata/kernels/blas.hpp"
 #include "strata/lm/checkpoint.hpp"
@@ -166,6 +167,10 @@ int run_train(lm::trainer_options o) {
       std::cerr << figures << "\n";
     }
   };
+  if (o.ranks && o.ranks->rank() != 0) {  // under mpirun rank 0 prints, logs and reports
+    ev = {};
+    o.report.clear();
+  }
   lm::training_result r;
   try {
     r = lm::train(o, ev);
@@ -173,6 +178,7 @@ int run_train(lm::trainer_options o) {
     throw usage_error(e.what());
   }
   if (bar) bar->finish();
+  if (o.ranks && o.ranks->rank() != 0) return r.interrupted ? 130 : 0;
   if (r.interrupted) {
     std::cerr << "lstm_lm: interrupted after step " << r.steps
               << (o.checkpoint.empty() ? std::string(" (no --checkpoint: nothing saved)")
@@ -309,6 +315,13 @@ int main(int argc, char** argv) {
   train->add_option("--crash-after-step", t.crash_after_step, "testing: kill the process (SIGKILL) after step N")
       ->check(step_count)
       ->group("");
+  train->add_option("--replicas", t.replicas,
+                    "under mpirun: data parallel replicas of the pipeline (ranks = stages x replicas; docs/lstm_lm.md)")
+      ->check(whole_number(65536))
+      ->capture_default_str();
+  train->add_option("--crash-rank", t.crash_rank, "testing, under mpirun: the rank --crash-after-step kills")
+      ->check(CLI::Range(0, 1'000'000))
+      ->group("");
   train->add_option("--fault-at-step", t.fault_at_step, "testing: a device fault in the last stage during step N")
       ->check(step_count)
       ->group("");
@@ -356,7 +369,10 @@ int main(int argc, char** argv) {
   // (docs/kernels.md, Threading).
   strata::kernels::cpu::set_blas_threads(1);
   try {
-    if (train->parsed()) return run_train(t);
+    if (train->parsed()) {
+      t.ranks = lstm_lm::mpi_ranks();  // under mpirun: one stage per rank (docs/lstm_lm.md)
+      return run_train(t);
+    }
     if (eval->parsed()) return run_eval(ck_dir, text_file, as_json);
     return run_generate(ck_dir, prompt, length, temperature, gen_seed);
   } catch (const usage_error& e) {

@@ -10,6 +10,11 @@
 // stages on two ranks talk through strata::net: link_latency_us is half a remote round trip, and
 // link_gbps the tensor bytes over a transfer's time less one round trip (a transfer is a request
 // carrying the tensor and a small reply, so it takes 2 x latency + bytes / bandwidth).
+//
+// Then the LSTM LM (strata::lm::train, the loop of `lstm_lm train`) with one stage per rank on
+// cpu:1 each, and, as its anchor, the same model in one process on rank 0 with cpu:2 while rank 1
+// sleeps: lm_2ranks_tokens_per_s and lm_1process_tokens_per_s, medians over the steps. Both runs
+// give each device one thread. --lm-steps 0 skips them.
 
 #include <mpi.h>
 
@@ -19,6 +24,7 @@
 #include <cstring>
 #include <future>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <CLI/CLI.hpp>
@@ -26,7 +32,10 @@
 
 #include "strata/actor_system.hpp"
 #include "strata/device/all.hpp"
+#include "strata/lm/trainer.hpp"
+#include "strata/lm_net/ranks.hpp"
 #include "strata/net/endpoint.hpp"
+#include "strata/kernels/blas.hpp"
 
 namespace {
 
@@ -108,6 +117,10 @@ int main(int argc, char** argv) {
   app.add_option("--ping-bytes", ping_bytes, "payload bytes of a ping")->check(CLI::Range(1, 1 << 20));
   app.add_option("--tensor-mib", tensor_mib, "MiB per tensor transfer")->check(CLI::Range(1, 1024));
   app.add_flag("--json", json, "print one JSON object on one line (rank 0)");
+  std::size_t lm_steps = 20, lm_layers = 4, lm_hidden = 256;
+  app.add_option("--lm-steps", lm_steps, "LSTM LM steps of each run (0: no LM runs)")->check(CLI::Range(0, 100'000));
+  app.add_option("--lm-layers", lm_layers, "LSTM LM layers")->check(CLI::Range(2, 64));
+  app.add_option("--lm-hidden", lm_hidden, "LSTM LM width (embed: half)")->check(CLI::Range(2, 8192));
   CLI11_PARSE(app, argc, argv);
   const std::size_t tensor_bytes = tensor_mib << 20;
 
@@ -198,6 +211,33 @@ int main(int argc, char** argv) {
     net.shutdown();
     sys.shutdown();
   }
+  double lm_2ranks = 0, lm_1process = 0;
+  if (lm_steps > 0) {
+    strata::kernels::cpu::set_blas_threads(1);  // as lstm_lm: the devices' threads do the work
+    strata::lm::trainer_options o;
+    o.layers = lm_layers, o.hidden = lm_hidden, o.embed = lm_hidden / 2, o.steps = lm_steps;
+    o.cpu_threads = 1, o.val_tokens = 1000, o.program = "strata-bench-net";
+    try {
+      o.devices = "cpu:1";
+      o.ranks = strata::lm_net::make_rank_group();
+      lm_2ranks = strata::lm::train(o).tokens_per_s;
+      o.ranks.reset();
+      // The anchor: one process, both stages, while rank 1 sleeps (a blocking barrier would spin).
+      if (rank == 0) {
+        o.devices = "cpu:2";
+        lm_1process = strata::lm::train(o).tokens_per_s;
+      }
+    } catch (const std::exception& e) {
+      std::fprintf(stderr, "strata-bench-net: the LM run failed: %s\n", e.what());
+      MPI_Abort(MPI_COMM_WORLD, 1);
+    }
+    MPI_Request done;
+    MPI_Ibarrier(MPI_COMM_WORLD, &done);
+    for (int finished = 0; !finished;) {
+      MPI_Test(&done, &finished, MPI_STATUS_IGNORE);
+      if (!finished) std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    }
+  }
   MPI_Finalize();
   if (rank != 0) return 0;
   // tensor_gbps counts a transfer's whole request/response time; take the round trip out.
@@ -210,7 +250,10 @@ int main(int argc, char** argv) {
                           {"tensor_64mib_gbps", tensor_gbps},  {"mpi_64mib_gbps", raw.gbps},
                           {"ping_bytes", ping_bytes},          {"tensor_mib", tensor_mib},
                           {"rounds", rounds},                  {"tensor_repeats", repeats},
-                          {"link_latency_us", link_latency_us}, {"link_gbps", link_gbps}};
+                          {"link_latency_us", link_latency_us}, {"link_gbps", link_gbps},
+                          {"lm_2ranks_tokens_per_s", lm_2ranks}, {"lm_1process_tokens_per_s", lm_1process},
+                          {"lm_steps", lm_steps},              {"lm_layers", lm_layers},
+                          {"lm_hidden", lm_hidden}};
     std::printf("%s\n", out.dump().c_str());
   } else {
     std::printf("round trip (%zu B payload): strata %.2f us, raw MPI %.2f us (%.2fx)\n", ping_bytes, remote_us,
@@ -220,6 +263,10 @@ int main(int argc, char** argv) {
     std::printf("link for the pipeline cost model: latency %.2f us, %.2f GB/s "
                 "(strata-bench-pipeline --link-latency-us %.2f --link-gbps %.2f)\n",
                 link_latency_us, link_gbps, link_latency_us, link_gbps);
+    if (lm_steps > 0)
+      std::printf("LSTM LM (%zu x LSTM(%zu), %zu steps): 2 ranks cpu:1 each %.0f tokens/s, one process cpu:2 %.0f "
+                  "tokens/s (%.0f%%)\n",
+                  lm_layers, lm_hidden, lm_steps, lm_2ranks, lm_1process, 100 * lm_2ranks / lm_1process);
   }
   return 0;
 }

@@ -13,303 +13,10 @@
 #include <thread>
 #include <variant>
 
-#include "stage.hpp"
-#include "strata/kvstore/kvstore.hpp"
-#include "strata/device/event.hpp"
-#include "strata/device/stream.hpp"
-#include "strata/pipeline/stage_actor.hpp"
+#include "pipeline_state.hpp"
 #include "strata/trace.hpp"
 
 namespace strata::lm {
-
-namespace {
-
-/// Device time spent per kind of work, filled by the device's work observer.
-struct stage_clock {
-  std::atomic<std::int64_t> forward_ns{0}, backward_ns{0}, other_ns{0};
-  std::atomic<std::int64_t> forward_items{0}, backward_items{0};
-  std::atomic<std::uint64_t> copy_stream{0};  // its transfers are not compute: not busy time
-  void reset() {
-    forward_ns = backward_ns = other_ns = 0;
-    forward_items = backward_items = 0;
-  }
-  double busy_ms() const { return static_cast<double>(forward_ns + backward_ns + other_ns) / 1e6; }
-};
-
-/// The LSTM LM's stage as a pipeline::stage_model: lm_stage's math on the stage's stream; the step
-/// boundary reports (sum of squared gradients, summed loss) for the global clip, then scales the
-/// gradients and pushpulls them through the kvstore, which applies the optimizer and holds the master copy.
-class lstm_stage_model {
-public:
-  using exchange_reply = std::vector<tensor>;
-
-  explicit lstm_stage_model(std::shared_ptr<lm_stage> stage) : stage_(std::move(stage)) {}
-
-  /// The next step's tokens (first stage) and targets (last stage), one [T, Bm] per micro-batch;
-  /// set by the owner before it runs the step, copied to the device when the step begins.
-  void set_step_data(std::vector<std::vector<std::int32_t>> tokens, std::vector<std::vector<std::int32_t>> targets) {
-    tokens_ = std::move(tokens);
-    targets_ = std::move(targets);
-  }
-
-  void begin_step(std::uint64_t, stream& s) {
-    for (std::size_t mb = 0; mb < tokens_.size(); ++mb) stage_->set_tokens(mb, tokens_[mb], s);
-    for (std::size_t mb = 0; mb < targets_.size(); ++mb) stage_->set_targets(mb, targets_[mb], s);
-  }
-  void forward(std::size_t mb, std::size_t ch, stream& s) { s.launch(stage_->forward_work(mb, ch)); }
-  void backward(std::size_t mb, std::size_t ch, stream& s) { s.launch(stage_->backward_work(mb, ch)); }
-  tensor output(std::size_t mb, std::size_t ch) const { return stage_->output(mb, ch); }
-  tensor input_grad(std::size_t mb, std::size_t ch) const { return stage_->input_grad(mb, ch); }
-  // lm_stage reads its inputs through float pointers; the transport made them readable on `s`.
-  void accept_input(std::size_t mb, std::size_t ch, const tensor& t, stream&) {
-    stage_->set_input(mb, ch, t.device_data<float>());
-  }
-  void accept_output_grad(std::size_t mb, std::size_t ch, const tensor& t, stream&) {
-    stage_->set_output_grad(mb, ch, t.device_data<float>());
-  }
-  void end_compute(stream& s) { stage_->enqueue_norm(s); }
-  std::vector<double> report() const { return {stage_->sq_norm(), stage_->loss_sum()}; }
-
-  /// Scales by the clip coefficient / count (args[0]), then pushes the gradients to the kvstore
-  /// (which applies the optimizer) and pulls the updated weights into this stage's parameters.
-  kvstore::pushpull exchange(const std::vector<double>& args, stream& s) {
-    s.launch(stage_->scale_work(args.at(0)));
-    event ready = s.record();
-    kvstore::pushpull m;
-    for (std::size_t i = 0; i < stage_->names().size(); ++i) {
-      tensor g = stage_->grad(i);
-      g.set_ready_event(ready);
-      m.push.keys.emplace_back(stage_->names()[i]);
-      m.push.values.push_back(std::move(g));
-      m.pull.keys.emplace_back(stage_->names()[i]);
-      m.pull.outs.push_back(stage_->value(i));
-    }
-    return m;
-  }
-  /// The pulled weights are ready: zero the gradients after them.
-  void exchanged(std::vector<tensor>& pulled, stream& s) {
-    for (auto& t : pulled) s.wait(t.ready_event());
-    s.launch(stage_->zero_grad_work());
-  }
-
-private:
-  std::shared_ptr<lm_stage> stage_;
-  std::vector<std::vector<std::int32_t>> tokens_, targets_;
-};
-static_assert(pipeline::stage_model<lstm_stage_model>);
-
-}  // namespace
-
-struct lm_pipeline::state {
-  actor_system* system = nullptr;
-  lm_config config;
-  pipeline::plan plan;
-  std::vector<device> devices;
-  std::vector<std::shared_ptr<lm_stage>> models;
-  std::vector<std::shared_ptr<lstm_stage_model>> stage_models;
-  std::vector<std::shared_ptr<pipeline::stage_context>> contexts;
-  std::vector<std::size_t> generations;  // per stage: actor instances when it last (re)started
-  std::vector<std::shared_ptr<stage_clock>> clocks;
-  pipeline::pipeline_actors actors;
-  actor_ref store;         // holds the master weights and applies the optimizer
-  device store_device;     // where it merges (empty: default)
-  std::shared_ptr<stage_clock> store_clock;
-  bool store_stale = true; // (re)build the store before the next step
-  double lr = 0;           // the rate the store applies (a schedule changes it)
-  bool copy_activations = false;
-  bool failed = false;     // the last step failed: restart the stages before the next one
-  errc failure = errc::runtime_failure;
-  std::size_t restarts = 0;
-
-  /// Spawns the stage actors (under one all-for-one supervisor) and the driver.
-  void spawn_actors() {
-    pipeline::pipeline_options o;
-    o.store = store;
-    o.copy_always = copy_activations;
-    o.rule = [count = static_cast<double>(config.seq * config.batch), clip = config.clip](
-                 const std::vector<std::vector<double>>& reports) {
-      double sq = 0;
-      for (const auto& r : reports) sq += r.at(0);
-      const double norm = std::sqrt(sq) / count;
-      const double coef = clip / (norm + 1e-6);
-      return std::vector<double>{(coef < 1.0 ? coef : 1.0) / count, norm};
-    };
-    actors = pipeline::spawn_pipeline(*system, plan, contexts, stage_models, std::move(o));
-    generations.clear();
-    for (auto& c : contexts) generations.push_back(c->instances());
-  }
-
-  /// Stops the stage actors and the driver, waits until they have terminated (no more
-  /// submissions; a request to a stopped actor is answered once it has) and their streams have
-  /// drained (a failed stream skips what is left), so that no work item refers to the models.
-  void halt() {
-    system->stop(actors.supervisor);  // stops the stages
-    system->stop(actors.driver);
-    for (auto& s : actors.stages) {
-      auto gone = system->request<void>(s, std::chrono::seconds(30), unit_t{});
-      (void)gone.wait_for(std::chrono::seconds(30));
-    }
-    for (auto& c : contexts) {
-      auto list = c->take_retired();
-      list.push_back(c->copies());
-      list.push_back(c->compute());
-      drain(list);
-    }
-  }
-
-  static void drain(std::vector<stream>& list) {
-    for (auto& s : list) {
-      try {
-        s.synchronize();
-      } catch (...) {
-        // A failed step's error was reported by train_step.
-      }
-    }
-  }
-
-  /// After a failed step, all for one: the stages' supervisor has restarted every stage actor
-  /// (a step that timed out makes it restart them now), each on fresh streams since a failed
-  /// stream stays failed; the old streams are drained, the gradients the step accumulated are
-  /// zeroed and every stage takes its weights back from the store, which is the master copy (so a
-  /// step that failed while some stages had already updated leaves no stage behind). A store that
-  /// no longer answers is rebuilt from the stages' weights.
-  expected<void> restart() {
-    if (failure == errc::request_timeout) system->send(actors.stages.front(), pipeline::restart_stage{});
-    const auto until = std::chrono::steady_clock::now() + std::chrono::seconds(30);
-    for (std::size_t s = 0; s < contexts.size(); ++s)
-      while (contexts[s]->instances() <= generations[s]) {
-        if (std::chrono::steady_clock::now() > until)
-          return error(errc::runtime_failure, "the pipeline could not restart after a failed step: stage " +
-                                                  std::to_string(s) + " did not restart within 30 s");
-        std::this_thread::sleep_for(std::chrono::milliseconds(1));
-      }
-    for (std::size_t s = 0; s < contexts.size(); ++s) {
-      generations[s] = contexts[s]->instances();
-      auto old = contexts[s]->take_retired();
-      drain(old);
-    }
-    std::vector<stream> streams;
-    for (std::size_t s = 0; s < models.size(); ++s) {
-      streams.push_back(contexts[s]->compute());
-      clocks[s]->copy_stream = contexts[s]->copies().id();
-      models[s]->fail_after(0);
-      streams[s].launch(models[s]->zero_grad_work());
-      streams[s].launch(models[s]->zero_state_work());
-    }
-    if (store && !store_stale) {
-      kvstore::client client(*system, store, std::chrono::seconds(30));
-      auto [keys, outs] = parameter_tensors();
-      auto pulled = client.pull(std::move(keys), std::move(outs)).get();
-      if (pulled) {
-        std::size_t next = 0;  // the pulled tensors come in the order of the keys: stage by stage
-        for (std::size_t s = 0; s < models.size(); ++s)
-          for (std::size_t i = 0; i < models[s]->names().size(); ++i) streams[s].wait((*pulled)[next++].ready_event());
-      } else {
-        store_stale = true;  // rebuilt from the stages' weights before the next step
-      }
-    }
-    for (auto& s : streams) {
-      try {
-        s.synchronize();
-      } catch (const std::exception& e) {
-        return error(errc::runtime_failure, std::string("the pipeline could not restart after a failed step: ") + e.what());
-      }
-    }
-    failed = false;
-    ++restarts;
-    return {};
-  }
-
-  /// Every stage's parameter names (the store's keys) and value tensors, stage by stage.
-  std::pair<std::vector<kvstore::key>, std::vector<tensor>> parameter_tensors() const {
-    std::pair<std::vector<kvstore::key>, std::vector<tensor>> out;
-    for (const auto& m : models)
-      for (std::size_t i = 0; i < m->names().size(); ++i) {
-        out.first.emplace_back(m->names()[i]);
-        out.second.push_back(m->value(i));
-      }
-    return out;
-  }
-
-  /// Whether the optimizer keeps per-parameter state in the store.
-  bool stateful() const noexcept { return config.optimizer != optimizer_kind::sgd; }
-
-  /// Installs config's optimizer with rate `lr` as the store's update rule.
-  expected<void> set_rule(kvstore::client& client) const {
-    const auto kind = config.optimizer;
-    if (kind == optimizer_kind::adam || kind == optimizer_kind::adamw) {
-      kernels::adam_options a;
-      a.lr = lr;
-      a.beta1 = config.beta1;
-      a.beta2 = config.beta2;
-      a.eps = config.eps;
-      a.weight_decay = config.weight_decay;
-      a.decoupled_weight_decay = kind == optimizer_kind::adamw;
-      if (auto r = client.set_optimizer(a).get(); !r) return r.error();
-      return {};
-    }
-    kernels::sgd_options o;
-    o.lr = lr;
-    o.weight_decay = config.weight_decay;
-    o.momentum = kind == optimizer_kind::sgd ? 0.0 : config.momentum;
-    o.nesterov = kind == optimizer_kind::nesterov;
-    if (auto r = client.set_optimizer(o).get(); !r) return r.error();
-    return {};
-  }
-
-  /// Saves the store's state (kvstore::save) to a scratch file and returns its name: in /dev/shm
-  /// (memory) when it is there and has room, else in the temporary directory.
-  static expected<std::filesystem::path> save_to_scratch(kvstore::client& client) {
-    static std::atomic<std::uint64_t> count{0};
-    const std::string name = "strata-lm-" + std::to_string(::getpid()) + "-" + std::to_string(count.fetch_add(1)) + ".kvstore";
-    std::vector<std::filesystem::path> dirs;
-    std::error_code ec;
-    if (std::filesystem::is_directory("/dev/shm", ec) && ::access("/dev/shm", W_OK) == 0) dirs.emplace_back("/dev/shm");
-    if (auto tmp = std::filesystem::temp_directory_path(ec); !ec) dirs.push_back(tmp);
-    error last(errc::runtime_failure, "no directory for the optimizer state's scratch file");
-    for (const auto& dir : dirs) {
-      auto r = client.save((dir / name).string()).get();
-      if (r) return dir / name;
-      last = r.error();
-      std::filesystem::remove(dir / name, ec);
-    }
-    return last;
-  }
-
-  /// Spawns a fresh kvstore holding the stages' current weights, with the optimizer at `lr`.
-  expected<void> rebuild_store() {
-    if (store) system->stop(store);
-    kvstore::options opts;
-    opts.name = "lm-kvstore";
-    if (store_device.valid()) {
-      opts.kind = kvstore::kind::device;
-      opts.merge_device = store_device;
-    } else if (devices.front().kind() != device_kind::cpu) {  // sim, cuda: merge on the first stage's device
-      opts.kind = kvstore::kind::device;
-      opts.merge_device = devices.front();
-    }
-    store = kvstore::spawn(*system, opts);
-    kvstore::client client(*system, store);
-    if (auto r = set_rule(client); !r) return r.error();
-    auto [keys, values] = parameter_tensors();
-    if (auto r = client.init(std::move(keys), std::move(values)).get(); !r) return r.error();
-    for (auto& c : contexts) c->set_store(store);
-    store_stale = false;
-    return {};
-  }
-
-  /// Runs `task` on every stage's actor, in stage order.
-  expected<void> on_every_stage(std::chrono::milliseconds timeout,
-                                const std::function<expected<void>(std::size_t, stream&)>& task) {
-    for (std::size_t s = 0; s < actors.stages.size(); ++s) {
-      auto r = system->request<void>(actors.stages[s], timeout,
-                                     pipeline::stage_task{[&task, s](stream& st) { return task(s, st); }})
-                   .get();
-      if (!r) return r.error();
-    }
-    return {};
-  }
-};
 
 lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
                          pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts,
@@ -330,6 +37,25 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
                                   devices.front().name() + " and " + d.name());
   }
   device store_device = std::move(options.store_device);
+  lm_config stage_config = config;  // replicas: each trains on its share of the batch's columns
+  if (options.ranks) {  // one stage per rank: this rank's device serves its stage, the others stay empty
+    const auto rank = static_cast<std::size_t>(options.ranks->rank()), world = static_cast<std::size_t>(options.ranks->size());
+    const std::size_t R = options.replicas;
+    if (devices.size() != 1)
+      throw std::invalid_argument("a pipeline across ranks runs one stage per rank on one device of its own; got " +
+                                  std::to_string(devices.size()) + " devices on rank " + std::to_string(rank));
+    if (R < 1 || layer_counts.size() * R != world)
+      throw std::invalid_argument("a job of " + std::to_string(world) + " ranks cannot hold " + std::to_string(R) +
+                                  " replicas of " + std::to_string(layer_counts.size()) + " stages (one stage per rank)");
+    if (R > 1 && (config.batch % (R * config.micro_batches) != 0 || devices.front().kind() != device_kind::cpu))
+      throw std::invalid_argument("replicas need cpu stages and a batch (" + std::to_string(config.batch) +
+                                  ") that splits into " + std::to_string(R) + " replicas x " +
+                                  std::to_string(config.micro_batches) + " micro-batches");
+    stage_config.batch = config.batch / R;
+    std::vector<device> per_stage(layer_counts.size());
+    per_stage[rank % layer_counts.size()] = devices.front();
+    devices = std::move(per_stage);
+  }
   if (layer_counts.size() != devices.size())
     throw std::invalid_argument("the partition names " + std::to_string(layer_counts.size()) + " stages for " +
                                 std::to_string(devices.size()) + " devices");
@@ -340,11 +66,25 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
   st.devices = std::move(devices);
   st.plan = pipeline::make_plan(schedule, static_cast<int>(spans.size()), static_cast<int>(config.micro_batches),
                                 static_cast<int>(config.chunks));
+  st.ranks = options.ranks;
+  if (st.ranks) {
+    st.replicas = options.replicas;
+    st.replica = static_cast<std::size_t>(st.ranks->rank()) / spans.size();
+  }
   for (std::size_t s = 0; s < spans.size(); ++s) {
+    if (!st.devices[s].valid()) {  // another rank's stage
+      st.contexts.emplace_back();
+      st.models.emplace_back();
+      st.stage_models.emplace_back();
+      st.clocks.push_back(std::make_shared<stage_clock>());
+      continue;
+    }
     st.contexts.push_back(std::make_shared<pipeline::stage_context>(static_cast<int>(s), st.devices[s]));
     st.models.push_back(
-        std::make_shared<lm_stage>(config, spans[s], st.devices[s], st.contexts[s]->compute(), options.carry_state));
+        std::make_shared<lm_stage>(stage_config, spans[s], st.devices[s], st.contexts[s]->compute(), options.carry_state));
     st.stage_models.push_back(std::make_shared<lstm_stage_model>(st.models.back()));
+    if (options.ranks && options.replicas > 1)
+      st.stage_models.back()->before_norm = [&st, s](lm_stage& m, stream& on) { st.sum_gradients_over_replicas(s, m, on); };
     auto clock = std::make_shared<stage_clock>();
     clock->copy_stream = st.contexts[s]->copies().id();
     st.clocks.push_back(clock);
@@ -396,7 +136,8 @@ lm_pipeline::~lm_pipeline() {
   if (!state_) return;
   state_->halt();  // work items on the streams point into the stage models
   if (state_->store) state_->system->stop(state_->store);
-  for (auto& d : state_->devices) d.set_work_observer({});
+  for (auto& d : state_->devices)
+    if (d.valid()) d.set_work_observer({});
   if (state_->store_device.valid()) state_->store_device.set_work_observer({});
 }
 
@@ -422,23 +163,27 @@ expected<step_result> lm_pipeline::train_step(const std::vector<std::int32_t>& t
     if (auto r = state_->rebuild_store(); !r) return r.error();
   auto& st = *state_;
   // Split the batch into micro-batches of columns: stage 0 takes the tokens, the last the targets.
-  const std::size_t T = c.seq, B = c.batch, M = c.micro_batches, Bm = B / M;
+  // Replica j (across ranks) takes columns [j B / R, (j+1) B / R).
+  const std::size_t T = c.seq, B = c.batch, M = c.micro_batches, Bm = B / (M * st.replicas);
+  const std::size_t first = st.replica * (B / st.replicas);
   std::vector<std::vector<std::int32_t>> tok(M), tgt(M);
   for (std::size_t mb = 0; mb < M; ++mb) {
     tok[mb].resize(T * Bm);
     tgt[mb].resize(T * Bm);
     for (std::size_t t = 0; t < T; ++t)
       for (std::size_t b = 0; b < Bm; ++b) {
-        tok[mb][t * Bm + b] = tokens[t * B + mb * Bm + b];
-        tgt[mb][t * Bm + b] = targets[t * B + mb * Bm + b];
+        tok[mb][t * Bm + b] = tokens[t * B + first + mb * Bm + b];
+        tgt[mb][t * Bm + b] = targets[t * B + first + mb * Bm + b];
       }
   }
   const std::size_t S = st.stage_models.size();
   for (std::size_t s = 0; s < S; ++s)
-    st.stage_models[s]->set_step_data(s == 0 ? tok : std::vector<std::vector<std::int32_t>>{},
+    if (st.local(s))
+      st.stage_models[s]->set_step_data(s == 0 ? tok : std::vector<std::vector<std::int32_t>>{},
                                       s + 1 == S ? tgt : std::vector<std::vector<std::int32_t>>{});
   for (auto& clock : st.clocks) clock->reset();
   if (st.store_clock) st.store_clock->reset();
+  if (st.ranks) return st.step_across_ranks(timeout);
   auto outcome = st.system->request<pipeline::step_outcome>(st.actors.driver, timeout, pipeline::run_step{}).get();
   if (!outcome) {
     st.failed = true;
@@ -512,10 +257,18 @@ expected<std::string> lm_pipeline::optimizer_state(std::chrono::milliseconds tim
   std::error_code ec;
   std::filesystem::remove(*file, ec);
   if (!read) return error(errc::runtime_failure, "cannot read the store's state back from '" + file->string() + "'");
+  if (state_->ranks) return state_->gather_optimizer_state(bytes.str());
   return bytes.str();
 }
 
-expected<void> lm_pipeline::set_optimizer_state(const std::string& bytes, std::chrono::milliseconds timeout) {
+expected<void> lm_pipeline::set_optimizer_state(const std::string& all_bytes, std::chrono::milliseconds timeout) {
+  std::string own;
+  if (state_->ranks) {  // the keys of this rank's stages only
+    auto part = state_->local_part_of_optimizer_state(all_bytes);
+    if (!part) return part.error();
+    own = std::move(*part);
+  }
+  const std::string& bytes = state_->ranks ? own : all_bytes;
   auto ref = store();
   if (!ref) return ref.error();
   kvstore::client client(*state_->system, *ref, timeout);
@@ -555,6 +308,7 @@ expected<std::vector<named_parameter>> lm_pipeline::parameters(std::chrono::mill
     return {};
   });
   if (!got) return got.error();
+  if (state_->ranks) return state_->gather_parameters(std::move(all));
   std::vector<named_parameter> out;
   for (const auto& name : parameter_names(state_->config)) {
     auto it = all.find(name);
@@ -608,6 +362,7 @@ void lm_pipeline::inject_device_fault(std::size_t stage, std::size_t n) {
   if (stage >= state_->models.size())
     throw std::invalid_argument("stage " + std::to_string(stage) + " does not exist (the pipeline has " +
                                 std::to_string(state_->models.size()) + ")");
+  if (!state_->local(stage)) return;  // another rank's stage: that rank injects it
   state_->models[stage]->fail_after(n);
 }
 

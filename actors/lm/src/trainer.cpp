@@ -107,23 +107,48 @@ double scheduled_lr(const lr_schedule& s, std::size_t step, double plateau_scale
   throw std::invalid_argument("learning-rate schedule '" + s.kind + "' is not one of constant, step, cosine, plateau");
 }
 
+namespace {
+/// The run once its system is up: the pipeline, the steps, validations, checkpoints, the summary.
+training_result run_training(const trainer_options& o, const trainer_events& events, detail::prepared_run& run,
+                             training_result result, actor_system& system);
+}  // namespace
+
 training_result train(const trainer_options& o, const trainer_events& events) {
   auto run = detail::prepare_run(o, events);
   training_result result;
   result.setup = run.setup;
-  const training_setup& su = result.setup;
-  const lm::config& cfg = su.model;
-  const std::size_t windows = su.windows, first_step = su.first_step, total_steps = su.total_steps;
-  if (events.on_start) events.on_start(su);
+  if (events.on_start) events.on_start(result.setup);
 
   // ---- the pipeline ------------------------------------------------------------------------
   system_config sc;
   sc.worker_threads = 2;
-  sc.trace_file = o.trace;
+  sc.trace_file = !o.ranks || o.ranks->rank() == 0 ? o.trace : std::string();  // across ranks: rank 0's
   actor_system system(sc);
+  if (!o.ranks) return run_training(o, events, run, std::move(result), system);
+  // Across ranks a failure ends this process at once (the MPI job with it): the other ranks wait
+  // in collective calls that a rank that unwinds would never join.
+  o.ranks->attach(system);
+  try {
+    auto done = run_training(o, events, run, std::move(result), system);
+    o.ranks->detach();
+    return done;
+  } catch (const std::exception& e) {
+    o.ranks->fail(e);
+    throw;  // not reached: fail() ends the process
+  }
+}
+
+namespace {
+
+training_result run_training(const trainer_options& o, const trainer_events& events, detail::prepared_run& run,
+                             training_result result, actor_system& system) {
+  const training_setup& su = result.setup;
+  const lm::config& cfg = su.model;
+  const std::size_t windows = su.windows, first_step = su.first_step, total_steps = su.total_steps;
+  const bool rank0 = !o.ranks || o.ranks->rank() == 0;
   // Owned through a pointer so that it stops before the system's shutdown writes the trace.
   auto pipe_owner = std::make_unique<lm_pipeline>(system, std::move(run.devices), cfg, su.schedule, su.layer_counts,
-                                                  lm_pipeline_options{.carry_state = o.carry_state});
+                                                  lm_pipeline_options{.carry_state = o.carry_state, .ranks = o.ranks, .replicas = o.replicas});
   lm_pipeline& pipe = *pipe_owner;
   // The schedule; a plateau's position comes back with a resume of the same schedule.
   const lr_schedule schedule{o.lr_schedule, cfg.lr, o.warmup_steps, o.lr_decay, o.lr_step_size, total_steps};
@@ -155,7 +180,7 @@ training_result train(const trainer_options& o, const trainer_events& events) {
       plateau.stale_validations = 0;
     }
   };
-  run_log log(o.log, run.resume.has_value());
+  run_log log(rank0 ? o.log : std::string(), run.resume.has_value());  // across ranks: rank 0 writes it
 
   auto validate = [&](std::size_t step) {
     auto params = pipe.parameters();
@@ -185,6 +210,7 @@ training_result train(const trainer_options& o, const trainer_events& events) {
       if (!std::all_of(p.values.begin(), p.values.end(), [](float v) { return std::isfinite(v); }))
         throw std::runtime_error("the training diverged: parameter '" + p.name + "' is not finite after step " +
                                  std::to_string(step) + " (try a smaller --lr); the checkpoint was not overwritten");
+    if (!rank0) return;  // the others took part in gathering the parameters and the optimizer state
     if (auto e = save_checkpoint(o.checkpoint, ck); e) throw std::runtime_error(e.message());
   };
   auto stop_requested = [&] {
@@ -266,8 +292,11 @@ training_result train(const trainer_options& o, const trainer_events& events) {
       save(done, nullptr);
       saved = true;
     }
-    if (o.crash_after_step && done == o.crash_after_step) std::raise(SIGKILL);
-    if (stop_requested() && done < total_steps) {
+    if (o.crash_after_step && done == o.crash_after_step && (o.ranks ? o.ranks->rank() : 0) == o.crash_rank)
+      std::raise(SIGKILL);
+    auto stop = pipe.any_rank(stop_requested());  // across ranks every rank stops after the same step
+    if (!stop) throw std::runtime_error("cannot agree on stopping with the other ranks: " + stop.error().message());
+    if (*stop && done < total_steps) {
       if (!saved) save(done, nullptr);
       log.write({{"step", done}, {"interrupted", true}});
       result.interrupted = true;
@@ -331,14 +360,20 @@ training_result train(const trainer_options& o, const trainer_events& events) {
              {"schedule", pl::to_string(su.schedule)},
              {"micro_batches", cfg.micro_batches},
              {"chunks", cfg.chunks},
-             {"layer_counts", su.layer_counts}});
+             {"layer_counts", su.layer_counts},
+             {"ranks", su.ranks},
+             {"stages", su.layer_counts.size()},
+             {"replicas", su.replicas}});
   if (!o.trace.empty()) {  // the trace is written at shutdown
     pipe_owner.reset();
+    if (o.ranks) o.ranks->detach();
     auto shut = system.shutdown();
     result.trace_error = shut.trace_error;
     result.trace_events = shut.trace_events;
   }
   return result;
 }
+
+}  // namespace
 
 }  // namespace strata::lm

@@ -155,7 +155,27 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
   if (!o.epochs_given && o.steps == 0) throw input_error("--steps must be at least 1");
 
   run.devices = choose_devices(o.devices, o.cpu_threads, su.devices);
-  const std::size_t S = run.devices.size();
+  std::size_t S = run.devices.size();
+  if (o.replicas == 0) throw input_error("--replicas must be at least 1");
+  if (o.ranks) {  // under mpirun: one stage per rank, each on its rank's one device
+    if (run.devices.size() != 1)
+      throw input_error("--devices '" + su.devices + "' names " + std::to_string(run.devices.size()) + " devices, but rank " +
+                        std::to_string(o.ranks->rank()) + " runs one stage on one device of its own under mpirun (name one, e.g. cpu:1)");
+    if (o.partition == "auto")
+      throw input_error("--partition auto measures costs on each rank's own device, which ranks could disagree on; "
+                        "under mpirun give even or layer ranges");
+    const auto world = static_cast<std::size_t>(o.ranks->size());
+    if (world % o.replicas != 0)
+      throw input_error("--replicas " + std::to_string(o.replicas) + " does not divide the job's " + std::to_string(world) +
+                        " ranks (each replica is a pipeline of ranks / replicas stages)");
+    S = world / o.replicas;
+    su.ranks = world;
+    su.replicas = o.replicas;
+    su.devices += " per rank, " + std::to_string(world) + " ranks" +
+                  (o.replicas > 1 ? " (" + std::to_string(S) + " stages x " + std::to_string(o.replicas) + " replicas)" : "");
+  } else if (o.replicas != 1) {
+    throw input_error("--replicas " + std::to_string(o.replicas) + " needs a job of stages x replicas ranks under mpirun");
+  }
   // auto (docs/lstm_lm.md): 1F1B, except on cpu stages that own their cores (cpu_threads times
   // the stages fits the hardware threads), where wavefront's time chunks let the stages overlap;
   // where the stages share every core (the default), a stage that waits lends its cores to the
@@ -167,6 +187,13 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
     schedule = (o.chunks_given && o.chunks > 1) || su.own_cores ? pl::schedule_kind::wavefront : pl::schedule_kind::one_f_one_b;
   su.schedule = schedule;
   const std::size_t chunks = o.chunks_given ? o.chunks : schedule == pl::schedule_kind::wavefront ? default_chunks(o.seq) : 1;
+  if (o.ranks && o.partition != "even") {
+    const auto ranges = static_cast<std::size_t>(std::count(o.partition.begin(), o.partition.end(), ',') + 1);
+    if (ranges != S)
+      throw input_error("--partition '" + o.partition + "' names " + std::to_string(ranges) + " stages, but the job has " +
+                        std::to_string(S * o.replicas) + " ranks for " + std::to_string(o.replicas) +
+                        (o.replicas == 1 ? " replica" : " replicas") + " (one stage per rank: start stages x replicas ranks)");
+  }
   pl::partition_spec part;
   try {
     part = pl::parse_partition(o.partition, static_cast<int>(o.layers), static_cast<int>(S));
@@ -232,6 +259,12 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
     throw input_error(e.what());
   }
   su.total_steps = o.epochs_given ? o.epochs * su.windows : o.steps;
+  if (o.replicas > 1 && cfg.batch % (o.replicas * cfg.micro_batches) != 0)
+    throw input_error("--batch " + std::to_string(cfg.batch) + " does not split into " + std::to_string(o.replicas) +
+                      " replicas of " + std::to_string(cfg.micro_batches) +
+                      (cfg.micro_batches == 1 ? " micro-batch" : " micro-batches") + " each");
+  if (o.replicas > 1 && run.devices.front().kind() != device_kind::cpu)
+    throw input_error("--replicas needs cpu devices (--devices cpu:1): replicas sum their gradients on the host");
 
   // ---- outputs: a path that cannot be written fails now, not after the run -----------------
   if (!o.checkpoint.empty()) check_output_dir("--checkpoint", o.checkpoint);
@@ -241,7 +274,11 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
 
   // ---- placement ---------------------------------------------------------------------------
   std::vector<pl::device_slot> slots;
-  for (auto& d : run.devices) slots.push_back({d.name()});
+  if (o.ranks) {
+    for (std::size_t s = 0; s < S; ++s) slots.push_back({"rank " + std::to_string(s)});
+  } else {
+    for (auto& d : run.devices) slots.push_back({d.name()});
+  }
   // auto: per-layer costs measured on the first device (the kernels on one micro-batch, in its
   // arena); the fixed splits only print a prediction, from FLOPs and bytes.
   const nominal_rates rates;

@@ -75,6 +75,10 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   MPI_Initialized(&already);
   if (already) {
     MPI_Query_thread(&provided);
+  } else if (mpi_started_by_endpoint.exchange(true)) {
+    started(error(errc::runtime_failure, "MPI cannot start twice in one process: make one strata::net::endpoint for "
+                                         "the whole program"));
+    return;
   } else if (int rc = MPI_Init_thread(nullptr, nullptr, MPI_THREAD_SERIALIZED, &provided); rc != MPI_SUCCESS) {
     started(error(errc::runtime_failure, "MPI_Init_thread failed: " + mpi_error_text(rc)));
     return;

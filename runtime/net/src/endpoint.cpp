@@ -302,13 +302,14 @@ expected<void> endpoint_state::publish(const actor_ref& target, const std::strin
   return {};
 }
 
+std::atomic<bool> mpi_started_by_endpoint{false};
+
 }  // namespace detail
 
 // ---- endpoint -----------------------------------------------------------------------------------
 
 namespace {
 std::atomic<bool> endpoint_alive{false};
-std::atomic<bool> mpi_used{false};
 
 bool launched_by_mpi() {
   for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})
@@ -340,9 +341,6 @@ endpoint::endpoint(actor_system& sys, endpoint_config config) : state_(std::make
     (void)declare<unit_t, error, down_msg, exit_msg, bool, std::int32_t, std::int64_t, std::uint32_t, std::uint64_t,
                   float, double, std::string, tensor, std::vector<float>, std::vector<std::int64_t>>();
     if (launched_by_mpi()) {
-      if (mpi_used.exchange(true))
-        throw error_exception(error(errc::runtime_failure, "MPI cannot start twice in one process: make one "
-                                                           "strata::net::endpoint for the whole program"));
       s.mpi = true;
       auto started = std::make_shared<std::promise<expected<void>>>();
       auto ready = started->get_future();

@@ -169,5 +169,8 @@ std::uint64_t name_key(std::string_view name) noexcept;
 
 /// The communication thread: MPI_Init_thread, the progress loop, MPI_Finalize.
 void run_comm(endpoint_state& s, std::function<void(expected<void>)> started);
+/// Set once an endpoint has started MPI itself (and so ends it): MPI cannot start again. A
+/// program that started MPI keeps it, and may make one endpoint after another.
+extern std::atomic<bool> mpi_started_by_endpoint;
 
 }  // namespace strata::net::detail

@@ -66,7 +66,7 @@ pipeline::pipeline_actors detail::connect(actor_system& system, net::endpoint& n
                                           const std::vector<int>& ranks,
                                           const std::vector<std::shared_ptr<pipeline::stage_context>>& contexts,
                                           std::vector<actor_ref> local_stages, actor_ref supervisor,
-                                          const pipeline::pipeline_options& options) {
+                                          const pipeline::pipeline_options& options, int driver_rank) {
   const auto n = p.stages.size();
   auto must = [](expected<void> r) {
     if (!r) throw std::invalid_argument(r.error().message());
@@ -83,12 +83,12 @@ pipeline::pipeline_actors detail::connect(actor_system& system, net::endpoint& n
     if (!handle) throw std::invalid_argument(handle.error().message());
     out.stages[s] = std::move(*handle);
   }
-  if (net.rank() == 0) {
+  if (net.rank() == driver_rank) {
     out.driver = system.spawn_with<pipeline::step_driver>(spawn_options{.name = options.driver_name}, out.stages,
                                                            out.supervisor, options.rule, ranks);
     must(net.publish(out.driver, options.driver_name));
   } else {
-    auto handle = net.remote(0, options.driver_name);
+    auto handle = net.remote(driver_rank, options.driver_name);
     if (!handle) throw std::invalid_argument(handle.error().message());
     out.driver = std::move(*handle);
   }
@@ -132,8 +132,8 @@ expected<void> wait_for_driver_exit(actor_system& system, const actor_ref& drive
 }
 
 expected<void> stop_pipeline(actor_system& system, const net::endpoint& net, const pipeline::pipeline_actors& actors,
-                             std::chrono::milliseconds timeout) {
-  if (net.rank() == 0 && actors.driver) system.stop(actors.driver);
+                             std::chrono::milliseconds timeout, int driver_rank) {
+  if (net.rank() == driver_rank && actors.driver) system.stop(actors.driver);
   auto done = wait_for_driver_exit(system, actors.driver, timeout);
   if (actors.supervisor) system.stop(actors.supervisor);
   return done;

@@ -12,6 +12,7 @@
 
 #include "strata/actor_system.hpp"
 #include "strata/lm/config.hpp"
+#include "strata/lm/ranks.hpp"
 #include "strata/pipeline/plan.hpp"
 #include "strata/pipeline/simulator.hpp"
 #include "strata/device/device.hpp"
@@ -57,6 +58,16 @@ struct lm_pipeline_options {
   /// Meant for consecutive windows of column streams (token_batches); call reset_state() where
   /// the streams restart (an epoch). Off: every step starts from zeros.
   bool carry_state = false;
+  /// Stages on several MPI ranks (strata/lm/ranks.hpp), one per rank: `devices` then holds this
+  /// rank's one device, `layer_counts` every stage's layers, and every rank makes the same calls
+  /// in the same order (SPMD; train_step, parameters and optimizer_state are collective). A
+  /// failed step is not retried across ranks (relaunch from the checkpoint). Empty: one process.
+  std::shared_ptr<rank_group> ranks;
+  /// With `ranks`: data parallel replicas of the pipeline (world = stages x replicas, stage k of
+  /// replica j on rank j * stages + k). Replica j trains on columns [j B / R, (j+1) B / R) of each
+  /// step's batch; before the gradient norm the replicas sum their gradients (one collective sum
+  /// per step), so every replica applies the update of the whole batch. cpu stages only.
+  std::size_t replicas = 1;
 };
 
 /// The pipeline: spawns one stage actor per device and a driver that runs steps.
@@ -122,6 +133,10 @@ public:
   /// into the store: its weights must equal the stages' (set_parameters with the same values).
   expected<void> set_optimizer_state(const std::string& bytes,
                                      std::chrono::milliseconds timeout = std::chrono::minutes(1));
+
+  /// Collective across ranks (lm_pipeline_options::ranks): whether `flag` is true on any rank
+  /// (e.g. a stop request that reached only some). In one process: `flag`.
+  expected<bool> any_rank(bool flag);
 
   /// How many times a failed step made the pipeline restart its actors.
   std::size_t restarts() const noexcept;

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <memory>
 #include <optional>
 #include <stdexcept>
 #include <string>
@@ -31,6 +32,7 @@
 #include "strata/lm/config.hpp"
 #include "strata/lm/data.hpp"
 #include "strata/lm/inference.hpp"
+#include "strata/lm/ranks.hpp"
 #include "strata/pipeline/partitioner.hpp"
 #include "strata/pipeline/plan.hpp"
 #include "strata/pipeline/simulator.hpp"
@@ -96,6 +98,15 @@ struct trainer_options {
   std::size_t retries = 0;         ///< retries of a failed step (the pipeline restarts its actors)
   std::size_t cpu_threads = 0;     ///< per cpu device; 0: every hardware thread
   bool carry_state = false;        ///< truncated BPTT: each window starts from the last one's state
+  /// Stages on several MPI ranks, one per rank (strata/lm/ranks.hpp; strata::lm_net makes one
+  /// over an MPI endpoint). Every rank calls train() with the same options except `devices`
+  /// (each rank's one local device); the log, checkpoints and trace come from rank 0 only.
+  /// Empty: one process.
+  std::shared_ptr<rank_group> ranks;
+  /// With `ranks`: data parallel replicas of the pipeline (lm_pipeline_options::replicas); the
+  /// job's ranks must be the stages times the replicas, and batch / replicas a multiple of the
+  /// micro-batches.
+  std::size_t replicas = 1;
   /// Stop after the step in progress (saving, when there is a checkpoint) once this reads true.
   const std::atomic<bool>* stop = nullptr;
   /// While train() runs, the first SIGINT or SIGTERM stops after the step in progress (as
@@ -103,6 +114,7 @@ struct trainer_options {
   bool handle_signals = false;
   std::string program = "lm trainer";  ///< the name in that note
   std::size_t crash_after_step = 0;    ///< testing: SIGKILL the process after this step
+  int crash_rank = 0;                  ///< testing, across ranks: the rank crash_after_step kills
   std::size_t fault_at_step = 0;       ///< testing: a device fault in the last stage during this step
 };
 
@@ -141,6 +153,7 @@ struct training_setup {
   std::string costs_note;           ///< where the placement's per-layer costs came from
   pipeline::placement placement;
   std::vector<std::size_t> layer_counts;  ///< LSTM layers per stage
+  std::size_t ranks = 1, replicas = 1;    ///< MPI ranks (one stage each) and data parallel replicas
 };
 
 /// One finished step.

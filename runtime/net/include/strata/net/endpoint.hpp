@@ -44,7 +44,8 @@ struct endpoint_stats {
 ///
 /// A program that called `MPI_Init_thread` itself (with MPI_THREAD_SERIALIZED or more) keeps its
 /// MPI: the endpoint then neither starts nor ends it, and the program must not call MPI while
-/// the endpoint lives.
+/// the endpoint lives. Such a program may make one endpoint after another (each talks on a
+/// communicator of its own); an endpoint that started MPI ends it, and MPI cannot start again.
 ///
 /// Lifetime: construct after the `actor_system`, destroy (or `shutdown`) before it. `shutdown`
 /// tells every other rank that this one leaves (their monitors of actors here get `down_msg`

@@ -64,7 +64,7 @@ pipeline::pipeline_actors connect(actor_system& system, net::endpoint& net, cons
                                   const std::vector<int>& ranks,
                                   const std::vector<std::shared_ptr<pipeline::stage_context>>& contexts,
                                   std::vector<actor_ref> local_stages, actor_ref supervisor,
-                                  const pipeline::pipeline_options& options);
+                                  const pipeline::pipeline_options& options, int driver_rank = 0);
 }  // namespace detail
 
 /// Spawns the stages of `p` placed on this rank (`ranks[s] == net.rank()`) as
@@ -134,9 +134,11 @@ expected<void> wait_for_driver_exit(actor_system& system, const actor_ref& drive
 /// Ends this rank's part of a pipeline, on every rank once the steps are done: rank 0 stops the
 /// driver and waits until it has terminated (so that the other ranks hear of it before this rank
 /// may leave the job); the others wait until it has (wait_for_driver_exit). Then this rank's
-/// stages stop. Drain the stage contexts' streams before destroying the models.
+/// stages stop. Drain the stage contexts' streams before destroying the models. `driver_rank`:
+/// where the driver runs, when not on rank 0 (several pipelines in one job, e.g. data parallel
+/// replicas of one).
 /// \returns what wait_for_driver_exit returns.
 expected<void> stop_pipeline(actor_system& system, const net::endpoint& net, const pipeline::pipeline_actors& actors,
-                             std::chrono::milliseconds timeout);
+                             std::chrono::milliseconds timeout, int driver_rank = 0);
 
 }  // namespace strata::pipeline_net

@@ -1,0 +1,107 @@
+#include "strata/lm_net/ranks.hpp"
+
+#include <cstdio>
+#include <cstdlib>
+#include <optional>
+#include <stdexcept>
+#include <string>
+
+#include "strata/net/endpoint.hpp"
+#include "strata/pipeline_net/spawn.hpp"
+
+namespace strata::lm_net {
+
+namespace {
+
+/// The first of `names` set to a whole number.
+std::optional<int> env_number(std::initializer_list<const char*> names) {
+  for (const char* name : names) {
+    const char* v = std::getenv(name);
+    if (v == nullptr || *v == '\0') continue;
+    char* end = nullptr;
+    const long x = std::strtol(v, &end, 10);
+    if (*end == '\0' && x >= 0 && x < 1'000'000) return static_cast<int>(x);
+  }
+  return std::nullopt;
+}
+
+class endpoint_group final : public lm::rank_group {
+public:
+  explicit endpoint_group(failure_handler on_failure) : on_failure_(std::move(on_failure)) {
+    if (!launched()) return;
+    const auto rank = env_number({"OMPI_COMM_WORLD_RANK", "PMIX_RANK", "PMI_RANK", "SLURM_PROCID"});
+    const auto size = env_number({"OMPI_COMM_WORLD_SIZE", "PMI_SIZE", "SLURM_NTASKS"});
+    if (!rank || !size || *rank >= *size)
+      throw std::runtime_error("this process was started by an MPI launcher, but its rank and size are not in the "
+                               "environment (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE or SLURM_PROCID/NTASKS)");
+    rank_ = *rank;
+    size_ = *size;
+  }
+
+  int rank() const override { return rank_; }
+  int size() const override { return size_; }
+
+  void attach(actor_system& system) override {
+    net_ = std::make_unique<net::endpoint>(system);
+    if (net_->rank() != rank_ || net_->size() != size_)
+      throw std::runtime_error("MPI says rank " + std::to_string(net_->rank()) + " of " + std::to_string(net_->size()) +
+                               ", the launcher's environment rank " + std::to_string(rank_) + " of " +
+                               std::to_string(size_));
+  }
+
+  void detach() override {
+    if (net_) net_->shutdown();
+    net_.reset();
+  }
+
+  [[noreturn]] void fail(const std::exception& e) override {
+    if (on_failure_) on_failure_(e);
+    std::fprintf(stderr, "%s\n", e.what());
+    std::fflush(stderr);
+    std::_Exit(1);
+  }
+
+  expected<void> sum(std::span<float> values) override { return endpoint().allreduce_sum(values).get(); }
+
+  pipeline::pipeline_actors connect(actor_system& system, const pipeline::plan& plan, const std::vector<int>& ranks,
+                                    const std::vector<std::shared_ptr<pipeline::stage_context>>& contexts,
+                                    std::vector<actor_ref> local, actor_ref supervisor,
+                                    const pipeline::pipeline_options& options, int driver_rank) override {
+    std::vector<bool> built(plan.stages.size(), false);
+    for (std::size_t s = 0; s < built.size(); ++s) built[s] = s < contexts.size() && contexts[s] && s < local.size() && local[s];
+    pipeline_net::detail::check_local_stages(plan, ranks, endpoint(), contexts.size(), local.size(), built);
+    return pipeline_net::detail::connect(system, endpoint(), plan, ranks, contexts, std::move(local), std::move(supervisor),
+                                         options, driver_rank);
+  }
+
+  expected<void> stop(actor_system& system, const pipeline::pipeline_actors& actors,
+                      std::chrono::milliseconds timeout, int driver_rank) override {
+    return pipeline_net::stop_pipeline(system, endpoint(), actors, timeout, driver_rank);
+  }
+
+  ~endpoint_group() override { detach(); }
+
+private:
+  net::endpoint& endpoint() {
+    if (!net_) throw std::logic_error("an lm_net rank group is used before attach()");
+    return *net_;
+  }
+
+  failure_handler on_failure_;
+  int rank_ = 0, size_ = 1;
+  std::unique_ptr<net::endpoint> net_;
+};
+
+}  // namespace
+
+bool launched() {
+  for (const char* var : {"OMPI_COMM_WORLD_SIZE", "PMIX_RANK", "PMI_SIZE"})
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') return true;
+  return false;
+}
+
+std::shared_ptr<lm::rank_group> make_rank_group(failure_handler on_failure) {
+  return std::make_shared<endpoint_group>(std::move(on_failure));
+}
+
+}  // namespace strata::lm_net

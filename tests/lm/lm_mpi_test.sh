@@ -1,0 +1,75 @@
+#!/bin/sh
+# lstm_lm under mpirun against one process (ctest lm_mpi_*; docs/lstm_lm.md, "Under mpirun").
+#
+#   lm_mpi_test.sh MODE MPIRUN BTL LSTM_LM CORPUS WORKDIR
+#
+# MODE matches: a 2-rank run (one stage per rank, cpu:1 each) logs the same per-step losses, bit
+#   for bit, as one process with the same two stages (cpu:2); the summary says ranks 2, stages 2,
+#   replicas 1 (one process: ranks 1).
+# MODE crash: rank 1 kills itself (SIGKILL) after step 5 of 8; the job exits non-zero within
+#   60 s and leaves no lstm_lm process behind; the same command relaunched resumes from the
+#   checkpoint of step 4 and logs steps 5-8 with the losses of the uninterrupted one-process run.
+# MODE replicas: 4 ranks, 2 stages x 2 replicas (each on half the batch's columns, gradients
+#   summed over the replicas before the norm), log the one-process losses within 1e-6 relative:
+#   a replica's gradient is a sum over half the columns, added to the other half's afterwards
+#   instead of inside one GEMM, so float rounding differs (measured: under 1e-8 relative after 8
+#   steps); a missing or doubled replica's gradient would change the loss by far more.
+# Both ranks and the one process use one thread per device, so every kernel sums in one order.
+set -u
+mode=$1 mpirun=$2 btl=$3 exe=$4 corpus=$5 dir=$6
+rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
+common="--corpus $corpus --layers 4 --hidden 16 --embed 8 --batch 4 --seq 8 --val-tokens 400 --steps 8
+        --cpu-threads 1 --schedule 1f1b --partition even"
+launch="$mpirun --oversubscribe --bind-to none --timeout 60 --mca btl $btl --mca btl_tcp_if_include lo
+        --mca oob_tcp_if_include lo"
+fail() { echo "FAIL: $*"; exit 1; }
+# The "step, epoch, loss" of each step line of a JSON-lines log, as printed (full precision).
+losses() { grep -o '"step":[0-9]*,"epoch":[0-9]*,"loss":[^,]*' "$1"; }
+
+"$exe" train $common --devices cpu:2 --log one.jsonl 2>one.err || { cat one.err; fail "the one-process run failed"; }
+[ "$(losses one.jsonl | wc -l)" -eq 8 ] || fail "the one-process log has no 8 steps"
+grep -q '"ranks":1,"stages":2,"replicas":1' one.jsonl || fail "the one-process summary lacks ranks 1, stages 2, replicas 1"
+
+if [ "$mode" = matches ]; then
+  $launch -np 2 "$exe" train $common --devices cpu:1 --log two.jsonl 2>two.err || { cat two.err; fail "the 2-rank run failed"; }
+  grep -q '"ranks":2,"stages":2,"replicas":1' two.jsonl || fail "the 2-rank summary lacks ranks 2, stages 2, replicas 1"
+  [ "$(grep -c 'validation loss' two.err)" -eq 1 ] || fail "the validation line was not printed once (by rank 0 only)"
+  losses one.jsonl >one.loss
+  losses two.jsonl >two.loss
+  diff one.loss two.loss || fail "the 2-rank losses differ from one process's"
+  echo "2 ranks: the 8 losses equal one process's bit for bit"
+  exit 0
+fi
+
+if [ "$mode" = replicas ]; then
+  $launch -np 4 "$exe" train $common --devices cpu:1 --replicas 2 --log four.jsonl 2>four.err ||
+    { cat four.err; fail "the 2 x 2 run failed"; }
+  grep -q '"ranks":4,"stages":2,"replicas":2' four.jsonl || fail "the 2 x 2 summary lacks ranks 4, stages 2, replicas 2"
+  losses one.jsonl | sed 's/.*"loss"://' >one.loss
+  losses four.jsonl | sed 's/.*"loss"://' >four.loss
+  [ "$(wc -l <four.loss)" -eq 8 ] || fail "the 2 x 2 log has no 8 steps"
+  paste one.loss four.loss | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-6 * $1) { print "step " NR ": " $1 " vs " $2; bad = 1 } }
+                                  END { exit bad }' || fail "the 2 x 2 losses left one process's by more than 1e-6"
+  echo "2 stages x 2 replicas: the 8 losses equal one process's within 1e-6 relative"
+  exit 0
+fi
+
+start=$(date +%s)
+$launch -np 2 "$exe" train $common --devices cpu:1 --log two.jsonl --checkpoint "$dir/ck" --save-every 2 \
+  --crash-after-step 5 --crash-rank 1 >crash.out 2>&1
+status=$?
+took=$(( $(date +%s) - start ))
+[ "$status" -ne 0 ] || { cat crash.out; fail "the job whose rank 1 died exited 0"; }
+[ "$took" -le 60 ] || fail "the job whose rank 1 died took $took s to end"
+sleep 1
+if pgrep -f "$dir/ck" >/dev/null 2>&1 ; then
+  fail "an lstm_lm process of the killed job is still running"
+fi
+echo "rank 1 killed after step 5: the job exited $status after $took s, no process left"
+$launch -np 2 "$exe" train $common --devices cpu:1 --log two.jsonl --checkpoint "$dir/ck" --save-every 2 2>resume.err ||
+  { cat resume.err; fail "the relaunch failed"; }
+grep -q "resuming from .*ck at step 4" resume.err || { cat resume.err; fail "the relaunch did not resume at step 4"; }
+losses one.jsonl | tail -n 4 >one.loss
+losses two.jsonl | tail -n 4 >two.loss
+diff one.loss two.loss || fail "the relaunched steps 5-8 left the one-process loss curve"
+echo "relaunched from the checkpoint of step 4: steps 5-8 equal one process's bit for bit"
