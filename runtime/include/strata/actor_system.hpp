@@ -36,6 +36,8 @@ struct system_config {
   std::size_t trace_event_limit = 0;
   /// How long `shutdown(shutdown_mode::drain)` waits for mailboxes to empty.
   std::chrono::milliseconds drain_timeout{10'000};
+  /// Messages an actor may hold in its stash (`actor::stash`) unless its spawn options say.
+  std::size_t stash_capacity = 10'000;
 };
 
 /// How one actor is placed and fed.
@@ -44,6 +46,7 @@ struct spawn_options {
   bool dedicated_thread = false;       ///< Run on a thread of its own (e.g. a GPU owner keeps its CUDA context there).
   std::size_t mailbox_capacity = 0;    ///< 0: unbounded; else at most this many queued messages.
   overflow_policy overflow = overflow_policy::fail;
+  std::size_t stash_capacity = 0;      ///< 0: `system_config::stash_capacity`; else at most this many stashed messages.
 };
 
 /// What shutdown does with messages still queued.
