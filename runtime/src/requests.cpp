@@ -3,6 +3,8 @@
 #include "strata/actor.hpp"
 
 #include <chrono>
+#include <functional>
+#include <vector>
 #include <string>
 #include <utility>
 
@@ -96,6 +98,54 @@ void detail::reply_unit(actor& self, envelope& request) {
   auto* e = new typed_envelope<unit_t>();
   e->kind = message_kind::response;
   self.send_response(request, e);
+}
+
+// ---- fan-out (select_all / select_any) -----------------------------------------------------------
+
+void actor::start_select(detail::select_state_base& st, const std::vector<actor_ref>& targets,
+                         std::chrono::nanoseconds timeout, const type_meta* response,
+                         const std::function<detail::envelope*()>& make_request, const char* what) {
+  st.what = what;
+  // One entry carries the select's timeout; the requests themselves arm no timer.
+  st.timer_id = register_request(type_of<unit_t>(), timeout);
+  st.ids.reserve(targets.size());
+  st.target_ids.reserve(targets.size());
+  for (const actor_ref& target : targets) {
+    const std::uint64_t id = register_request(response, no_timeout);
+    st.ids.push_back(id);
+    st.target_ids.push_back(target.id());
+    detail::envelope* e = make_request();
+    e->request_id = id;
+    (void)detail::deliver(target.cell(), e);  // failures come back as an error response
+  }
+  st.outstanding = targets.size();
+  if (targets.empty()) {
+    // Refused, but through the continuation like every other error (it is not set yet).
+    auto* e = new detail::typed_envelope<error>(
+        error(errc::invalid_argument, std::string(what) + " needs at least one target; it was given none"));
+    e->kind = message_kind::error_response;
+    e->request_id = st.timer_id;
+    e->urgent = true;
+    e->sender = self();
+    e->msg_id = detail::next_message_id();
+    (void)detail::deliver(cell_, e);
+  }
+}
+
+void actor::finish_select(detail::select_state_base& st) noexcept {
+  st.done = true;
+  // Requests still open are forgotten: their responses count as late.
+  for (std::uint64_t id : st.ids) {
+    auto it = pending_.find(id);
+    if (it == pending_.end()) continue;
+    detail::cancel_timer(it->second.timer);
+    pending_.erase(it);
+  }
+  auto it = pending_.find(st.timer_id);
+  if (it != pending_.end()) {
+    detail::cancel_timer(it->second.timer);
+    pending_.erase(it);
+  }
 }
 
 }  // namespace strata

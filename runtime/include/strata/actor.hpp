@@ -152,6 +152,14 @@ private:
   std::uint64_t id_;
 };
 
+template <class R>
+class select_all_handle;
+template <class R>
+class select_any_handle;
+namespace detail {
+struct select_state_base;
+}
+
 /// Base class of actors. An actor has private state and handlers; it runs one message at a time
 /// on a scheduler thread (or its dedicated thread) and must never block it.
 ///
@@ -220,6 +228,30 @@ public:
     return request<R>(to.ref(), timeout, std::forward<T>(msg));
   }
 
+  /// Fan-out: sends a copy of `msg` as a request to every target and continues, through
+  /// `.then(on_value, on_error)` in the same handler, with all the responses as one
+  /// `std::vector<R>` in the order of `targets` (`on_value()` for `R = void`). One timeout covers
+  /// them all (`strata::no_timeout`: none). The first error (a target that cannot take or answer
+  /// the request, a response of another type, the timeout) reaches `on_error` once, naming the
+  /// target; the other responses are then dropped as late. No targets is an error
+  /// (`invalid_argument`). Without `on_error`, an error fails this actor. See `strata/select.hpp`.
+  template <class R, class T>
+  select_all_handle<R> select_all(const std::vector<actor_ref>& targets, std::chrono::nanoseconds timeout,
+                                  const T& msg);
+  template <class R, class P, class T>
+  select_all_handle<R> select_all(const std::vector<typed_actor<P>>& targets, std::chrono::nanoseconds timeout,
+                                  const T& msg);
+  /// Fan-out that continues with the first response (`on_value(R&)`); the others are dropped as
+  /// late. Errors of single targets are tolerated while another may still answer: `on_error`
+  /// runs once, when every target has failed (with the first error's category) or the timeout
+  /// passed first.
+  template <class R, class T>
+  select_any_handle<R> select_any(const std::vector<actor_ref>& targets, std::chrono::nanoseconds timeout,
+                                  const T& msg);
+  template <class R, class P, class T>
+  select_any_handle<R> select_any(const std::vector<typed_actor<P>>& targets, std::chrono::nanoseconds timeout,
+                                  const T& msg);
+
   /// Delivers `msg` to `to` after `delay` (sender: this actor).
   template <class T>
   timer_handle delayed_send(const actor_ref& to, std::chrono::nanoseconds delay, T msg) {
@@ -284,6 +316,10 @@ private:
   template <class R>
   friend class request_handle;
   template <class R>
+  friend class select_all_handle;
+  template <class R>
+  friend class select_any_handle;
+  template <class R>
   friend void detail::reply_with(actor& self, detail::envelope& request, R&& result);
   friend void detail::reply_unit(actor& self, detail::envelope& request);
 
@@ -312,6 +348,11 @@ private:
   void handle_timeout(std::uint64_t request_id);
   void call_error(detail::pending_request& entry, const error& err);
   void apply_behavior_changes();
+  /// Fan-out bookkeeping (requests.cpp): the requests of one select, and their end.
+  void start_select(detail::select_state_base& state, const std::vector<actor_ref>& targets,
+                    std::chrono::nanoseconds timeout, const type_meta* response,
+                    const std::function<detail::envelope*()>& make_request, const char* what);
+  void finish_select(detail::select_state_base& state) noexcept;
 
   detail::actor_cell* cell_ = nullptr;
   detail::system_impl* sys_ = nullptr;
@@ -418,3 +459,5 @@ void reply_with(actor& self, envelope& request, R&& result) {
 }  // namespace detail
 
 }  // namespace strata
+
+#include "strata/select.hpp"  // select_all / select_any (needs the complete actor)
