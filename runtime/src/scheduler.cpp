@@ -159,12 +159,11 @@ void scheduler::sleep(bool occupied) {
   std::uint32_t e = epoch_.load(std::memory_order_seq_cst);
   if (!occupied) occupied = any_next_occupied() || any_in_turn();  // see schedule()
   if (!any_work() && !stopping_.load(std::memory_order_seq_cst)) {
-    // One watcher is enough: the others sleep for good (schedule() wakes one if none watches).
-    int none = 0;
-    if (occupied && watchers_.compare_exchange_strong(none, 1, std::memory_order_relaxed)) {
+    if (occupied) {
+      watchers_.fetch_add(1, std::memory_order_relaxed);
       timespec patience{0, next_patience_ns};
       futex_wait(epoch_, e, &patience);
-      watchers_.store(0, std::memory_order_relaxed);
+      watchers_.fetch_sub(1, std::memory_order_relaxed);
     } else {
       futex_wait(epoch_, e, nullptr);
     }

@@ -66,9 +66,9 @@ private:
   /// Takes another worker's next-slot actor if that worker was in the same turn at this worker's
   /// previous look; sets `occupied` if some slot holds an actor.
   actor_cell* steal_next(worker& self, std::size_t thief, bool& occupied);
-  /// Sleeps until woken; only for next_patience, as the one watcher of the next slots, while a
-  /// slot is occupied (`occupied`, or found so once this worker counts as a sleeper) or another
-  /// worker is running an actor (whose handler may fill its slot and run long).
+  /// Sleeps until woken; only for next_patience, as a watcher of the next slots, while a slot is
+  /// occupied (`occupied`, or found so once this worker counts as a sleeper) or another worker
+  /// is running an actor (whose handler may fill its slot and run long).
   void sleep(bool occupied);
   bool any_next_occupied() const noexcept;
   bool any_in_turn() const noexcept;
@@ -85,7 +85,7 @@ private:
 
   alignas(64) std::atomic<std::uint32_t> epoch_{0};
   alignas(64) std::atomic<int> sleepers_{0};
-  std::atomic<int> watchers_{0};  // 1 while a sleeper is in a timed sleep, watching the next slots
+  std::atomic<int> watchers_{0};  // sleepers in a timed sleep, looking at the next slots
   alignas(64) std::atomic<std::uint64_t> external_scheduled_{0};
   std::atomic<std::uint64_t> external_completed_{0};
   std::atomic<bool> stopping_{false};
