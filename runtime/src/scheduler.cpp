@@ -1,13 +1,6 @@
 #include "scheduler.hpp"
 
-#include <linux/futex.h>
-#include <sys/syscall.h>
-#include <time.h>
-#include <unistd.h>
-
 #include <chrono>
-#include <cstdint>
-#include <limits>
 
 #include "cell.hpp"
 
@@ -25,25 +18,11 @@ thread_local scheduler* tls_scheduler = nullptr;
 thread_local void* tls_worker = nullptr;
 constexpr std::size_t next_streak_limit = 32;  // fairness: at most this many "next" runs in a row
 constexpr int spin_rounds = 64;
-// How long a sleeper waits before it looks at the other workers' next slots again; a next-slot
-// actor is taken once its owner stayed in one turn across two looks.
-constexpr long next_patience_ns = 200'000;
-constexpr std::uint64_t not_seen = std::numeric_limits<std::uint64_t>::max();
-
-// The epoch futex, with a timeout (std::atomic::wait has none).
-void futex_wait(std::atomic<std::uint32_t>& word, std::uint32_t expected, const timespec* timeout) noexcept {
-  static_assert(sizeof(std::atomic<std::uint32_t>) == sizeof(std::uint32_t));
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAIT_PRIVATE, expected, timeout, nullptr, 0);
-}
-void futex_wake(std::atomic<std::uint32_t>& word, int count) noexcept {
-  syscall(SYS_futex, reinterpret_cast<std::uint32_t*>(&word), FUTEX_WAKE_PRIVATE, count, nullptr, nullptr, 0);
-}
 }  // namespace
 
 scheduler::scheduler(std::size_t workers, std::size_t throughput) : throughput_(throughput ? throughput : 1) {
   if (workers == 0) workers = 1;
   for (std::size_t i = 0; i < workers; ++i) workers_.push_back(std::make_unique<worker>());
-  for (auto& w : workers_) w->seen_turns.assign(workers, not_seen);
 }
 
 scheduler::~scheduler() { stop(); }
@@ -59,7 +38,7 @@ void scheduler::stop() {
   if (!started_) return;
   stopping_.store(true, std::memory_order_seq_cst);
   epoch_.fetch_add(1, std::memory_order_seq_cst);
-  futex_wake(epoch_, std::numeric_limits<int>::max());
+  epoch_.notify_all();
   for (auto& w : workers_)
     if (w->thread.joinable()) w->thread.join();
   started_ = false;
@@ -69,7 +48,7 @@ void scheduler::wake_one() noexcept {
   std::atomic_thread_fence(std::memory_order_seq_cst);
   if (sleepers_.load(std::memory_order_relaxed) > 0) {
     epoch_.fetch_add(1, std::memory_order_seq_cst);
-    futex_wake(epoch_, 1);
+    epoch_.notify_one();
   }
 }
 
@@ -86,14 +65,13 @@ void scheduler::schedule(actor_cell* cell) noexcept {
   if (tls_scheduler == this) {
     auto& w = *static_cast<worker*>(tls_worker);
     w.scheduled.store(w.scheduled.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    // An exchange, not a store: an idle worker may have taken the previous one meanwhile.
-    // seq_cst, with the load of sleepers_ below, pairs with sleep(): either the sleeper sees
-    // this slot occupied, or this thread sees the sleeper.
-    if (actor_cell* previous = w.next.exchange(cell, std::memory_order_seq_cst)) {
-      push_local(w, previous);
-    } else if (sleepers_.load(std::memory_order_seq_cst) != 0 && watchers_.load(std::memory_order_relaxed) == 0) {
-      wake_one();  // nobody watches the slots: one sleeper comes to watch (rare: once per patience)
+    if (w.next == nullptr) {
+      w.next = cell;
+      return;
     }
+    actor_cell* previous = w.next;
+    w.next = cell;
+    push_local(w, previous);
     return;
   }
   external_scheduled_.fetch_add(1, std::memory_order_relaxed);
@@ -130,59 +108,6 @@ actor_cell* scheduler::steal(std::size_t thief) {
   return nullptr;
 }
 
-actor_cell* scheduler::steal_next(worker& self, std::size_t thief, bool& occupied) {
-  const std::size_t n = workers_.size();
-  for (std::size_t k = 1; k < n; ++k) {
-    const std::size_t v = (thief + k) % n;
-    worker& victim = *workers_[v];
-    actor_cell* c = victim.next.load(std::memory_order_relaxed);
-    if (c == nullptr) {
-      self.seen_turns[v] = not_seen;
-      continue;
-    }
-    occupied = true;
-    const std::uint64_t t = victim.turns.load(std::memory_order_relaxed);
-    if (self.seen_turns[v] != t) {
-      self.seen_turns[v] = t;  // look again after a patient sleep
-      continue;
-    }
-    // The owner has been in one turn since this worker's last look: the actor has waited long.
-    self.seen_turns[v] = not_seen;
-    if (victim.next.compare_exchange_strong(c, nullptr, std::memory_order_acq_rel, std::memory_order_relaxed))
-      return c;
-  }
-  return nullptr;
-}
-
-void scheduler::sleep(bool occupied) {
-  sleepers_.fetch_add(1, std::memory_order_seq_cst);
-  std::uint32_t e = epoch_.load(std::memory_order_seq_cst);
-  if (!occupied) occupied = any_next_occupied() || any_in_turn();  // see schedule()
-  if (!any_work() && !stopping_.load(std::memory_order_seq_cst)) {
-    if (occupied) {
-      watchers_.fetch_add(1, std::memory_order_relaxed);
-      timespec patience{0, next_patience_ns};
-      futex_wait(epoch_, e, &patience);
-      watchers_.fetch_sub(1, std::memory_order_relaxed);
-    } else {
-      futex_wait(epoch_, e, nullptr);
-    }
-  }
-  sleepers_.fetch_sub(1, std::memory_order_seq_cst);
-}
-
-bool scheduler::any_in_turn() const noexcept {
-  for (const auto& w : workers_)
-    if (w->in_turn.load(std::memory_order_relaxed)) return true;
-  return false;
-}
-
-bool scheduler::any_next_occupied() const noexcept {
-  for (const auto& w : workers_)
-    if (w->next.load(std::memory_order_seq_cst) != nullptr) return true;
-  return false;
-}
-
 bool scheduler::any_work() {
   if (global_size_.load(std::memory_order_relaxed) != 0) return true;
   for (auto& w : workers_)
@@ -191,14 +116,12 @@ bool scheduler::any_work() {
 }
 
 actor_cell* scheduler::find_work(worker& self, std::size_t index) {
-  if (self.next.load(std::memory_order_relaxed) != nullptr) {
-    if (actor_cell* c = self.next.exchange(nullptr, std::memory_order_acq_rel)) {
-      if (self.next_streak < next_streak_limit) {
-        ++self.next_streak;
-        return c;
-      }
-      push_local(self, c);
+  if (self.next != nullptr) {
+    if (self.next_streak < next_streak_limit) {
+      ++self.next_streak;
+      return std::exchange(self.next, nullptr);
     }
+    push_local(self, std::exchange(self.next, nullptr));
   }
   self.next_streak = 0;
   if (self.queue_size.load(std::memory_order_relaxed) != 0) {
@@ -235,16 +158,14 @@ void scheduler::run_worker(std::size_t index) {
         if (any_work()) c = find_work(self, index);
       }
     }
-    bool occupied = false;
-    if (!c) c = steal_next(self, index, occupied);
     if (!c) {
-      sleep(occupied);  // an occupied next slot is looked at again after next_patience
+      sleepers_.fetch_add(1, std::memory_order_seq_cst);
+      std::uint32_t e = epoch_.load(std::memory_order_seq_cst);
+      if (!any_work() && !stopping_.load(std::memory_order_seq_cst)) epoch_.wait(e, std::memory_order_seq_cst);
+      sleepers_.fetch_sub(1, std::memory_order_seq_cst);
       continue;
     }
-    self.turns.store(self.turns.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
-    self.in_turn.store(true, std::memory_order_relaxed);
     run_result r = run_actor(c, throughput_);
-    self.in_turn.store(false, std::memory_order_relaxed);
     if (r == run_result::reschedule) {
       push_local(self, c);
     } else {

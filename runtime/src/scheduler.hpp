@@ -6,10 +6,6 @@
 // pipelines on a warm cache), a local run queue that other workers steal from, and all share an
 // injection queue for wake-ups from outside the pool. Idle workers spin briefly, then sleep on a
 // futex; a worker wakes a sleeper only when it has more runnable actors than it can run next.
-// The next slot is stealable once its owner has been in one turn for a while: an idle worker
-// that sees an occupied slot sleeps with a timeout (next_patience) instead of for good, and takes
-// the actor if the owner is still in the same turn when it looks again. A long handler therefore
-// delays the actor it woke by about next_patience, not until it returns.
 
 #include <atomic>
 #include <condition_variable>
@@ -49,11 +45,8 @@ private:
     std::mutex m;
     std::deque<actor_cell*> queue;
     std::atomic<std::size_t> queue_size{0};
-    std::atomic<actor_cell*> next{nullptr};  // set by the owner; taken by the owner or a thief
-    std::atomic<std::uint64_t> turns{0};      // turns the owner has started (written by the owner)
-    std::atomic<bool> in_turn{false};         // the owner is running an actor (written by the owner)
-    std::size_t next_streak = 0;              // owner-only
-    std::vector<std::uint64_t> seen_turns;    // owner-only: other workers' turns at its last look
+    actor_cell* next = nullptr;  // owner-only
+    std::size_t next_streak = 0; // owner-only
     std::atomic<std::uint64_t> scheduled{0};
     std::atomic<std::uint64_t> completed{0};
     std::thread thread;
@@ -63,15 +56,6 @@ private:
   actor_cell* find_work(worker& self, std::size_t index);
   actor_cell* pop_global();
   actor_cell* steal(std::size_t thief);
-  /// Takes another worker's next-slot actor if that worker was in the same turn at this worker's
-  /// previous look; sets `occupied` if some slot holds an actor.
-  actor_cell* steal_next(worker& self, std::size_t thief, bool& occupied);
-  /// Sleeps until woken; only for next_patience, as a watcher of the next slots, while a slot is
-  /// occupied (`occupied`, or found so once this worker counts as a sleeper) or another worker
-  /// is running an actor (whose handler may fill its slot and run long).
-  void sleep(bool occupied);
-  bool any_next_occupied() const noexcept;
-  bool any_in_turn() const noexcept;
   bool any_work();
   void wake_one() noexcept;
   void push_local(worker& w, actor_cell* cell);
@@ -85,7 +69,6 @@ private:
 
   alignas(64) std::atomic<std::uint32_t> epoch_{0};
   alignas(64) std::atomic<int> sleepers_{0};
-  std::atomic<int> watchers_{0};  // sleepers in a timed sleep, looking at the next slots
   alignas(64) std::atomic<std::uint64_t> external_scheduled_{0};
   std::atomic<std::uint64_t> external_completed_{0};
   std::atomic<bool> stopping_{false};
