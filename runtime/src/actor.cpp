@@ -15,6 +15,7 @@
 namespace strata {
 
 using detail::actor_cell;
+using detail::describe;
 using detail::envelope;
 using detail::message_kind;
 using trace::event_kind;
@@ -39,10 +40,6 @@ std::uint64_t detail::next_message_id() noexcept {
 namespace {
 
 thread_local actor_cell* tls_current = nullptr;
-
-std::string describe(const actor_cell* c) {
-  return "'" + c->name + "' (id " + std::to_string(c->id) + ")";
-}
 
 /// Answers a request that will not be handled with `err`; deletes `e`.
 void bounce(envelope* e, error err) noexcept {
@@ -141,6 +138,8 @@ detail::system_impl* detail::system_of(cell_base* cell) noexcept { return as_cel
 actor_system& detail::public_system(system_impl* sys) noexcept { return *sys->pub; }
 detail::actor_cell* detail::current_cell() noexcept { return tls_current; }
 
+std::string detail::describe(const actor_cell* c) { return "'" + c->name + "' (id " + std::to_string(c->id) + ")"; }
+
 void detail::count_unanswered_result() noexcept {
   if (tls_current != nullptr) tls_current->sys->unanswered_results.fetch_add(1, std::memory_order_relaxed);
 }
@@ -209,7 +208,10 @@ struct detail::actor_access {
     a.cell_ = c;
     a.sys_ = c->sys.get();
   }
-  static void start(actor& a) { a.behavior_ = a.make_behavior(); }
+  static void start(actor& a) {
+    a.behavior_ = a.make_behavior();
+    if (!a.changes_.empty()) a.apply_behavior_changes();  // a become() in make_behavior counts at once
+  }
   static actor_cell* cell(actor& a) noexcept { return a.cell_; }
   static const behavior::handler* find(const actor& a, const type_meta* t) noexcept { return a.behavior_.find(t); }
 };
@@ -276,15 +278,20 @@ void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
         return;
       }
       trace::emit(event_kind::handler_begin, c->id, e->sender.id(), e->msg_id, type_id);
+      const std::uint64_t msg_id = e->msg_id;
       self.current_ = e;
       bool threw = false;
       try {
         h->invoke(self, *e);
       } catch (const std::exception& ex) {
         threw = true;
-        error reason(errc::unhandled_exception, "actor " + describe(c) + " failed handling " +
-                                                    (e->type ? e->type->name : std::string("?")) + ": " + ex.what());
-        if (!self.promise_taken_) {
+        const auto* named = dynamic_cast<const error_exception*>(&ex);
+        error reason = named != nullptr && named->error().code() == errc::stash_full
+                           ? named->error()
+                           : error(errc::unhandled_exception, "actor " + describe(c) + " failed handling " +
+                                                                  (e->type ? e->type->name : std::string("?")) + ": " +
+                                                                  ex.what());
+        if (!self.promise_taken_ && !self.current_stashed_) {
           self.current_ = nullptr;
           bounce(e, reason);
           e = nullptr;
@@ -294,7 +301,7 @@ void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
         threw = true;
         error reason(errc::unhandled_exception, "actor " + describe(c) + " failed handling " +
                                                     (e->type ? e->type->name : std::string("?")) + ": unknown exception");
-        if (!self.promise_taken_) {
+        if (!self.promise_taken_ && !self.current_stashed_) {
           self.current_ = nullptr;
           bounce(e, reason);
           e = nullptr;
@@ -303,11 +310,12 @@ void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
       }
       self.current_ = nullptr;
       self.promise_taken_ = false;
-      trace::emit(event_kind::handler_end, c->id, 0, e ? e->msg_id : 0, type_id, threw ? 1u : 0u);
-      if (self.next_behavior_) {
-        self.behavior_ = std::move(*self.next_behavior_);
-        self.next_behavior_.reset();
+      if (self.current_stashed_) {
+        self.current_stashed_ = false;
+        e = nullptr;  // the stash owns it now
       }
+      trace::emit(event_kind::handler_end, c->id, 0, msg_id, type_id, threw ? 1u : 0u);
+      if (!self.changes_.empty()) self.apply_behavior_changes();
       delete e;
       return;
     }
@@ -325,10 +333,7 @@ void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
         fail_actor(c, error(errc::unhandled_exception, "actor " + describe(c) + " failed in a response callback"));
       }
       trace::emit(event_kind::handler_end, c->id, 0, e->msg_id, type_id, 0);
-      if (self.next_behavior_) {
-        self.behavior_ = std::move(*self.next_behavior_);
-        self.next_behavior_.reset();
-      }
+      if (!self.changes_.empty()) self.apply_behavior_changes();
       delete e;
       return;
     }
@@ -439,6 +444,7 @@ void detail::terminate_actor(actor_cell* c, error reason) noexcept {
     }
     actor_access::cancel_pending(*c->instance);
   }
+  requeue_stash(c);  // stashed messages are discarded with the queued ones, in order
   std::uint64_t discarded = 0;
   const std::string why = "actor " + describe(c) + " terminated before handling the message (" +
                           reason.to_string() + ")";
@@ -508,6 +514,7 @@ bool detail::restart_actor(actor_cell* c) noexcept {
     return false;
   }
   if (c->instance) actor_access::cancel_pending(*c->instance);
+  requeue_stash(c);  // the fresh instance handles what the failed one stashed, first
   attach_instance(c, std::move(fresh));
   error failure;
   if (!start_instance(c, failure)) return false;
@@ -544,7 +551,6 @@ void actor::quit(error reason) {
   }
 }
 
-void actor::become(behavior next) { next_behavior_ = std::make_unique<behavior>(std::move(next)); }
 
 void actor::trap_exit(bool enabled) noexcept { cell_->trap_exit = enabled; }
 
@@ -599,88 +605,6 @@ void actor::unlink_from(const actor_ref& target) {
   std::scoped_lock lock(t->mu, cell_->mu);
   std::erase(t->links, me);
   std::erase(cell_->links, target);
-}
-
-std::uint64_t actor::register_request(const type_meta* type, std::chrono::nanoseconds timeout) {
-  std::uint64_t id = ++next_request_id_;
-  detail::pending_request entry;
-  entry.type = type;
-  if (timeout != std::chrono::nanoseconds::max()) {
-    entry.timer = detail::schedule_timer(sys_, timeout, std::chrono::nanoseconds{0}, [to = self(), id] {
-      auto* e = new detail::typed_envelope<unit_t>();
-      e->kind = message_kind::request_timeout;
-      e->request_id = id;
-      e->urgent = true;
-      e->msg_id = detail::next_message_id();
-      (void)detail::deliver(to.cell(), e);
-    });
-  }
-  pending_.emplace(id, std::move(entry));
-  return id;
-}
-
-void actor::set_request_callbacks(std::uint64_t id, std::function<void(void*)> on_value,
-                                  std::function<void(const error&)> on_error) {
-  auto it = pending_.find(id);
-  if (it == pending_.end()) return;
-  it->second.on_value = std::move(on_value);
-  it->second.on_error = std::move(on_error);
-}
-
-void actor::send_response(detail::envelope& request, detail::envelope* response) noexcept {
-  response->request_id = request.request_id;
-  response->sender = self();
-  response->msg_id = detail::next_message_id();
-  (void)detail::deliver(request.sender.cell(), response);
-}
-
-void actor::call_error(detail::pending_request& entry, const error& err) {
-  if (entry.on_error) {
-    entry.on_error(err);
-    return;
-  }
-  throw error_exception(err);  // no error callback: the requester fails with this error
-}
-
-void actor::handle_response(detail::envelope& e) {
-  auto it = pending_.find(e.request_id);
-  if (it == pending_.end()) {
-    sys_->late_responses.fetch_add(1, std::memory_order_relaxed);
-    trace::emit(event_kind::drop, cell_->id, e.sender.id(), e.msg_id, e.type ? e.type->id : 0,
-                static_cast<std::uint32_t>(errc::request_timeout));
-    return;
-  }
-  detail::pending_request entry = std::move(it->second);
-  pending_.erase(it);
-  detail::cancel_timer(entry.timer);
-  if (e.kind == message_kind::error_response) {
-    call_error(entry, *static_cast<error*>(e.payload()));
-  } else if (e.type != entry.type) {
-    call_error(entry, error(errc::type_mismatch, "a request expected a response of type " + entry.type->name +
-                                                     " but received " + (e.type ? e.type->name : std::string("?"))));
-  } else if (entry.on_value) {
-    entry.on_value(e.payload());
-  }
-}
-
-void actor::handle_timeout(std::uint64_t request_id) {
-  auto it = pending_.find(request_id);
-  if (it == pending_.end()) return;  // answered meanwhile
-  detail::pending_request entry = std::move(it->second);
-  pending_.erase(it);
-  call_error(entry, error(errc::request_timeout, "request #" + std::to_string(request_id) + " of actor " +
-                                                     describe(cell_) + " timed out without a response"));
-}
-
-void detail::reply_unit(actor& self, envelope& request) {
-  if (request.request_id == 0 || !request.sender) return;
-  if (self.promise_taken_) {
-    self.promise_taken_ = false;
-    return;
-  }
-  auto* e = new typed_envelope<unit_t>();
-  e->kind = message_kind::response;
-  self.send_response(request, e);
 }
 
 // ---- timers -------------------------------------------------------------------------------------

@@ -117,6 +117,7 @@ actor_ref actor_system::spawn_instance(std::unique_ptr<actor> instance, spawn_op
   c->name = options.name.empty() ? "actor-" + std::to_string(c->id) : std::move(options.name);
   c->capacity = options.mailbox_capacity;
   c->overflow = options.overflow;
+  c->stash_capacity = options.stash_capacity != 0 ? options.stash_capacity : impl_->config.stash_capacity;
   c->supervisor = supervisor;
   c->factory = std::move(factory);
   actor_ref ref = actor_ref::adopt(c);

@@ -45,6 +45,9 @@ struct actor_cell : cell_base {
   // after this thread has let go of the cell: the supervisor may restart it at once.
   envelope* supervisor_note = nullptr;
   error quit_reason;
+  // Messages the instance stashed (owned by the running thread; oldest first), and their bound.
+  std::vector<envelope*> stash;
+  std::size_t stash_capacity = 0;
 
   // Guarded by `mu`: termination state, watchers and links.
   std::mutex mu;
@@ -86,6 +89,9 @@ run_result run_actor(actor_cell* cell, std::size_t budget) noexcept;
 /// suspended): closes the mailbox, answers queued requests with errors, tells watchers and links.
 void terminate_actor(actor_cell* cell, error reason) noexcept;
 
+/// Puts the stashed messages back at the front of the mailbox, in stash order (owner only).
+void requeue_stash(actor_cell* cell) noexcept;
+
 /// Makes `cell` a fresh instance from its factory and resumes it (the supervisor's restart).
 bool restart_actor(actor_cell* cell) noexcept;
 
@@ -100,6 +106,9 @@ const type_meta* missing_handler(actor_cell* cell, const std::vector<const type_
 /// Installs `hook` as `self`'s handler of messages its behavior does not handle (pool routers).
 void set_forwarder(actor& self, bool (*hook)(actor_cell*, envelope*)) noexcept;
 actor_cell* cell_of(actor& self) noexcept;
+
+/// "'name' (id 7)", how error texts name an actor.
+std::string describe(const actor_cell* cell);
 
 /// The actor running on this thread, or nullptr.
 actor_cell* current_cell() noexcept;

@@ -21,6 +21,7 @@ const char* to_string(errc code) noexcept {
     case errc::runtime_failure: return "runtime_failure";
     case errc::rank_down: return "rank_down";
     case errc::not_found: return "not_found";
+    case errc::stash_full: return "stash_full";
   }
   return "unknown";
 }

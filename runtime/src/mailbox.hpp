@@ -42,6 +42,16 @@ public:
     return nullptr;
   }
 
+  /// Consumer only (or the owner of a suspended actor): puts `e` back at the front of its lane,
+  /// before everything queued (the stash's re-delivery).
+  void push_front_local(envelope* e) noexcept {
+    envelope*& head = e->urgent ? urgent_head_ : normal_head_;
+    envelope*& tail = e->urgent ? urgent_tail_ : normal_tail_;
+    e->next = head;
+    head = e;
+    if (!tail) tail = e;
+  }
+
   bool has_local() const noexcept { return urgent_head_ || normal_head_; }
 
   /// Consumer only: moves everything pushed so far into the local queues. True if it got any.

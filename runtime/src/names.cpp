@@ -10,10 +10,6 @@
 
 namespace strata {
 
-namespace {
-std::string describe(const detail::actor_cell* c) { return "'" + c->name + "' (id " + std::to_string(c->id) + ")"; }
-}  // namespace
-
 void detail::system_impl::forget_names(actor_cell* cell) noexcept {
   std::lock_guard lock(names_m);
   std::erase_if(names, [cell](const auto& entry) { return entry.second.ref.cell() == cell; });

@@ -11,6 +11,7 @@
 #include <type_traits>
 #include <unordered_map>
 #include <utility>
+#include <vector>
 
 #include "strata/actor_ref.hpp"
 #include "strata/behavior.hpp"
@@ -51,6 +52,13 @@ bool timer_active(const std::shared_ptr<timer_state>& timer) noexcept;
 system_impl* system_of(cell_base* cell) noexcept;
 actor_system& public_system(system_impl* sys) noexcept;
 }  // namespace detail
+
+/// Tag for `actor::become(next, strata::keep_old)`: push `next` on the behavior stack, keeping
+/// the current behavior for `unbecome()`.
+struct keep_old_t {
+  explicit keep_old_t() = default;
+};
+inline constexpr keep_old_t keep_old{};
 
 /// A request timeout that never expires: no timer is armed for the request.
 inline constexpr std::chrono::nanoseconds no_timeout = std::chrono::nanoseconds::max();
@@ -109,6 +117,13 @@ private:
 };
 
 namespace detail {
+/// A change of behavior requested by a handler, applied after it returns.
+struct behavior_change {
+  enum class op : std::uint8_t { replace, push, pop };
+  op what;
+  behavior next;
+};
+
 struct pending_request {
   const type_meta* type = nullptr;
   std::function<void(void*)> on_value;
@@ -136,6 +151,14 @@ private:
   actor* self_;
   std::uint64_t id_;
 };
+
+template <class R>
+class select_all_handle;
+template <class R>
+class select_any_handle;
+namespace detail {
+struct select_state_base;
+}
 
 /// Base class of actors. An actor has private state and handlers; it runs one message at a time
 /// on a scheduler thread (or its dedicated thread) and must never block it.
@@ -205,6 +228,30 @@ public:
     return request<R>(to.ref(), timeout, std::forward<T>(msg));
   }
 
+  /// Fan-out: sends a copy of `msg` as a request to every target and continues, through
+  /// `.then(on_value, on_error)` in the same handler, with all the responses as one
+  /// `std::vector<R>` in the order of `targets` (`on_value()` for `R = void`). One timeout covers
+  /// them all (`strata::no_timeout`: none). The first error (a target that cannot take or answer
+  /// the request, a response of another type, the timeout) reaches `on_error` once, naming the
+  /// target; the other responses are then dropped as late. No targets is an error
+  /// (`invalid_argument`). Without `on_error`, an error fails this actor. See `strata/select.hpp`.
+  template <class R, class T>
+  select_all_handle<R> select_all(const std::vector<actor_ref>& targets, std::chrono::nanoseconds timeout,
+                                  const T& msg);
+  template <class R, class P, class T>
+  select_all_handle<R> select_all(const std::vector<typed_actor<P>>& targets, std::chrono::nanoseconds timeout,
+                                  const T& msg);
+  /// Fan-out that continues with the first response (`on_value(R&)`); the others are dropped as
+  /// late. Errors of single targets are tolerated while another may still answer: `on_error`
+  /// runs once, when every target has failed (with the first error's category) or the timeout
+  /// passed first.
+  template <class R, class T>
+  select_any_handle<R> select_any(const std::vector<actor_ref>& targets, std::chrono::nanoseconds timeout,
+                                  const T& msg);
+  template <class R, class P, class T>
+  select_any_handle<R> select_any(const std::vector<typed_actor<P>>& targets, std::chrono::nanoseconds timeout,
+                                  const T& msg);
+
   /// Delivers `msg` to `to` after `delay` (sender: this actor).
   template <class T>
   timer_handle delayed_send(const actor_ref& to, std::chrono::nanoseconds delay, T msg) {
@@ -228,8 +275,31 @@ public:
   // ---- lifecycle --------------------------------------------------------------------------
   /// Terminates this actor after the current handler returns (reason `normal_exit` by default).
   void quit(error reason = error(errc::normal_exit, "the actor quit"));
-  /// Replaces the handlers, from the next message on.
+  /// Replaces the current behavior (the top of the behavior stack), from the next message on.
   void become(behavior next);
+  /// Pushes `next` on the behavior stack, from the next message on; `unbecome()` returns to the
+  /// behavior it covers.
+  void become(behavior next, keep_old_t);
+  /// Pops the behavior stack, from the next message on: the behavior that the last
+  /// `become(..., keep_old)` covered handles again. With nothing to return to (the stack holds
+  /// only the first behavior) it throws `error_exception` (`invalid_argument`) with one
+  /// sentence; escaping the handler, that fails the actor with the sentence as its reason.
+  /// Changes requested in one handler apply in the order requested.
+  void unbecome();
+
+  /// Defers the message being handled: it leaves the mailbox for this actor's stash and is
+  /// answered later, when `unstash_all()` re-delivers it (the handler's return is ignored now).
+  /// At most `spawn_options::stash_capacity` messages wait; one more throws `error_exception`
+  /// (`errc::stash_full`), which fails the actor with that reason unless the handler catches it.
+  /// Outside a handler of a message (or for a message already stashed) it does nothing.
+  /// A supervisor's restart re-delivers the stash to the fresh instance; a terminating actor's
+  /// stash is discarded like its queued messages (counted, requests answered with an error).
+  void stash();
+  /// Re-delivers every stashed message, in the order they were stashed, before any message not
+  /// yet handled (urgent ones keep their lane). Typically called right after a `become`.
+  void unstash_all();
+  /// Messages waiting in the stash.
+  std::size_t stashed() const noexcept;
   /// Receive `down_msg` when `target` terminates (at once if it already has).
   void monitor(const actor_ref& target);
   /// Links this actor with `target`: when one terminates with a failure, the other receives
@@ -245,6 +315,10 @@ private:
   friend struct detail::actor_access;
   template <class R>
   friend class request_handle;
+  template <class R>
+  friend class select_all_handle;
+  template <class R>
+  friend class select_any_handle;
   template <class R>
   friend void detail::reply_with(actor& self, detail::envelope& request, R&& result);
   friend void detail::reply_unit(actor& self, detail::envelope& request);
@@ -273,12 +347,21 @@ private:
   void handle_response(detail::envelope& response);
   void handle_timeout(std::uint64_t request_id);
   void call_error(detail::pending_request& entry, const error& err);
+  void apply_behavior_changes();
+  /// Fan-out bookkeeping (requests.cpp): the requests of one select, and their end.
+  void start_select(detail::select_state_base& state, const std::vector<actor_ref>& targets,
+                    std::chrono::nanoseconds timeout, const type_meta* response,
+                    const std::function<detail::envelope*()>& make_request, const char* what);
+  void finish_select(detail::select_state_base& state) noexcept;
 
   detail::actor_cell* cell_ = nullptr;
   detail::system_impl* sys_ = nullptr;
   detail::envelope* current_ = nullptr;
-  behavior behavior_;
-  std::unique_ptr<behavior> next_behavior_;
+  behavior behavior_;                                // the top of the behavior stack
+  std::vector<behavior> earlier_;                    // the behaviors below it, oldest first
+  std::vector<detail::behavior_change> changes_;     // requested by the running handler
+  std::size_t staged_depth_ = 0;                     // earlier_.size() once changes_ apply
+  bool current_stashed_ = false;                     // the running handler stashed its message
   std::unordered_map<std::uint64_t, detail::pending_request> pending_;
   std::uint64_t next_request_id_ = 0;
   bool promise_taken_ = false;
@@ -348,6 +431,7 @@ void count_unanswered_result() noexcept;
 template <class R>
 void reply_with(actor& self, envelope& request, R&& result) {
   using value = std::remove_cvref_t<R>;
+  if (self.current_stashed_) return;  // answered when the stash re-delivers it
   if (request.request_id == 0 || !request.sender) {
     count_unanswered_result();
     return;
@@ -375,3 +459,5 @@ void reply_with(actor& self, envelope& request, R&& result) {
 }  // namespace detail
 
 }  // namespace strata
+
+#include "strata/select.hpp"  // select_all / select_any (needs the complete actor)

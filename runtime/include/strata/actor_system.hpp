@@ -36,14 +36,35 @@ struct system_config {
   std::size_t trace_event_limit = 0;
   /// How long `shutdown(shutdown_mode::drain)` waits for mailboxes to empty.
   std::chrono::milliseconds drain_timeout{10'000};
+  /// Messages an actor may hold in its stash (`actor::stash`) unless its spawn options say.
+  std::size_t stash_capacity = 10'000;
+  /// The mailbox bound of actors spawned with `spawn_options::mailbox_capacity` = 0 (0: unbounded),
+  /// and what such a mailbox does when full. The runtime's own actors are never bounded.
+  std::size_t mailbox_capacity = 0;
+  overflow_policy mailbox_overflow = overflow_policy::fail;
+
+  /// The defaults, overridden by the `STRATA_*` environment variables that are set (the table is
+  /// in docs/runtime.md). A bad value is refused with one sentence naming the variable
+  /// (`errc::invalid_argument`).
+  static expected<system_config> from_env();
+  /// `from_env()`, then overridden by the `--strata-*` flags among `argv` (`--strata-threads 4`
+  /// or `--strata-threads=4`); other arguments are left to the program's own parser. A bad value
+  /// is refused with one sentence naming the flag.
+  static expected<system_config> from_args(int argc, const char* const* argv);
 };
+
+/// `spawn_options::mailbox_capacity` for an unbounded mailbox whatever the system's default.
+inline constexpr std::size_t unbounded_mailbox = static_cast<std::size_t>(-1);
 
 /// How one actor is placed and fed.
 struct spawn_options {
   std::string name;                    ///< For traces and error texts (default: "actor-<id>").
   bool dedicated_thread = false;       ///< Run on a thread of its own (e.g. a GPU owner keeps its CUDA context there).
-  std::size_t mailbox_capacity = 0;    ///< 0: unbounded; else at most this many queued messages.
+  /// At most this many queued messages; 0: the system's default (`system_config::mailbox_capacity`
+  /// and `mailbox_overflow`, unbounded unless configured); `strata::unbounded_mailbox`: unbounded.
+  std::size_t mailbox_capacity = 0;
   overflow_policy overflow = overflow_policy::fail;
+  std::size_t stash_capacity = 0;      ///< 0: `system_config::stash_capacity`; else at most this many stashed messages.
 };
 
 /// What shutdown does with messages still queued.
@@ -149,8 +170,8 @@ public:
   template <class T, class... Args>
     requires std::derived_from<T, actor>
   typename detail::spawn_result<T>::type spawn_with(spawn_options options, Args&&... args) {
-    auto ref = spawn_instance(std::make_unique<T>(std::forward<Args>(args)...), std::move(options), {}, {},
-                              detail::required_handlers<T>());
+    auto ref = spawn_instance(std::make_unique<T>(std::forward<Args>(args)...), with_defaults(std::move(options)), {},
+                              {}, detail::required_handlers<T>());
     return typename detail::spawn_result<T>::type(std::move(ref));
   }
   /// Spawns a function-based actor: `fn(actor& self, args...)` returns its behavior.
@@ -163,7 +184,7 @@ public:
     requires std::is_invocable_r_v<behavior, F&, actor&, Args&...>
   actor_ref spawn_fn_with(spawn_options options, F fn, Args... args) {
     auto init = [fn = std::move(fn), ... args = std::move(args)](actor& self) mutable { return fn(self, args...); };
-    return spawn_instance(std::make_unique<function_actor>(std::move(init)), std::move(options), {}, {});
+    return spawn_instance(std::make_unique<function_actor>(std::move(init)), with_defaults(std::move(options)), {}, {});
   }
 
   /// Spawns a supervisor: it restarts a failed child (a fresh instance behind the same handle,
@@ -196,7 +217,7 @@ public:
                                                      Args... args) {
     std::function<std::unique_ptr<actor>()> factory = [args...]() { return std::make_unique<T>(args...); };
     auto first = factory();
-    auto ref = spawn_instance(std::move(first), std::move(options), supervisor, std::move(factory),
+    auto ref = spawn_instance(std::move(first), with_defaults(std::move(options)), supervisor, std::move(factory),
                               detail::required_handlers<T>());
     return typename detail::spawn_result<T>::type(std::move(ref));
   }
@@ -317,6 +338,9 @@ private:
   actor_ref spawn_instance(std::unique_ptr<actor> instance, spawn_options options, const actor_ref& supervisor,
                            std::function<std::unique_ptr<actor>()> factory,
                            const std::vector<const type_meta*>& required = {});
+
+  /// A user's spawn options with the system's mailbox default applied.
+  spawn_options with_defaults(spawn_options options) const;
 
   template <class T>
   detail::envelope* make_envelope(T&& msg, bool urgent) {

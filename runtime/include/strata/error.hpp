@@ -30,6 +30,7 @@ enum class errc : std::uint8_t {
   runtime_failure,      ///< Anything else, described by the text.
   rank_down,            ///< The receiver's process (MPI rank) has left the job (strata::net).
   not_found,            ///< No such name (e.g. `actor_system::lookup` of a name nobody registered).
+  stash_full,           ///< An actor stashed more messages than its stash holds (`spawn_options::stash_capacity`).
 };
 
 /// Short name of an error category ("request_timeout", ...).
