@@ -45,14 +45,18 @@ public:
 
   explicit lstm_stage_model(std::shared_ptr<lm_stage> stage) : stage_(std::move(stage)) {}
 
-  /// The next step's tokens (first stage) and targets (last stage), one [T, Bm] per micro-batch;
-  /// set by the owner before it runs the step, copied to the device when the step begins.
-  void set_step_data(std::vector<std::vector<std::int32_t>> tokens, std::vector<std::vector<std::int32_t>> targets) {
+  /// The next step's tokens (first stage) and targets (last stage), one [T, Bm] per micro-batch,
+  /// and its index (dropout's masks); set by the owner before it runs the step, copied to the
+  /// device when the step begins.
+  void set_step_data(std::vector<std::vector<std::int32_t>> tokens, std::vector<std::vector<std::int32_t>> targets,
+                     std::uint64_t step) {
     tokens_ = std::move(tokens);
     targets_ = std::move(targets);
+    step_ = step;
   }
 
   void begin_step(std::uint64_t, stream& s) {
+    stage_->set_step(step_);
     for (std::size_t mb = 0; mb < tokens_.size(); ++mb) stage_->set_tokens(mb, tokens_[mb], s);
     for (std::size_t mb = 0; mb < targets_.size(); ++mb) stage_->set_targets(mb, targets_[mb], s);
   }
@@ -95,6 +99,7 @@ public:
 private:
   std::shared_ptr<lm_stage> stage_;
   std::vector<std::vector<std::int32_t>> tokens_, targets_;
+  std::uint64_t step_ = 0;
 };
 static_assert(pipeline::stage_model<lstm_stage_model>);
 
@@ -120,6 +125,7 @@ struct lm_pipeline::state {
   bool failed = false;     // the last step failed: restart the stages before the next one
   errc failure = errc::runtime_failure;
   std::size_t restarts = 0;
+  std::uint64_t step_index = 0;  // the next step's, for dropout's masks
 
   /// Spawns the stage actors (under one all-for-one supervisor) and the driver.
   void spawn_actors() {
@@ -436,7 +442,7 @@ expected<step_result> lm_pipeline::train_step(const std::vector<std::int32_t>& t
   const std::size_t S = st.stage_models.size();
   for (std::size_t s = 0; s < S; ++s)
     st.stage_models[s]->set_step_data(s == 0 ? tok : std::vector<std::vector<std::int32_t>>{},
-                                      s + 1 == S ? tgt : std::vector<std::vector<std::int32_t>>{});
+                                      s + 1 == S ? tgt : std::vector<std::vector<std::int32_t>>{}, st.step_index);
   for (auto& clock : st.clocks) clock->reset();
   if (st.store_clock) st.store_clock->reset();
   auto outcome = st.system->request<pipeline::step_outcome>(st.actors.driver, timeout, pipeline::run_step{}).get();
@@ -459,6 +465,7 @@ expected<step_result> lm_pipeline::train_step(const std::vector<std::int32_t>& t
     r.stage_other_ms.push_back(static_cast<double>(clock->other_ns.load()) / 1e6);
   }
   if (st.store_clock) r.store_busy_ms = st.store_clock->busy_ms();
+  ++st.step_index;
   return r;
 }
 
@@ -473,6 +480,9 @@ expected<actor_ref> lm_pipeline::store() {
 std::size_t lm_pipeline::restarts() const noexcept { return state_->restarts; }
 
 double lm_pipeline::learning_rate() const noexcept { return state_->lr; }
+
+void lm_pipeline::set_step_index(std::uint64_t step) noexcept { state_->step_index = step; }
+std::uint64_t lm_pipeline::step_index() const noexcept { return state_->step_index; }
 
 expected<void> lm_pipeline::set_learning_rate(double lr, std::chrono::milliseconds timeout) {
   if (!(lr >= 0) || !std::isfinite(lr)) return error(errc::invalid_argument, "a learning rate must be a number >= 0");

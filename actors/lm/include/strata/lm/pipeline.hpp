@@ -123,6 +123,12 @@ public:
   expected<void> set_optimizer_state(const std::string& bytes,
                                      std::chrono::milliseconds timeout = std::chrono::minutes(1));
 
+  /// The index of the next step, from which dropout draws its masks (config::dropout): 0 at
+  /// first, one more after every step that succeeds (a failed step's retry draws the same
+  /// masks). A trainer that resumes at step k sets k, so the masks follow the data position.
+  void set_step_index(std::uint64_t step) noexcept;
+  std::uint64_t step_index() const noexcept;
+
   /// How many times a failed step made the pipeline restart its actors.
   std::size_t restarts() const noexcept;
   /// Zeroes the recurrent state carried across steps (lm_pipeline_options::carry_state); the
