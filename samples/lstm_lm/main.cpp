@@ -273,7 +273,7 @@ int main(int argc, char** argv) {
   auto* epochs = train->add_option("--epochs", t.epochs, "total passes over the training text")->check(step_count);
   steps->excludes(epochs);
   double lr_value = 0;
-  auto* lr = train->add_option("--lr", lr_value, "learning rate (default: 0.002 for adam and adamw, 0.1 for momentum and nesterov, 1 for sgd)");
+  auto* lr = train->add_option("--lr", lr_value, "learning rate (default: 0.004 for adam and adamw, 0.1 for momentum and nesterov, 1 for sgd)");
   train->add_option("--optimizer", t.optimizer, "sgd, momentum, nesterov, adam or adamw (applied by the KVStore)")
       ->capture_default_str();
   train->add_option("--momentum", t.momentum, "momentum and nesterov: the momentum factor")->capture_default_str();

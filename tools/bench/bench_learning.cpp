@@ -110,6 +110,7 @@ int main(int argc, char** argv) {
   o.steps = 100;
   o.val_tokens = 10000;
   o.sample_length = 0;
+  o.warmup_steps = 0;  // the table in docs/perf.md: Adam at 2e-3 from the first step
   double lr = 0;
   int torch_threads = 2;
   bool no_torch = false, as_json = false;
@@ -123,7 +124,7 @@ int main(int argc, char** argv) {
   app.add_option("--seq", o.seq, "timesteps per step")->check(CLI::Range(1, 4096))->capture_default_str();
   app.add_option("--steps", o.steps, "training steps of each side")->check(CLI::Range(1, 1000000))->capture_default_str();
   app.add_option("--optimizer", o.optimizer, "sgd, momentum, nesterov, adam or adamw")->capture_default_str();
-  auto* lr_flag = app.add_option("--lr", lr, "learning rate (default: lstm_lm's for the optimizer)");
+  auto* lr_flag = app.add_option("--lr", lr, "learning rate (default: 0.002 for adam and adamw, 0.1 for momentum and nesterov, 1 for sgd)");
   app.add_option("--lr-schedule", o.lr_schedule, "constant, step or cosine")
       ->check(CLI::IsMember({"constant", "step", "cosine"}))
       ->capture_default_str();

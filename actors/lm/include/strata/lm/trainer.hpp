@@ -59,7 +59,7 @@ struct trainer_options {
   std::size_t steps = 400;         ///< total steps, unless epochs_given (docs/lstm_lm.md: why 400)
   std::size_t epochs = 0;          ///< total passes over the training text, when epochs_given
   bool epochs_given = false;
-  /// Learning rate (a schedule's base rate); unset: 2e-3 for adam and adamw, 0.1 for momentum
+  /// Learning rate (a schedule's base rate); unset: 4e-3 for adam and adamw, 0.1 for momentum
   /// and nesterov, 1 for sgd.
   std::optional<double> lr;
   double clip = 5.0;
@@ -78,7 +78,7 @@ struct trainer_options {
   /// (to 0 at the last step) or plateau (times lr_decay when a validation has not improved on the
   /// best for more than `patience` validations); each after a linear warmup of warmup_steps.
   std::string lr_schedule = "step";
-  std::size_t warmup_steps = 0;
+  std::size_t warmup_steps = 20;   ///< docs/lstm_lm.md: why 20 with Adam at 4e-3
   double lr_decay = 0.5;           ///< step, plateau: the factor, in (0, 1)
   std::size_t lr_step_size = 150;  ///< step: steps between decays
   std::size_t patience = 0;        ///< plateau: validations without improvement tolerated
