@@ -121,6 +121,14 @@ void check_axpy(const char* who, std::size_t n, const float* x, const float* y) 
   require(n == 0 || (x != nullptr && y != nullptr), who, "x and y must not be null when n > 0");
 }
 
+void check_dropout(const char* who, const dropout_block& block, const dropout_mask& mask, const float* x,
+                   const float* y) {
+  require(mask.p >= 0.f && mask.p < 1.f, who, "the drop probability p must lie in [0, 1)");
+  require(block.col0 + block.cols <= block.total_cols, who, "col0 + cols must not exceed total_cols");
+  require(block.rows * block.cols * block.dim == 0 || (x != nullptr && y != nullptr), who,
+          "x and y must not be null when the block has elements");
+}
+
 void check_sum_arrays(const char* who, std::span<const float* const> inputs, std::size_t n,
                       const float* out) {
   if (n == 0) return;

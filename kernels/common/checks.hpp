@@ -14,6 +14,7 @@
 #include <span>
 #include <string>
 
+#include "strata/kernels/dropout.hpp"
 #include "strata/kernels/gemm.hpp"
 #include "strata/kernels/linear_cross_entropy.hpp"
 #include "strata/kernels/lstm.hpp"
@@ -85,6 +86,10 @@ void check_axpy(const char* who, std::size_t n, const float* x, const float* y);
 /// sum_arrays: when n > 0, out and every input set.
 void check_sum_arrays(const char* who, std::span<const float* const> inputs, std::size_t n,
                       const float* out);
+
+/// dropout: p in [0, 1), the block inside its activation's columns, x and y set when it has elements.
+void check_dropout(const char* who, const dropout_block& block, const dropout_mask& mask, const float* x,
+                   const float* y);
 
 /// clip_grad_norm: max_norm >= 0 (NaN fails).
 void check_clip_grad_norm(const char* who, double max_norm);

@@ -126,6 +126,7 @@ void print_setup(const lm::training_setup& s, const lm::trainer_options& o) {
             << (o.warmup_steps ? " after " + std::to_string(o.warmup_steps) + " warmup steps" : std::string())
             << "), clip " << cfg.clip << ", residual connections "
             << (cfg.residual ? (cfg.layers > 2 ? "from layer 3 on" : "on (no effect below 3 layers)") : "off")
+            << (cfg.dropout > 0 ? ", dropout " + fmt(cfg.dropout, 2) : std::string())
             << (s.accumulate > 1 ? ", " + std::to_string(s.accumulate) + " windows accumulated per step" : std::string()) << "\n"
             << (s.auto_schedule ? "lstm_lm: schedule chosen by --schedule auto for " + s.devices + " (docs/lstm_lm.md)\n" : std::string())
             << "lstm_lm: plan (--partition " << o.partition << ", " << s.costs_note << "):\n"
@@ -191,6 +192,12 @@ int run_train(lm::trainer_options o) {
               << " ms (ideal " << fmt(r.ideal_step_ms, 1) << " ms), bubble " << fmt(r.bubble, 3) << " (ideal "
               << fmt(r.ideal_bubble, 3) << "), " << fmt(r.tokens_per_s, 0) << " tokens/s, parameter norm " << fmt(r.param_norm, 2)
               << "\n";
+  if (r.test)
+    std::cerr << "lstm_lm: test loss " << fmt(r.test->loss, 4) << ", perplexity " << fmt(std::exp(r.test->loss), 2) << " ("
+              << r.test->tokens << " tokens of " << o.test << ")\n";
+  if (o.sample_length > 0)
+    std::cerr << "lstm_lm: sample (temperature " << fmt(o.sample_temperature, 2) << ", seed " << o.seed << "; prompt from the validation text):\n"
+              << r.sample_prompt << r.sample << "\n";
   if (!o.report.empty())
     std::cerr << "lstm_lm: report in " << lstm_lm::write_report(r, o.report) << "\n";
   if (!o.trace.empty()) {  // the trace is written at shutdown: its failure is the run's
@@ -272,7 +279,7 @@ int main(int argc, char** argv) {
   auto* epochs = train->add_option("--epochs", t.epochs, "total passes over the training text")->check(step_count);
   steps->excludes(epochs);
   double lr_value = 0;
-  auto* lr = train->add_option("--lr", lr_value, "learning rate (default: 0.002 for adam and adamw, 0.1 for momentum and nesterov, 1 for sgd)");
+  auto* lr = train->add_option("--lr", lr_value, "learning rate (default: 0.004 for adam and adamw, 0.1 for momentum and nesterov, 1 for sgd)");
   train->add_option("--optimizer", t.optimizer, "sgd, momentum, nesterov, adam or adamw (applied by the KVStore)")
       ->capture_default_str();
   train->add_option("--momentum", t.momentum, "momentum and nesterov: the momentum factor")->capture_default_str();
@@ -331,6 +338,16 @@ int main(int argc, char** argv) {
       ->capture_default_str();
   train->add_option("--retries", t.retries, "retry a failed step up to N times (the pipeline restarts its actors first)")
       ->check(whole_number(1000))
+      ->capture_default_str();
+  // Dropout, held-out files and the closing sample (issue 15).
+  train->add_option("--dropout", t.dropout, "dropout probability on the embedding output, between LSTM layers and on the decoder input")
+      ->capture_default_str();
+  train->add_option("--valid", t.valid, "held-out file that validates (PTB layout; the whole --corpus then trains)");
+  train->add_option("--test", t.test, "held-out file evaluated at the end (PTB layout)");
+  train->add_option("--sample-length", t.sample_length, "tokens sampled from the trained model at the end (0: none)")
+      ->check(whole_number(1'000'000))
+      ->capture_default_str();
+  train->add_option("--sample-temperature", t.sample_temperature, "softmax temperature of that sample (0: most likely token)")
       ->capture_default_str();
 
   std::string ck_dir, text_file, prompt;

@@ -1,4 +1,4 @@
-// cuda::fill, scale, axpy, sum_arrays, global_norm and clip_grad_norm against the CPU kernels.
+// cuda::fill, scale, axpy, dropout, sum_arrays, global_norm and clip_grad_norm against the CPU kernels.
 #include "strata/kernels/cuda.hpp"
 
 #include <algorithm>
@@ -109,6 +109,21 @@ STRATA_GPU_TEST_CASE(global_norm_and_clip_grad_norm_match_the_cpu_kernels) {
   dev[1]->upload(bad);
   kc::clip_grad_norm(gpu.ctx(), dm, 3.0, ws.get(), ws.size(), nullptr);
   BOOST_TEST(std::isnan(dev[3]->download()[0]));
+}
+
+STRATA_GPU_TEST_CASE(dropout_draws_the_cpu_kernels_mask_bitwise) {
+  gpu_session gpu;
+  random_source rng(704);
+  const std::size_t T = 5, B = 6, D = 37, n = T * B * D;  // a [5, 6, 37] block of a [*, 20, 37] activation
+  auto x = rng.values(n);
+  const dfloats dx(x);
+  dfloats dy(n);
+  const sk::dropout_block block{T, B, D, 3, 10, 20};
+  const sk::dropout_mask mask{sk::dropout_key(9, 4, 2), 0.35f};
+  kc::dropout(gpu.ctx(), block, mask, dx.get(), dy.get());
+  std::vector<float> want(n);
+  sk::cpu::dropout(block, mask, x.data(), want.data());
+  BOOST_TEST(dy.download() == want);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -115,7 +115,7 @@ BOOST_AUTO_TEST_CASE(the_result_reports_the_plan_its_ideal_step_and_a_log_line_p
   std::ifstream log(o.log);
   std::size_t lines = 0;
   for (std::string line; std::getline(log, line);) ++lines;
-  BOOST_CHECK_EQUAL(lines, 3u + 1u + 1u);  // steps, the final validation, the summary
+  BOOST_CHECK_EQUAL(lines, 3u + 1u + 1u + 1u);  // steps, the final validation, the closing sample, the summary
   fs::remove_all(dir);
 }
 

@@ -23,6 +23,7 @@
 #include "strata/lm/inference.hpp"
 #include "strata/lm/pipeline.hpp"
 #include "strata/lm/trainer.hpp"
+#include "lm_reference_model.hpp"
 #include "support/lm_test_support.hpp"
 
 namespace {
@@ -52,79 +53,8 @@ lm::trainer_options tiny(const fs::path& dir, std::size_t steps) {
   o.steps = steps;
   o.val_tokens = 200;
   o.seed = 7;
+  o.warmup_steps = 0;  // the rates these tests expect start at the base rate (a test sets its warmup)
   return o;
-}
-
-// ---- an independent float64 reference of the residual LSTM language model ------------------
-
-struct reference_model {
-  lm::lm_config c;
-  std::map<std::string, std::vector<double>> p;
-
-  double sigmoid(double x) const { return 1.0 / (1.0 + std::exp(-x)); }
-
-  /// Mean next-token cross-entropy of tokens/targets [T, B], zero initial state.
-  double loss(const std::vector<std::int32_t>& tokens, const std::vector<std::int32_t>& targets) const {
-    const std::size_t T = c.seq, B = c.batch, H = c.hidden, V = c.vocab;
-    std::vector<std::vector<double>> x(T * B);
-    const auto& emb = p.at("embedding.weight");
-    for (std::size_t r = 0; r < T * B; ++r)
-      x[r].assign(emb.begin() + static_cast<std::ptrdiff_t>(tokens[r] * c.embed),
-                  emb.begin() + static_cast<std::ptrdiff_t>((tokens[r] + 1) * c.embed));
-    for (std::size_t l = 0; l < c.layers; ++l) {
-      const auto names = lm::lstm_parameter_names(l);
-      const auto &wih = p.at(names[0]), &whh = p.at(names[1]), &bih = p.at(names[2]), &bhh = p.at(names[3]);
-      const std::size_t in = l == 0 ? c.embed : H;
-      std::vector<std::vector<double>> y(T * B, std::vector<double>(H));
-      for (std::size_t b = 0; b < B; ++b) {
-        std::vector<double> h(H, 0.0), cell(H, 0.0);
-        for (std::size_t t = 0; t < T; ++t) {
-          const auto& xt = x[t * B + b];
-          std::vector<double> g(4 * H);
-          for (std::size_t j = 0; j < 4 * H; ++j) {
-            double s = bih[j] + bhh[j];
-            for (std::size_t k = 0; k < in; ++k) s += wih[j * in + k] * xt[k];
-            for (std::size_t k = 0; k < H; ++k) s += whh[j * H + k] * h[k];
-            g[j] = s;
-          }
-          for (std::size_t k = 0; k < H; ++k) {  // gates i, f, g, o
-            const double i = sigmoid(g[k]), f = sigmoid(g[H + k]), gg = std::tanh(g[2 * H + k]),
-                         o = sigmoid(g[3 * H + k]);
-            cell[k] = f * cell[k] + i * gg;
-            h[k] = o * std::tanh(cell[k]);
-          }
-          for (std::size_t k = 0; k < H; ++k) y[t * B + b][k] = h[k] + (c.residual && l >= 2 ? xt[k] : 0.0);
-        }
-      }
-      x = std::move(y);
-    }
-    const auto &w = p.at("decoder.weight"), &bias = p.at("decoder.bias");
-    double total = 0;
-    for (std::size_t r = 0; r < T * B; ++r) {
-      std::vector<double> z(V);
-      double m = -1e300;
-      for (std::size_t v = 0; v < V; ++v) {
-        z[v] = bias[v];
-        for (std::size_t k = 0; k < H; ++k) z[v] += w[v * H + k] * x[r][k];
-        m = std::max(m, z[v]);
-      }
-      double se = 0;
-      for (double zv : z) se += std::exp(zv - m);
-      total += m + std::log(se) - z[static_cast<std::size_t>(targets[r])];
-    }
-    return total / static_cast<double>(T * B);
-  }
-};
-
-void random_tokens(const lm::lm_config& c, std::mt19937& rng, std::vector<std::int32_t>& tokens,
-                   std::vector<std::int32_t>& targets) {
-  std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(c.vocab) - 1);
-  tokens.clear();
-  targets.clear();
-  for (std::size_t i = 0; i < c.seq * c.batch; ++i) {
-    tokens.push_back(id(rng));
-    targets.push_back(id(rng));
-  }
 }
 
 }  // namespace
@@ -139,7 +69,7 @@ BOOST_AUTO_TEST_CASE(the_residual_gradient_matches_float64_finite_differences_of
   c.seed = 3;
   std::mt19937 rng(17);
   std::vector<std::int32_t> tokens, targets;
-  random_tokens(c, rng, tokens, targets);
+  lm::test::random_tokens(c, rng, tokens, targets);
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   for (std::vector<std::size_t> counts : {std::vector<std::size_t>{4}, std::vector<std::size_t>{2, 2}}) {
     lm::lm_pipeline pipe(sys, strata::make_devices("cpu:" + std::to_string(counts.size())), c,
@@ -151,7 +81,7 @@ BOOST_AUTO_TEST_CASE(the_residual_gradient_matches_float64_finite_differences_of
     auto after = pipe.parameters();
     BOOST_REQUIRE(after.has_value());
 
-    reference_model ref{c, {}};
+    lm::test::reference_model ref{c, {}};
     for (const auto& np : *before) ref.p[np.name] = std::vector<double>(np.values.begin(), np.values.end());
     BOOST_TEST(std::abs(ref.loss(tokens, targets) - step->loss) <= 1e-5 * ref.loss(tokens, targets));
     // The host model (evaluation, generation) computes the same residual forward.
@@ -159,23 +89,7 @@ BOOST_AUTO_TEST_CASE(the_residual_gradient_matches_float64_finite_differences_of
     auto state = host.zero_state(c.batch);
     BOOST_TEST(std::abs(host.loss_sum(tokens.data(), targets.data(), c.seq, state) / static_cast<double>(c.seq * c.batch) -
                         step->loss) <= 1e-5 * step->loss);
-    double worst = 0, largest = 0;
-    for (std::size_t i = 0; i < before->size(); ++i) {
-      const auto& name = (*before)[i].name;
-      auto& values = ref.p[name];
-      for (std::size_t k = 0; k < values.size(); ++k) {
-        const double keep = values[k], h = 1e-6;
-        values[k] = keep + h;
-        const double up = ref.loss(tokens, targets);
-        values[k] = keep - h;
-        const double down = ref.loss(tokens, targets);
-        values[k] = keep;
-        const double fd = (up - down) / (2 * h);
-        const double got = static_cast<double>((*before)[i].values[k]) - static_cast<double>((*after)[i].values[k]);
-        worst = std::max(worst, std::abs(fd - got));
-        largest = std::max(largest, std::abs(fd));
-      }
-    }
+    const auto [worst, largest] = lm::test::check_gradient(ref, *before, *after, tokens, targets);
     BOOST_TEST_CONTEXT(counts.size() << " stage(s)") {
       BOOST_TEST(largest > 1e-3);
       BOOST_TEST(worst <= 2e-4 * largest);
@@ -193,7 +107,7 @@ BOOST_AUTO_TEST_CASE(a_residual_pipeline_with_adam_trains_like_one_device) {
   c.seed = 5;
   std::mt19937 rng(9);
   std::vector<std::vector<std::int32_t>> tokens(3), targets(3);
-  for (int s = 0; s < 3; ++s) random_tokens(c, rng, tokens[s], targets[s]);
+  for (int s = 0; s < 3; ++s) lm::test::random_tokens(c, rng, tokens[s], targets[s]);
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   auto train = [&](const char* devices, std::vector<std::size_t> counts, strata::pipeline::schedule_kind kind,
                    std::size_t mb, std::size_t chunks) {

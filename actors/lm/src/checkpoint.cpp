@@ -98,7 +98,7 @@ constexpr const char* config_keys[] = {"format", "version", "layers", "hidden", 
                                        // optional (absent from checkpoints older than the optimizers)
                                        "optimizer", "momentum", "beta1", "beta2", "eps", "weight_decay",
                                        "residual", "lr_schedule", "warmup_steps", "lr_scale", "best_val_loss",
-                                       "stale_validations"};
+                                       "stale_validations", "dropout"};
 
 /// Strict reads of config.json fields: a missing key, a negative, fractional or non-numeric count,
 /// or a string of the wrong type throws std::invalid_argument with a short phrase.
@@ -239,7 +239,7 @@ error save_checkpoint(const std::string& dir_name, const checkpoint& ck) {
       {"step", ck.step}, {"epoch", ck.epoch}, {"windows_per_epoch", ck.windows_per_epoch}, {"corpus", ck.corpus},
       {"optimizer", to_string(c.optimizer)}, {"momentum", c.momentum}, {"beta1", c.beta1}, {"beta2", c.beta2},
       {"eps", c.eps}, {"weight_decay", c.weight_decay}, {"residual", c.residual},
-      {"lr_schedule", ck.schedule.kind}, {"warmup_steps", ck.schedule.warmup_steps}, {"lr_scale", ck.schedule.lr_scale},
+      {"dropout", c.dropout}, {"lr_schedule", ck.schedule.kind}, {"warmup_steps", ck.schedule.warmup_steps}, {"lr_scale", ck.schedule.lr_scale},
       {"best_val_loss", std::isfinite(ck.schedule.best_val_loss) ? nlohmann::ordered_json(ck.schedule.best_val_loss) : nlohmann::ordered_json(nullptr)},
       {"stale_validations", ck.schedule.stale_validations},
       {"files", {{"model.safetensors", {{"bytes", model.size()}, {"fnv1a64", hex64(strata::fnv1a64(model))}}},
@@ -330,6 +330,7 @@ expected<checkpoint> load_checkpoint(const std::string& dir_name) {
       if (!cfg["residual"].is_boolean()) throw std::invalid_argument("'residual' is not true or false");
       c.residual = cfg["residual"].get<bool>();
     }
+    if (cfg.contains("dropout")) c.dropout = config_number(cfg, "dropout");
     if (cfg.contains("lr_schedule")) ck.schedule.kind = config_text(cfg, "lr_schedule");
     if (cfg.contains("warmup_steps")) ck.schedule.warmup_steps = config_count(cfg, "warmup_steps");
     if (cfg.contains("lr_scale")) ck.schedule.lr_scale = config_number(cfg, "lr_scale");

@@ -32,6 +32,7 @@ void config::validate() const {
   if (!(beta1 >= 0 && beta1 < 1) || !(beta2 >= 0 && beta2 < 1))
     throw std::invalid_argument("beta1 and beta2 must lie in [0, 1)");
   if (!(eps > 0) || !std::isfinite(eps)) throw std::invalid_argument("eps must be a positive number");
+  if (!(dropout >= 0 && dropout < 1)) throw std::invalid_argument("dropout must lie in [0, 1)");
 }
 
 const char* to_string(optimizer_kind kind) noexcept {

@@ -13,6 +13,7 @@
 #include "strata/device/kind.hpp"
 #include "strata/device/tensor.hpp"
 #include "strata/device/work.hpp"
+#include "strata/kernels/dropout.hpp"
 #include "strata/kernels/elementwise.hpp"
 #include "strata/kernels/embedding.hpp"
 #include "strata/kernels/linear_cross_entropy.hpp"
@@ -63,6 +64,9 @@ struct host_ops {
   void fill(std::size_t n, float value, float* x) const { k::cpu::fill(n, value, x); }
   void copy(std::size_t n, const float* src, float* dst) const { std::copy_n(src, n, dst); }
   void axpy(std::size_t n, float alpha, const float* x, float* y) const { k::cpu::axpy(n, alpha, x, y); }
+  void dropout(const k::dropout_block& b, const k::dropout_mask& m, const float* x, float* y) const {
+    k::cpu::dropout(b, m, x, y);
+  }
   static std::size_t decoder_workspace(const k::linear_cross_entropy_dims& d, std::size_t block) {
     return k::linear_cross_entropy_workspace_size(d, block);
   }
@@ -104,6 +108,9 @@ struct gpu_ops {
   void fill(std::size_t n, float value, float* x) const { k::cuda::fill(ctx, n, value, x); }
   void copy(std::size_t n, const float* src, float* dst) const { k::cuda::copy(ctx, n, src, dst); }
   void axpy(std::size_t n, float alpha, const float* x, float* y) const { k::cuda::axpy(ctx, n, alpha, x, y); }
+  void dropout(const k::dropout_block& b, const k::dropout_mask& m, const float* x, float* y) const {
+    k::cuda::dropout(ctx, b, m, x, y);
+  }
   static std::size_t decoder_workspace(const k::linear_cross_entropy_dims& d, std::size_t block) {
     return k::cuda::linear_cross_entropy_device_workspace_size(d, block);
   }

@@ -180,10 +180,14 @@ expected<step_result> lm_pipeline::train_step(const std::vector<std::int32_t>& t
   for (std::size_t s = 0; s < S; ++s)
     if (st.local(s))
       st.stage_models[s]->set_step_data(s == 0 ? tok : std::vector<std::vector<std::int32_t>>{},
-                                      s + 1 == S ? tgt : std::vector<std::vector<std::int32_t>>{});
+                                        s + 1 == S ? tgt : std::vector<std::vector<std::int32_t>>{}, st.step_index);
   for (auto& clock : st.clocks) clock->reset();
   if (st.store_clock) st.store_clock->reset();
-  if (st.ranks) return st.step_across_ranks(timeout);
+  if (st.ranks) {
+    auto across = st.step_across_ranks(timeout);
+    if (across) ++st.step_index;
+    return across;
+  }
   auto outcome = st.system->request<pipeline::step_outcome>(st.actors.driver, timeout, pipeline::run_step{}).get();
   if (!outcome) {
     st.failed = true;
@@ -204,6 +208,7 @@ expected<step_result> lm_pipeline::train_step(const std::vector<std::int32_t>& t
     r.stage_other_ms.push_back(static_cast<double>(clock->other_ns.load()) / 1e6);
   }
   if (st.store_clock) r.store_busy_ms = st.store_clock->busy_ms();
+  ++st.step_index;
   return r;
 }
 
@@ -218,6 +223,9 @@ expected<actor_ref> lm_pipeline::store() {
 std::size_t lm_pipeline::restarts() const noexcept { return state_->restarts; }
 
 double lm_pipeline::learning_rate() const noexcept { return state_->lr; }
+
+void lm_pipeline::set_step_index(std::uint64_t step) noexcept { state_->step_index = step; }
+std::uint64_t lm_pipeline::step_index() const noexcept { return state_->step_index; }
 
 expected<void> lm_pipeline::set_learning_rate(double lr, std::chrono::milliseconds timeout) {
   if (!(lr >= 0) || !std::isfinite(lr)) return error(errc::invalid_argument, "a learning rate must be a number >= 0");

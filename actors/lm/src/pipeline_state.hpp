@@ -57,14 +57,18 @@ public:
   /// once its backward work is done, before the norm. Empty: nothing.
   std::function<void(lm_stage&, stream&)> before_norm;
 
-  /// The next step's tokens (first stage) and targets (last stage), one [T, Bm] per micro-batch;
-  /// set by the owner before it runs the step, copied to the device when the step begins.
-  void set_step_data(std::vector<std::vector<std::int32_t>> tokens, std::vector<std::vector<std::int32_t>> targets) {
+  /// The next step's tokens (first stage) and targets (last stage), one [T, Bm] per micro-batch,
+  /// and its index (dropout's masks); set by the owner before it runs the step, copied to the
+  /// device when the step begins.
+  void set_step_data(std::vector<std::vector<std::int32_t>> tokens, std::vector<std::vector<std::int32_t>> targets,
+                     std::uint64_t step) {
     tokens_ = std::move(tokens);
     targets_ = std::move(targets);
+    step_ = step;
   }
 
   void begin_step(std::uint64_t, stream& s) {
+    stage_->set_step(step_);
     for (std::size_t mb = 0; mb < tokens_.size(); ++mb) stage_->set_tokens(mb, tokens_[mb], s);
     for (std::size_t mb = 0; mb < targets_.size(); ++mb) stage_->set_targets(mb, targets_[mb], s);
   }
@@ -110,6 +114,7 @@ public:
 private:
   std::shared_ptr<lm_stage> stage_;
   std::vector<std::vector<std::int32_t>> tokens_, targets_;
+  std::uint64_t step_ = 0;
 };
 static_assert(pipeline::stage_model<lstm_stage_model>);
 
@@ -138,6 +143,7 @@ struct lm_pipeline::state {
   bool failed = false;     // the last step failed: restart the stages before the next one
   errc failure = errc::runtime_failure;
   std::size_t restarts = 0;
+  std::uint64_t step_index = 0;  // the next step's, for dropout's masks
   std::shared_ptr<rank_group> ranks;  // stages on several MPI ranks (empty: one process)
   std::size_t replicas = 1, replica = 0;  // across ranks: data parallel replicas, and this rank's
   std::size_t steps_run = 0;              // steps begun across ranks

@@ -174,12 +174,22 @@ tensor& lm_stage::output_grad_staging(std::size_t mb, std::size_t chunk, const s
 }
 
 template <class Ops>
-void lm_stage::forward_math(const Ops& ops, std::size_t mb, std::size_t chunk) {
+void lm_stage::drop(const Ops& ops, std::uint64_t step, std::size_t site, std::size_t mb, std::size_t chunk,
+                    std::size_t dim, const float* x, float* y) const {
+  const k::dropout_block block{tc_, bm_, dim, chunk * tc_, mb * bm_, config_.batch};
+  ops.dropout(block, {k::dropout_key(config_.seed, step, site), static_cast<float>(config_.dropout)}, x, y);
+}
+
+template <class Ops>
+void lm_stage::forward_math(const Ops& ops, std::size_t mb, std::size_t chunk, std::uint64_t step) {
   const std::size_t u = unit(mb, chunk), t0 = chunk * tc_, H = config_.hidden;
+  const bool dropping = config_.dropout > 0;
   const float* x = nullptr;
   if (span_.embedding) {
     ops.embedding_forward(config_.vocab, config_.embed, fp(values_[emb_index_]), tc_ * bm_,
                           ip(tokens_[mb]) + t0 * bm_, fp(emb_out_[u]));
+    // Dropped in place: the embedding's backward reads only the ids and the gradient.
+    if (dropping) drop(ops, step, 0, mb, chunk, config_.embed, fp(emb_out_[u]), fp(emb_out_[u]));
     x = fp(emb_out_[u]);
   } else {
     x = input_[u];
@@ -200,6 +210,8 @@ void lm_stage::forward_math(const Ops& ops, std::size_t mb, std::size_t chunk) {
                      {x, h_in, c_in, fp(y_[u][kl]), fp(h_[u][kl]), fp(c_[u][kl]), fp(reserve_[u][kl])});
     // The LSTM's backward reads its reserve, not y, so the sum may overwrite y.
     if (config_.residual_layer(l)) ops.axpy(tc_ * bm_ * H, 1.f, x, fp(y_[u][kl]));
+    // The output is the next layer's (or the decoder's) dropped input, here or on the next stage.
+    if (dropping) drop(ops, step, l + 1, mb, chunk, H, fp(y_[u][kl]), fp(y_[u][kl]));
     x = fp(y_[u][kl]);
   }
   if (span_.decoder) {
@@ -211,10 +223,15 @@ void lm_stage::forward_math(const Ops& ops, std::size_t mb, std::size_t chunk) {
 }
 
 template <class Ops>
-void lm_stage::backward_math(const Ops& ops, std::size_t mb, std::size_t chunk) {
+void lm_stage::backward_math(const Ops& ops, std::size_t mb, std::size_t chunk, std::uint64_t step) {
   const std::size_t u = unit(mb, chunk), t0 = chunk * tc_, H = config_.hidden, nl = span_.last - span_.first;
+  const bool dropping = config_.dropout > 0;
   const float* dy = span_.decoder ? fp(dtop_[u]) : dout_[u];
   float* scratch[2] = {fp(dx_a_), fp(dx_b_)};
+  if (dropping) {  // the gradient of the top layer's dropped output; the layer writes scratch[(nl-1) % 2]
+    drop(ops, step, span_.last, mb, chunk, H, dy, scratch[nl % 2]);
+    dy = scratch[nl % 2];
+  }
   for (std::size_t kk = nl; kk-- > 0;) {
     const std::size_t l = span_.first + kk, p = layer_index_[kk];
     const float* x = kk > 0 ? fp(y_[u][kk - 1]) : (span_.embedding ? fp(emb_out_[u]) : input_[u]);
@@ -229,6 +246,8 @@ void lm_stage::backward_math(const Ops& ops, std::size_t mb, std::size_t chunk) 
                        chunk == 0 ? nullptr : fp(carry[2 + write]), fp(workspace_)},
                       {fp(grads_[p]), fp(grads_[p + 1]), fp(grads_[p + 2]), fp(grads_[p + 3])});
     if (config_.residual_layer(l)) ops.axpy(tc_ * bm_ * H, 1.f, dy, dx);  // the skip's gradient
+    // dx is the gradient of the dropped input; the previous stage drops its own output's.
+    if (dropping && (kk > 0 || span_.embedding)) drop(ops, step, l, mb, chunk, layer_input(l), dx, dx);
     dy = dx;
   }
   if (span_.embedding)
@@ -267,9 +286,9 @@ kernel_work lm_stage::forward_work(std::size_t mb, std::size_t chunk) {
   for (std::size_t l = span_.first; l < span_.last; ++l) cost += k::lstm_forward_cost({tc_, bm_, layer_input(l), config_.hidden});
   if (span_.decoder) cost += k::decoder_cost(tc_ * bm_, config_.hidden, config_.vocab);
   kernel_work w{.name = "forward", .kind = work_kind::matmul, .flops = cost.flops, .bytes = cost.bytes};
-  auto run = [this, mb, chunk](const auto& ops) {
+  auto run = [this, mb, chunk, step = step_](const auto& ops) {
     maybe_fail();
-    forward_math(ops, mb, chunk);
+    forward_math(ops, mb, chunk, step);
   };
   attach(w, dev_.kind(), run);
   return w;
@@ -279,9 +298,9 @@ kernel_work lm_stage::backward_work(std::size_t mb, std::size_t chunk) {
   k::work_cost cost;
   for (std::size_t l = span_.first; l < span_.last; ++l) cost += k::lstm_backward_cost({tc_, bm_, layer_input(l), config_.hidden});
   kernel_work w{.name = "backward", .kind = work_kind::matmul, .flops = cost.flops, .bytes = cost.bytes};
-  auto run = [this, mb, chunk](const auto& ops) {
+  auto run = [this, mb, chunk, step = step_](const auto& ops) {
     maybe_fail();
-    backward_math(ops, mb, chunk);
+    backward_math(ops, mb, chunk, step);
   };
   attach(w, dev_.kind(), run);
   return w;

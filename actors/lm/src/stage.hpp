@@ -68,6 +68,10 @@ public:
   tensor output(std::size_t mb, std::size_t chunk) const { return computes_ ? y_[unit(mb, chunk)].back() : tensor{}; }
   tensor input_grad(std::size_t mb, std::size_t chunk) const { return computes_ ? dx_out_[unit(mb, chunk)] : tensor{}; }
 
+  /// The training step the next forward and backward work items belong to: dropout's masks
+  /// (config::dropout) are drawn from it.
+  void set_step(std::uint64_t step) noexcept { step_ = step; }
+
   /// Work items (cpu and cuda: the math; sim: its cost).
   kernel_work forward_work(std::size_t mb, std::size_t chunk);
   kernel_work backward_work(std::size_t mb, std::size_t chunk);
@@ -90,9 +94,14 @@ public:
 
 private:
   template <class Ops>
-  void forward_math(const Ops& ops, std::size_t mb, std::size_t chunk);
+  void forward_math(const Ops& ops, std::size_t mb, std::size_t chunk, std::uint64_t step);
   template <class Ops>
-  void backward_math(const Ops& ops, std::size_t mb, std::size_t chunk);
+  void backward_math(const Ops& ops, std::size_t mb, std::size_t chunk, std::uint64_t step);
+  /// Dropout of site `site` (config::dropout) on unit (mb, chunk)'s [Tc, Bm, dim] activation
+  /// `x` into `y` (may be x); forward and backward alike.
+  template <class Ops>
+  void drop(const Ops& ops, std::uint64_t step, std::size_t site, std::size_t mb, std::size_t chunk,
+            std::size_t dim, const float* x, float* y) const;
   template <class Ops>
   void norm_math(const Ops& ops);
   template <class Ops>
@@ -110,6 +119,7 @@ private:
   device dev_;
   bool computes_;
   std::size_t bm_, tc_;
+  std::uint64_t step_ = 0;
 
   std::vector<std::string> names_;
   std::vector<tensor> values_, grads_;

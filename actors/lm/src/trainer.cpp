@@ -91,6 +91,32 @@ private:
   std::ofstream out_;
 };
 
+/// The end of a run: the --test file evaluated (10 columns, state carried, every token) and a
+/// sample from the trained model after the validation text's first tokens.
+void held_out_and_sample(const trainer_options& o, const detail::prepared_run& run, const lm::config& cfg, std::size_t step,
+                         const std::vector<named_parameter>& params, run_log& log, training_result& result) {
+  if (run.test_ids.empty() && o.sample_length == 0) return;
+  const lm::model model(cfg, params);
+  if (!run.test_ids.empty()) {
+    result.test = evaluate_batched(model, run.test_ids, 10, cfg.seq, 0);
+    log.write({{"step", step}, {"test_loss", result.test->loss}, {"test_ppl", std::exp(result.test->loss)},
+               {"test_tokens", result.test->tokens}});
+  }
+  if (o.sample_length == 0) return;
+  const std::size_t prompt_tokens = run.vocab.kind() == token_kind::chars ? 12 : 4;
+  const std::vector<std::int32_t> prompt(run.validation_ids.begin(),
+                                         run.validation_ids.begin() + static_cast<std::ptrdiff_t>(
+                                                                          std::min(prompt_tokens, run.validation_ids.size())));
+  const auto sampled = generate(model, prompt, o.sample_length, o.sample_temperature, o.seed, run.vocab.unknown_id());
+  result.sample_prompt = run.vocab.decode(prompt);
+  auto all = prompt;
+  all.insert(all.end(), sampled.begin(), sampled.end());
+  const std::string text = run.vocab.decode(all);
+  result.sample = text.substr(std::min(result.sample_prompt.size(), text.size()));
+  log.write({{"step", step}, {"sample_prompt", result.sample_prompt}, {"sample", result.sample},
+             {"sample_temperature", o.sample_temperature}, {"sample_seed", o.seed}});
+}
+
 }  // namespace
 
 double scheduled_lr(const lr_schedule& s, std::size_t step, double plateau_scale) {
@@ -247,6 +273,7 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
     const double lr = scheduled_lr(schedule, step, plateau.lr_scale);
     if (auto set = pipe.set_learning_rate(lr); !set) throw std::runtime_error("cannot set the learning rate: " + set.error().message());
     auto t0 = std::chrono::steady_clock::now();
+    pipe.set_step_index(step);  // dropout's masks follow the data position, across resumes too
     auto r = pipe.train_step(x, y);
     // A failed step changes no weights; the next train_step restarts the pipeline's actors.
     for (std::size_t attempt = 1; !r && attempt <= o.retries; ++attempt) {
@@ -313,6 +340,7 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
     save(final_step, &last_val->second);
   }
   result.wall_s = std::chrono::duration<double>(std::chrono::steady_clock::now() - started).count();
+  held_out_and_sample(o, run, cfg, final_step, last_val->second, log, result);
 
   // ---- summary: measured against the plan's ideal ------------------------------------------
   pl::cost_model measured;
@@ -342,10 +370,13 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
              {"lr", cfg.lr},
              {"lr_schedule", o.lr_schedule},
              {"residual", cfg.residual},
+             {"dropout", cfg.dropout},
              {"accumulate", su.accumulate},
              {"loss", result.loss},
              {"val_loss", result.validation.loss},
              {"val_ppl", std::exp(result.validation.loss)},
+             {"test_loss", result.test ? json(result.test->loss) : json(nullptr)},
+             {"test_ppl", result.test ? json(std::exp(result.test->loss)) : json(nullptr)},
              {"param_norm", result.param_norm},
              {"step_ms", result.step_ms},
              {"ideal_step_ms", result.ideal_step_ms},

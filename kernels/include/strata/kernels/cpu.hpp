@@ -4,6 +4,7 @@
 /// All CPU kernels of strata::kernels (umbrella header).
 
 #include "strata/kernels/blas.hpp"
+#include "strata/kernels/dropout.hpp"
 #include "strata/kernels/elementwise.hpp"
 #include "strata/kernels/embedding.hpp"
 #include "strata/kernels/gemm.hpp"

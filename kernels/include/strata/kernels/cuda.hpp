@@ -40,6 +40,7 @@
 #include <string>
 #include <utility>
 
+#include "strata/kernels/dropout.hpp"
 #include "strata/kernels/gemm.hpp"
 #include "strata/kernels/linear_cross_entropy.hpp"
 #include "strata/kernels/lstm.hpp"
@@ -223,6 +224,9 @@ void axpy(const cuda_context& ctx, std::size_t n, float alpha, const float* x, f
 /// unless they are the same (then nothing is enqueued). With unified addressing (every 64-bit
 /// platform) src and dst may be on different GPUs: CUDA copies between them peer to peer.
 void copy(const cuda_context& ctx, std::size_t n, const float* src, float* dst);
+
+/// cpu::dropout on the device (the same mask and the same float products, bitwise).
+void dropout(const cuda_context& ctx, const dropout_block& block, const dropout_mask& mask, const float* x, float* y);
 
 /// Most inputs one sum_arrays launch reads; more take several launches.
 inline constexpr std::size_t sum_arrays_inputs_per_launch = 256;

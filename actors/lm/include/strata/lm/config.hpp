@@ -43,13 +43,21 @@ struct config {
   /// x being layer l-1's output (as deep translation models stack LSTMs). The recurrent state
   /// of a layer is its LSTM's own (h, c), without the residual.
   bool residual = false;
+  /// Dropout probability in training, in [0, 1): on the embedding output, between LSTM layers
+  /// (as nn.LSTM's `dropout`) and on the decoder input, so every LSTM layer's input and the
+  /// decoder's input are dropped (a residual layer adds its dropped input). The masks are
+  /// kernels::dropout_key(seed, step, site) with site 0 the embedding output and site l + 1
+  /// LSTM layer l's output, over the step's [seq, batch, width] activation: the same whatever
+  /// the pipeline split, micro-batches or threads. Evaluation never drops.
+  double dropout = 0.0;
 
   std::size_t micro_batch_size() const noexcept { return batch / micro_batches; }
   std::size_t chunk_steps() const noexcept { return seq / chunks; }
   /// True when layer `layer` adds its input to its output (residual and layer >= 2).
   bool residual_layer(std::size_t layer) const noexcept { return residual && layer >= 2; }
-  /// Throws std::invalid_argument with one sentence if a size is zero or does not divide, or an
-  /// optimizer hyper-parameter is negative or not a number (betas must lie in [0, 1), eps > 0).
+  /// Throws std::invalid_argument with one sentence if a size is zero or does not divide, an
+  /// optimizer hyper-parameter is negative or not a number (betas must lie in [0, 1), eps > 0)
+  /// or dropout lies outside [0, 1).
   void validate() const;
 };
 

@@ -137,6 +137,11 @@ public:
   /// Collective across ranks (lm_pipeline_options::ranks): whether `flag` is true on any rank
   /// (e.g. a stop request that reached only some). In one process: `flag`.
   expected<bool> any_rank(bool flag);
+  /// The index of the next step, from which dropout draws its masks (config::dropout): 0 at
+  /// first, one more after every step that succeeds (a failed step's retry draws the same
+  /// masks). A trainer that resumes at step k sets k, so the masks follow the data position.
+  void set_step_index(std::uint64_t step) noexcept;
+  std::uint64_t step_index() const noexcept;
 
   /// How many times a failed step made the pipeline restart its actors.
   std::size_t restarts() const noexcept;

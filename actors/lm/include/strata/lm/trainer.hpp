@@ -61,7 +61,7 @@ struct trainer_options {
   std::size_t steps = 400;         ///< total steps, unless epochs_given (docs/lstm_lm.md: why 400)
   std::size_t epochs = 0;          ///< total passes over the training text, when epochs_given
   bool epochs_given = false;
-  /// Learning rate (a schedule's base rate); unset: 2e-3 for adam and adamw, 0.1 for momentum
+  /// Learning rate (a schedule's base rate); unset: 4e-3 for adam and adamw, 0.1 for momentum
   /// and nesterov, 1 for sgd.
   std::optional<double> lr;
   double clip = 5.0;
@@ -73,11 +73,14 @@ struct trainer_options {
   double weight_decay = 0.0;
   /// Residual connections from the third layer on (lm::config::residual).
   bool residual = true;
+  /// Dropout probability in training, in [0, 1) (lm::config::dropout: embedding output, between
+  /// LSTM layers, decoder input).
+  double dropout = 0.0;
   /// Learning-rate schedule: constant, step (times lr_decay every lr_step_size steps), cosine
   /// (to 0 at the last step) or plateau (times lr_decay when a validation has not improved on the
   /// best for more than `patience` validations); each after a linear warmup of warmup_steps.
   std::string lr_schedule = "step";
-  std::size_t warmup_steps = 0;
+  std::size_t warmup_steps = 20;   ///< docs/lstm_lm.md: why 20 with Adam at 4e-3
   double lr_decay = 0.5;           ///< step, plateau: the factor, in (0, 1)
   std::size_t lr_step_size = 150;  ///< step: steps between decays
   std::size_t patience = 0;        ///< plateau: validations without improvement tolerated
@@ -88,7 +91,16 @@ struct trainer_options {
   /// the windows / accumulate. Not with carry_state.
   std::size_t accumulate = 1;
   std::uint64_t seed = 1;
-  double val_fraction = 0.05;      ///< held-out tail of the corpus, in (0, 0.5)
+  double val_fraction = 0.05;      ///< held-out tail of the corpus, in (0, 0.5) (without `valid`)
+  /// Held-out files in PTB's layout (one sentence a line; with word tokens each line end is
+  /// <eos> and unseen words are <unk>; with char tokens a character the corpus lacks is an
+  /// error). `valid`: validates instead of the corpus's tail, the whole corpus trains. `test`:
+  /// evaluated once at the end (training_result::test, the log's summary).
+  std::string valid, test;
+  /// Tokens sampled from the trained model at the end (training_result::sample; 0: none), at
+  /// `sample_temperature`, seeded by `seed`, after a prompt of the validation text's first tokens.
+  std::size_t sample_length = 200;
+  double sample_temperature = 0.8;
   std::size_t val_tokens = 20000;  ///< validation predictions at most (0: all)
   std::size_t save_every = 0;      ///< also save every N steps (0: only per epoch and at the end)
   std::string trace;               ///< strata trace file (empty: none)
@@ -192,6 +204,8 @@ struct training_result {
   std::size_t steps_this_run = 0;
   double loss = 0;                  ///< the last step's training loss
   eval_result validation;           ///< the last validation (not set when interrupted)
+  std::optional<eval_result> test;  ///< trainer_options::test, the whole file (not when interrupted)
+  std::string sample_prompt, sample;  ///< trainer_options::sample_length: the prompt and what followed (decoded)
   double param_norm = 0;            ///< L2 norm of the final parameters (not set when interrupted)
   double step_ms = 0, bubble = 0, tokens_per_s = 0;  ///< medians over this run's steps
   double ideal_step_ms = 0, ideal_bubble = 0;        ///< the plan simulated with the median stage times
