@@ -455,6 +455,17 @@ void detail::terminate_actor(actor_cell* c, error reason) noexcept {
         // A child waiting for this (dead) supervisor's decision: it terminates too.
         auto& m = *static_cast<child_failed*>(e->payload());
         terminate_actor(as_cell(m.child.cell()), m.reason);
+      } else if (e->type == type_of<child_added>()) {
+        // A child this supervisor had not yet taken on the list its on_exit stops.
+        auto& m = *static_cast<child_added*>(e->payload());
+        sys->pub->stop(m.child, error(errc::stopped, "its supervisor " + describe(c) + " terminated (" +
+                                                         reason.to_string() + ")"));
+      } else if (e->type == type_of<child_suspended>()) {
+        // A sibling suspended for a restart (all or rest for one) that nobody will now restart.
+        auto& m = *static_cast<child_suspended*>(e->payload());
+        terminate_actor(as_cell(m.child.cell()),
+                        error(errc::stopped, "its supervisor " + describe(c) +
+                                                 " terminated while it waited to restart (" + reason.to_string() + ")"));
       }
       trace::emit(event_kind::drop, c->id, e->sender.id(), e->msg_id, e->type ? e->type->id : 0,
                   static_cast<std::uint32_t>(errc::target_terminated));

@@ -28,6 +28,15 @@ lm::config wide_decoder_model() {
   return c;
 }
 
+// Under a sanitizer the kernels' own loops are instrumented and OpenBLAS's are not, so measured
+// times no longer follow the FLOPs (a TSan run measured the decoder below one LSTM layer): the
+// comparisons of measured times are asserted in uninstrumented builds only.
+#if defined(__SANITIZE_ADDRESS__) || defined(__SANITIZE_THREAD__)
+constexpr bool timings_follow_flops = false;
+#else
+constexpr bool timings_follow_flops = true;
+#endif
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(lm_costs)
@@ -55,11 +64,15 @@ BOOST_AUTO_TEST_CASE(cpu_costs_are_measured_per_layer_and_the_partitioner_gives_
   // build machine is shared).
   const double ratio = total(m.lstm[0]) / total(m.lstm[1]);
   BOOST_TEST_MESSAGE("lstm 0 / lstm 1 = " << ratio << ", decoder / lstm 1 = " << total(m.decoder) / total(m.lstm[1]));
+  BOOST_TEST(m.decoder.memory_bytes > m.lstm[1].memory_bytes);
+  if (!timings_follow_flops) {
+    BOOST_TEST_MESSAGE("instrumented build: measured times are not compared");
+    return;
+  }
   BOOST_TEST(ratio > 0.4);
   BOOST_TEST(ratio < 2.5);
   // V = 10000, H = 400: the decoder (6 V H FLOPs per row) outweighs an LSTM layer (24 H^2).
   BOOST_TEST(total(m.decoder) > total(m.lstm[1]));
-  BOOST_TEST(m.decoder.memory_bytes > m.lstm[1].memory_bytes);
 
   // The DP balances the stages, so the stage carrying the decoder gets fewer LSTM layers. Layer
   // 0's separate measurement can be off by the factor allowed above on a loaded machine (a TSan

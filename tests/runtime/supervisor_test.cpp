@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <stdexcept>
 #include <string>
@@ -121,6 +122,77 @@ BOOST_AUTO_TEST_CASE(the_restart_limit_counts_failures_of_any_child_and_then_sto
     auto n = sys.request<int>(c, 5s, count_query{});
     BOOST_TEST(!await(n).has_value());  // every child stopped with its supervisor
   }
+}
+
+/// Spawns a watcher that fulfils the returned future once every one of `children` has terminated.
+static std::future<void> all_terminated(strata::actor_system& sys, const std::vector<strata::actor_ref>& children) {
+  strata::test::shared_promise<void> all_down;
+  auto f = all_down.future();
+  sys.spawn([children, p = all_down.p](strata::actor& self) -> strata::behavior {
+    for (auto& c : children) self.monitor(c);
+    return {[&self, p, left = std::make_shared<std::size_t>(children.size())](const strata::down_msg&) {
+      if (--*left == 0) {
+        p->set_value();
+        self.quit();
+      }
+    }};
+  });
+  return f;
+}
+
+/// Busy-waits `us` microseconds (a sleep would be far coarser than the races below).
+static void spin_for(int us) {
+  const auto until = std::chrono::steady_clock::now() + std::chrono::microseconds(us);
+  while (std::chrono::steady_clock::now() < until) {
+  }
+}
+
+BOOST_AUTO_TEST_CASE(children_spawned_just_before_their_supervisor_stops_terminate_with_it) {
+  // The supervisor learns of a child from a message; stopped before it has read that message, it
+  // must still take the child with it, or the child runs on with nobody to stop it.
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  auto counter = std::make_shared<std::atomic<int>>(0);
+  int rounds = 0;
+  for (int round = 0; round < 200; ++round, ++rounds) {
+    auto sup = sys.spawn_supervisor(strata::restart_policy{.strategy = strata::restart_strategy::all_for_one});
+    std::vector<strata::actor_ref> children;
+    for (int i = 0; i < 3; ++i) children.push_back(sys.spawn_child<member>(sup, strata::spawn_options{}, counter));
+    auto down = all_terminated(sys, children);
+    spin_for(round % 20 * 5);
+    sys.stop(sup);
+    if (down.wait_for(10s) != std::future_status::ready)
+      BOOST_FAIL("round " << round << ": a child of the stopped supervisor never terminated");
+  }
+  BOOST_TEST(rounds == 200);
+}
+
+BOOST_AUTO_TEST_CASE(siblings_suspended_for_a_restart_terminate_when_the_supervisor_stops_first) {
+  // A failure makes the supervisor suspend every sibling; a sibling's note that it is ready may
+  // reach the supervisor's mailbox after the supervisor was told to stop. Such a sibling belongs
+  // to nobody else, so it must terminate with its supervisor, not wait for a restart for ever.
+  // The race is narrow: many rounds, each stopping the supervisor a little later.
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  int rounds = 0;
+  for (int round = 0; round < 200; ++round, ++rounds) {
+    auto sup = sys.spawn_supervisor(strata::restart_policy{
+        .max_restarts = 3, .within = 10s, .strategy = strata::restart_strategy::all_for_one});
+    std::vector<std::shared_ptr<std::atomic<int>>> instances;
+    std::vector<strata::actor_ref> children;
+    for (int i = 0; i < 3; ++i) {
+      instances.push_back(std::make_shared<std::atomic<int>>(0));
+      children.push_back(sys.spawn_child<member>(sup, strata::spawn_options{}, instances.back()));
+    }
+    // A first failure and restart of all three: the supervisor knows every child now.
+    sys.send(children[1], fail_now{});
+    BOOST_REQUIRE(wait_for_instances(instances, 2));
+    auto down = all_terminated(sys, children);
+    sys.send(children[0], fail_now{});
+    spin_for(round % 40 * 5);
+    sys.stop(sup);
+    if (down.wait_for(10s) != std::future_status::ready)
+      BOOST_FAIL("round " << round << ": a child of the stopped supervisor never terminated");
+  }
+  BOOST_TEST(rounds == 200);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
