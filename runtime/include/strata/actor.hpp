@@ -146,6 +146,20 @@ public:
   void then(F on_value, G on_error);
   template <class F>
   void then(F on_value);
+  /// Like `then`, and until the response (or the error) has been handled this actor handles no
+  /// other message: they wait in arrival order and come next (CAF's `await`). A linked actor's
+  /// exit and a stop still act at once. With `no_timeout` and a target that never answers, the
+  /// actor waits for ever: give awaited requests a timeout.
+  template <class F, class G>
+  void await(F on_value, G on_error) {
+    then(std::move(on_value), std::move(on_error));
+    self_->awaited_.push_back(id_);
+  }
+  template <class F>
+  void await(F on_value) {
+    then(std::move(on_value));
+    self_->awaited_.push_back(id_);
+  }
 
 private:
   actor* self_;
@@ -371,6 +385,7 @@ private:
   std::size_t staged_depth_ = 0;                     // earlier_.size() once changes_ apply
   bool current_stashed_ = false;                     // the running handler stashed its message
   std::unordered_map<std::uint64_t, detail::pending_request> pending_;
+  std::vector<std::uint64_t> awaited_;               // requests awaited (request(...).await)
   std::uint64_t next_request_id_ = 0;
   bool promise_taken_ = false;
 };
