@@ -251,6 +251,12 @@ void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
   const std::uint32_t type_id = e->type ? e->type->id : 0;
   switch (e->kind) {
     case message_kind::user: {
+      if (!self.awaited_.empty() && e->type != type_of<exit_msg>()) {
+        // request(...).await: other messages wait until the awaited responses are in.
+        if (c->capacity != 0) c->queued.fetch_add(1, std::memory_order_relaxed);
+        c->deferred.push_back(e);
+        return;
+      }
       if (e->type == type_of<exit_msg>()) {
         auto& m = *static_cast<exit_msg*>(e->payload());
         handle_link_exit(c, m);
@@ -334,6 +340,7 @@ void detail::actor_access::dispatch(actor_cell* c, envelope* e) {
       }
       trace::emit(event_kind::handler_end, c->id, 0, e->msg_id, type_id, 0);
       if (!self.changes_.empty()) self.apply_behavior_changes();
+      if (self.awaited_.empty() && !c->deferred.empty()) requeue_deferred(c);
       delete e;
       return;
     }
@@ -444,7 +451,8 @@ void detail::terminate_actor(actor_cell* c, error reason) noexcept {
     }
     actor_access::cancel_pending(*c->instance);
   }
-  requeue_stash(c);  // stashed messages are discarded with the queued ones, in order
+  requeue_deferred(c);
+  requeue_stash(c);  // stashed (then deferred) messages are discarded with the queued ones, in order
   std::uint64_t discarded = 0;
   const std::string why = "actor " + describe(c) + " terminated before handling the message (" +
                           reason.to_string() + ")";
@@ -525,7 +533,8 @@ bool detail::restart_actor(actor_cell* c) noexcept {
     return false;
   }
   if (c->instance) actor_access::cancel_pending(*c->instance);
-  requeue_stash(c);  // the fresh instance handles what the failed one stashed, first
+  requeue_deferred(c);  // the fresh instance awaits nothing: it handles what the old one deferred,
+  requeue_stash(c);     // after what it stashed
   attach_instance(c, std::move(fresh));
   error failure;
   if (!start_instance(c, failure)) return false;

@@ -16,6 +16,12 @@ void detail::requeue_stash(actor_cell* c) noexcept {
   c->stash.clear();
 }
 
+void detail::requeue_deferred(actor_cell* c) noexcept {
+  if (c->deferred.empty()) return;
+  for (auto it = c->deferred.rbegin(); it != c->deferred.rend(); ++it) c->box.push_front_local(*it);
+  c->deferred.clear();  // still counted in `queued`: nothing to add back
+}
+
 void actor::become(behavior next) {
   changes_.push_back(detail::behavior_change{detail::behavior_change::op::replace, std::move(next)});
 }

@@ -48,6 +48,9 @@ struct actor_cell : cell_base {
   // Messages the instance stashed (owned by the running thread; oldest first), and their bound.
   std::vector<envelope*> stash;
   std::size_t stash_capacity = 0;
+  // User messages that arrived while the instance awaited a response (request(...).await):
+  // oldest first, owned by the running thread, still counted against a bounded mailbox.
+  std::vector<envelope*> deferred;
 
   // Guarded by `mu`: termination state, watchers and links.
   std::mutex mu;
@@ -91,6 +94,8 @@ void terminate_actor(actor_cell* cell, error reason) noexcept;
 
 /// Puts the stashed messages back at the front of the mailbox, in stash order (owner only).
 void requeue_stash(actor_cell* cell) noexcept;
+/// Puts the messages deferred during an await back at the front of the mailbox, in order.
+void requeue_deferred(actor_cell* cell) noexcept;
 
 /// Makes `cell` a fresh instance from its factory and resumes it (the supervisor's restart).
 bool restart_actor(actor_cell* cell) noexcept;

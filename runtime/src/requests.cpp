@@ -68,6 +68,7 @@ void actor::handle_response(detail::envelope& e) {
   }
   detail::pending_request entry = std::move(it->second);
   pending_.erase(it);
+  if (!awaited_.empty()) std::erase(awaited_, e.request_id);
   detail::cancel_timer(entry.timer);
   if (e.kind == message_kind::error_response) {
     call_error(entry, *static_cast<error*>(e.payload()));
@@ -84,6 +85,7 @@ void actor::handle_timeout(std::uint64_t request_id) {
   if (it == pending_.end()) return;  // answered meanwhile
   detail::pending_request entry = std::move(it->second);
   pending_.erase(it);
+  if (!awaited_.empty()) std::erase(awaited_, request_id);
   call_error(entry, error(errc::request_timeout, "request #" + std::to_string(request_id) + " of actor " +
                                                      describe(cell_) + " timed out without a response"));
 }

@@ -43,13 +43,15 @@ struct word_count {
 
 // ---- 2. A class-based actor: private state, handlers returned by make_behavior(). ------------
 // `protocol` lists what it handles; handles to it are then typed, and sending it anything else
-// does not compile.
+// does not compile. An entry written `R(T)` also says what answers T: a request through a typed
+// handle then returns R without naming it, and `typed_behavior` checks the handlers against the
+// protocol when this compiles (a missing handler or another reply type is an error).
 class counter : public strata::actor {
 public:
-  using protocol = strata::protocol<word, top_words>;
+  using protocol = strata::protocol<word, std::vector<word_count>(top_words)>;
 
   strata::behavior make_behavior() override {
-    return {
+    return strata::typed_behavior<protocol>{
         // A handler that returns nothing: a one-way message.
         [this](const word& w) { ++counts_[w.text]; },
         // A handler that returns a value: it answers requests.
@@ -140,13 +142,13 @@ int main(int argc, char** argv) {
     std::fprintf(stderr, "custom_actors: the parser did not answer: %s\n", r.error().to_string().c_str());
     return 1;
   }
-  auto top = system.request<std::vector<word_count>>(words, 10s, top_words{3}).get();
+  auto top = system.request(words, 10s, top_words{3}).get();
   if (!top) {
     std::fprintf(stderr, "custom_actors: the counter did not answer: %s\n", top.error().to_string().c_str());
     return 1;
   }
   int counted = 0;
-  auto all = system.request<std::vector<word_count>>(words, 10s, top_words{100}).get();
+  auto all = system.request(words, 10s, top_words{100}).get();
   for (const auto& wc : *all) counted += wc.count;
   std::printf("parsed %d lines; %d words counted (expected %d); parser started %d times\n", lines, counted,
               expected_words, starts->load());

@@ -2,16 +2,13 @@
 
 #include <utility>
 
-#include "session.hpp"
 
 namespace strata::kvstore {
 
 client::client(actor_system& system, actor_ref store, std::chrono::nanoseconds timeout)
-    : system_(&system), store_(std::move(store)), timeout_(timeout) {
-  session_ = internal::spawn_session(system, store_, timeout_);
-}
+    : store_(std::move(store)), timeout_(timeout), session_(std::make_unique<requester>(system, "kvstore-client")) {}
 
-client::~client() { (void)system_->send(session_, detail::session_close{}); }
+client::~client() = default;
 
 client::done client::init(kvstore::key key, tensor value) {
   return init(std::vector<kvstore::key>{std::move(key)}, std::vector<tensor>{std::move(value)});
@@ -109,13 +106,7 @@ client::done client::set_optimizer(kernels::adam_options options, kvstore::lr_sc
 std::future<expected<std::uint64_t>> client::version(kvstore::key key) {
   return call<std::uint64_t>(kvstore::version{std::move(key)});
 }
-client::done client::barrier() {
-  auto promise = std::make_shared<std::promise<expected<unit_t>>>();
-  auto future = promise->get_future();
-  auto sent = system_->send(session_, detail::session_barrier{promise});
-  if (!sent) promise->set_value(expected<unit_t>(sent.error()));
-  return future;
-}
+client::done client::barrier() { return session_->barrier(); }
 std::future<expected<bool>> client::is_capable(std::string capability) {
   return call<bool>(kvstore::is_capable{std::move(capability)});
 }

@@ -5,7 +5,6 @@
 #include <utility>
 
 #include "router.hpp"
-#include "session.hpp"
 #include "store.hpp"
 
 namespace strata::kvstore {

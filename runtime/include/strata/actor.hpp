@@ -146,6 +146,20 @@ public:
   void then(F on_value, G on_error);
   template <class F>
   void then(F on_value);
+  /// Like `then`, and until the response (or the error) has been handled this actor handles no
+  /// other message: they wait in arrival order and come next (CAF's `await`). A linked actor's
+  /// exit and a stop still act at once. With `no_timeout` and a target that never answers, the
+  /// actor waits for ever: give awaited requests a timeout.
+  template <class F, class G>
+  void await(F on_value, G on_error) {
+    then(std::move(on_value), std::move(on_error));
+    self_->awaited_.push_back(id_);
+  }
+  template <class F>
+  void await(F on_value) {
+    then(std::move(on_value));
+    self_->awaited_.push_back(id_);
+  }
 
 private:
   actor* self_;
@@ -225,7 +239,15 @@ public:
   template <class R, class P, class T>
   request_handle<R> request(const typed_actor<P>& to, std::chrono::nanoseconds timeout, T&& msg) {
     static_assert(P::template handles<T>, "the receiver's protocol does not handle this message type");
+    static_assert(P::template answers_with<T, R>, "the receiver's protocol answers this message with another type");
     return request<R>(to.ref(), timeout, std::forward<T>(msg));
+  }
+  /// Through a typed handle whose protocol declares the reply (`R(T)`), `R` is not named:
+  /// `request(calc, 1s, add{1, 2}).then([](int& sum) { ... })`.
+  template <class P, class T>
+    requires(P::template declares_reply<T>)
+  auto request(const typed_actor<P>& to, std::chrono::nanoseconds timeout, T&& msg) {
+    return request<typename P::template reply_to<T>>(to.ref(), timeout, std::forward<T>(msg));
   }
 
   /// Fan-out: sends a copy of `msg` as a request to every target and continues, through
@@ -363,6 +385,7 @@ private:
   std::size_t staged_depth_ = 0;                     // earlier_.size() once changes_ apply
   bool current_stashed_ = false;                     // the running handler stashed its message
   std::unordered_map<std::uint64_t, detail::pending_request> pending_;
+  std::vector<std::uint64_t> awaited_;               // requests awaited (request(...).await)
   std::uint64_t next_request_id_ = 0;
   bool promise_taken_ = false;
 };
@@ -432,29 +455,33 @@ template <class R>
 void reply_with(actor& self, envelope& request, R&& result) {
   using value = std::remove_cvref_t<R>;
   if (self.current_stashed_) return;  // answered when the stash re-delivers it
-  if (request.request_id == 0 || !request.sender) {
-    count_unanswered_result();
-    return;
-  }
-  if (self.promise_taken_) {
-    self.promise_taken_ = false;
-    return;
-  }
-  envelope* e;
-  if constexpr (is_expected<value>::value) {
-    if (result.has_value()) {
-      if constexpr (std::is_void_v<typename value::value_type>) e = new typed_envelope<unit_t>();
-      else e = new typed_envelope<typename value::value_type>(std::move(*result));
-      e->kind = message_kind::response;
-    } else {
-      e = new typed_envelope<error>(result.error());
-      e->kind = message_kind::error_response;
-    }
+  if constexpr (is_response_promise<value>::value) {
+    self.promise_taken_ = false;  // the returned promise answers the request itself
   } else {
-    e = new typed_envelope<value>(std::forward<R>(result));
-    e->kind = message_kind::response;
+    if (request.request_id == 0 || !request.sender) {
+      count_unanswered_result();
+      return;
+    }
+    if (self.promise_taken_) {
+      self.promise_taken_ = false;
+      return;
+    }
+    envelope* e;
+    if constexpr (is_expected<value>::value) {
+      if (result.has_value()) {
+        if constexpr (std::is_void_v<typename value::value_type>) e = new typed_envelope<unit_t>();
+        else e = new typed_envelope<typename value::value_type>(std::move(*result));
+        e->kind = message_kind::response;
+      } else {
+        e = new typed_envelope<error>(result.error());
+        e->kind = message_kind::error_response;
+      }
+    } else {
+      e = new typed_envelope<value>(std::forward<R>(result));
+      e->kind = message_kind::response;
+    }
+    self.send_response(request, e);
   }
-  self.send_response(request, e);
 }
 }  // namespace detail
 

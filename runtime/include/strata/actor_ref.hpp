@@ -79,12 +79,49 @@ private:
   detail::cell_base* cell_ = nullptr;
 };
 
-/// The list of message types an actor handles, for typed handles:
-/// `using protocol = strata::protocol<ping, stop_work>;` inside the actor class.
-template <class... Messages>
+namespace detail {
+/// The reply of a protocol entry that names none (a plain message type).
+struct undeclared_reply {};
+/// One protocol entry: a message type `T`, or `R(T)` for "T, answered with R".
+template <class E>
+struct protocol_entry {
+  using message = E;
+  using reply = undeclared_reply;
+};
+template <class R, class T>
+struct protocol_entry<R(T)> {
+  using message = std::remove_cvref_t<T>;
+  using reply = R;
+};
+template <class T, class... Entries>
+struct reply_lookup {
+  using type = undeclared_reply;
+};
+template <class T, class E, class... Rest>
+struct reply_lookup<T, E, Rest...> {
+  using type = std::conditional_t<std::is_same_v<typename protocol_entry<E>::message, T>,
+                                  typename protocol_entry<E>::reply, typename reply_lookup<T, Rest...>::type>;
+};
+}  // namespace detail
+
+/// The messages an actor handles, for typed handles: `using protocol = strata::protocol<...>;`
+/// inside the actor class. An entry is a message type (`stop_work`) or, as a function type, a
+/// message with the type that answers it (`pong(ping)`, `void(reset)`): requests through a typed
+/// handle then return that type without naming it, and a `typed_behavior` that answers with
+/// another type does not compile.
+template <class... Entries>
 struct protocol {
   template <class T>
-  static constexpr bool handles = (std::is_same_v<std::remove_cvref_t<T>, Messages> || ...);
+  static constexpr bool handles =
+      (std::is_same_v<std::remove_cvref_t<T>, typename detail::protocol_entry<Entries>::message> || ...);
+  /// The reply declared for `T` (`R` of an entry `R(T)`), or `detail::undeclared_reply`.
+  template <class T>
+  using reply_to = typename detail::reply_lookup<std::remove_cvref_t<T>, Entries...>::type;
+  template <class T>
+  static constexpr bool declares_reply = !std::is_same_v<reply_to<T>, detail::undeclared_reply>;
+  /// True if a request for `T` may expect `R`: the declared reply, or any where none is declared.
+  template <class T, class R>
+  static constexpr bool answers_with = !declares_reply<T> || std::is_same_v<reply_to<T>, R>;
 };
 
 template <class Protocol>
@@ -92,10 +129,10 @@ class typed_actor;
 
 /// A handle that knows its actor's protocol: sending a type outside the protocol through it does
 /// not compile. Converts implicitly to `actor_ref` for monitoring, linking and comparisons.
-template <class... Messages>
-class typed_actor<protocol<Messages...>> {
+template <class... Entries>
+class typed_actor<protocol<Entries...>> {
 public:
-  using protocol_type = protocol<Messages...>;
+  using protocol_type = protocol<Entries...>;
   typed_actor() = default;
   explicit typed_actor(actor_ref ref) noexcept : ref_(std::move(ref)) {}
 

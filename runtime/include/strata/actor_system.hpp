@@ -121,7 +121,7 @@ template <class P>
 struct protocol_metas;
 template <class... Ms>
 struct protocol_metas<protocol<Ms...>> {
-  static std::vector<const type_meta*> get() { return {type_of<Ms>()...}; }
+  static std::vector<const type_meta*> get() { return {type_of<typename protocol_entry<Ms>::message>()...}; }
 };
 /// The message types `T`'s first behavior must handle: its protocol's, if it declares one.
 template <class T>
@@ -246,7 +246,14 @@ public:
   template <class R, class P, class T>
   auto request(const typed_actor<P>& to, std::chrono::nanoseconds timeout, T msg) {
     static_assert(P::template handles<T>, "the receiver's protocol does not handle this message type");
+    static_assert(P::template answers_with<T, R>, "the receiver's protocol answers this message with another type");
     return request<R>(to.ref(), timeout, std::move(msg));
+  }
+  /// Through a typed handle whose protocol declares the reply (`R(T)`), `R` is not named.
+  template <class P, class T>
+    requires(P::template declares_reply<T>)
+  auto request(const typed_actor<P>& to, std::chrono::nanoseconds timeout, T msg) {
+    return request<typename P::template reply_to<T>>(to.ref(), timeout, std::move(msg));
   }
 
   /// Delivers `msg` to `to` after `delay`; cancellable.

@@ -210,6 +210,7 @@ template <class R, class P, class T>
 select_all_handle<R> actor::select_all(const std::vector<typed_actor<P>>& targets, std::chrono::nanoseconds timeout,
                                        const T& msg) {
   static_assert(P::template handles<T>, "the receivers' protocol does not handle this message type");
+  static_assert(P::template answers_with<T, R>, "the receivers' protocol answers this message with another type");
   return select_all<R>(std::vector<actor_ref>(targets.begin(), targets.end()), timeout, msg);
 }
 
@@ -227,6 +228,7 @@ template <class R, class P, class T>
 select_any_handle<R> actor::select_any(const std::vector<typed_actor<P>>& targets, std::chrono::nanoseconds timeout,
                                        const T& msg) {
   static_assert(P::template handles<T>, "the receivers' protocol does not handle this message type");
+  static_assert(P::template answers_with<T, R>, "the receivers' protocol answers this message with another type");
   return select_any<R>(std::vector<actor_ref>(targets.begin(), targets.end()), timeout, msg);
 }
 

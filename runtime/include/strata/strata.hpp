@@ -9,5 +9,6 @@
 #include "strata/error.hpp"
 #include "strata/group.hpp"
 #include "strata/message.hpp"
+#include "strata/requester.hpp"
 #include "strata/trace.hpp"
 #include "strata/type_meta.hpp"

@@ -11,6 +11,7 @@
 #include <initializer_list>
 #include <memory>
 #include <string>
+#include <type_traits>
 #include <variant>
 #include <vector>
 
@@ -23,6 +24,7 @@
 #include "strata/kernels/optimizers.hpp"
 #include "strata/kvstore/lr_scheduler.hpp"
 #include "strata/message.hpp"
+#include "strata/requester.hpp"
 #include "strata/kvstore/compression.hpp"
 #include "strata/kvstore/row_sparse.hpp"
 
@@ -285,8 +287,8 @@ expected<actor_ref> create(actor_system& system, const std::string& name, kvstor
 /// of `expected<...>` (failed replies carry one sentence naming the key and what was wrong).
 ///
 /// Calls made through one client reach the store in call order, so a pull issued after a push
-/// sees that push (the client forwards through one session actor; `actor_system::request` alone
-/// would not keep the order). Thread-safe; calls from several threads are ordered per thread.
+/// sees that push (the client calls through one `strata::requester`; `actor_system::request`
+/// alone would not keep the order). Thread-safe; calls from several threads are ordered per thread.
 ///
 /// \code
 ///   strata::actor_system sys;
@@ -302,7 +304,7 @@ public:
   using tensors = std::future<expected<std::vector<tensor>>>;
 
   client(actor_system& system, actor_ref store, std::chrono::nanoseconds timeout = std::chrono::seconds(60));
-  /// Lets the session actor finish the calls in flight, then stop.
+  /// The calls in flight still complete (the requester's actor stops once they are answered).
   ~client();
   client(const kvstore::client&) = delete;
   kvstore::client& operator=(const kvstore::client&) = delete;
@@ -375,34 +377,14 @@ private:
   template <class R, class M>
   std::future<expected<R>> call(M msg);
 
-  actor_system* system_;
   actor_ref store_;
-  actor_ref session_;
   std::chrono::nanoseconds timeout_;
+  std::unique_ptr<requester> session_;
 };
-
-namespace detail {
-/// A call forwarded by a `kvstore::client`'s session actor (runtime-internal).
-template <class R, class M>
-struct call {
-  M msg;
-  std::shared_ptr<std::promise<expected<R>>> promise;
-};
-/// Asks a session actor to stop once its calls in flight are answered.
-struct session_close {};
-/// Asks a session actor to set `promise` once the calls it took before have been answered.
-struct session_barrier {
-  std::shared_ptr<std::promise<expected<unit_t>>> promise;
-};
-}  // namespace detail
 
 template <class R, class M>
 std::future<expected<R>> client::call(M msg) {
-  auto promise = std::make_shared<std::promise<expected<R>>>();
-  auto future = promise->get_future();
-  auto sent = system_->send(session_, detail::call<R, M>{std::move(msg), promise});
-  if (!sent) promise->set_value(expected<R>(sent.error()));
-  return future;
+  return session_->request<std::conditional_t<std::is_same_v<R, unit_t>, void, R>>(store_, timeout_, std::move(msg));
 }
 
 }  // namespace strata::kvstore

@@ -262,10 +262,25 @@ struct declared {
 };
 template <class T>
 struct protocol_types;
-template <class... M>
-struct protocol_types<protocol<M...>> {
-  static constexpr bool all_wire = (wire_type<M> && ...);
-  static bool declare() { return (declared<M>::value && ...); }
+/// A protocol entry's message, and its declared reply unless that is none or void.
+template <class E>
+struct entry_types {
+  using message = typename protocol_entry<E>::message;
+  using reply = typename protocol_entry<E>::reply;
+  static constexpr bool reply_crosses = !std::is_same_v<reply, undeclared_reply> && !std::is_void_v<reply>;
+  static constexpr bool all_wire = [] {
+    if constexpr (reply_crosses) return wire_type<message> && wire_type<reply>;
+    else return wire_type<message>;
+  }();
+  static bool declare() {
+    if constexpr (reply_crosses) return declared<message>::value && declared<reply>::value;
+    else return declared<message>::value;
+  }
+};
+template <class... E>
+struct protocol_types<protocol<E...>> {
+  static constexpr bool all_wire = (entry_types<E>::all_wire && ...);
+  static bool declare() { return (entry_types<E>::declare() && ...); }
 };
 }  // namespace detail
 
