@@ -151,15 +151,9 @@ public:
   /// exit and a stop still act at once. With `no_timeout` and a target that never answers, the
   /// actor waits for ever: give awaited requests a timeout.
   template <class F, class G>
-  void await(F on_value, G on_error) {
-    then(std::move(on_value), std::move(on_error));
-    self_->awaited_.push_back(id_);
-  }
+  void await(F on_value, G on_error);
   template <class F>
-  void await(F on_value) {
-    then(std::move(on_value));
-    self_->awaited_.push_back(id_);
-  }
+  void await(F on_value);
 
 private:
   actor* self_;
@@ -438,6 +432,20 @@ void request_handle<R>::then(F on_value) {
     value_fn = [f = std::move(on_value)](void*) mutable { f(); };
   }
   self_->set_request_callbacks(id_, std::move(value_fn), nullptr);
+}
+
+template <class R>
+template <class F, class G>
+void request_handle<R>::await(F on_value, G on_error) {
+  then(std::move(on_value), std::move(on_error));
+  self_->awaited_.push_back(id_);
+}
+
+template <class R>
+template <class F>
+void request_handle<R>::await(F on_value) {
+  then(std::move(on_value));
+  self_->awaited_.push_back(id_);
 }
 
 template <class R>

@@ -265,9 +265,9 @@ struct protocol_types;
 /// A protocol entry's message, and its declared reply unless that is none or void.
 template <class E>
 struct entry_types {
-  using message = typename protocol_entry<E>::message;
-  using reply = typename protocol_entry<E>::reply;
-  static constexpr bool reply_crosses = !std::is_same_v<reply, undeclared_reply> && !std::is_void_v<reply>;
+  using message = typename strata::detail::protocol_entry<E>::message;
+  using reply = typename strata::detail::protocol_entry<E>::reply;
+  static constexpr bool reply_crosses = !std::is_same_v<reply, strata::detail::undeclared_reply> && !std::is_void_v<reply>;
   static constexpr bool all_wire = [] {
     if constexpr (reply_crosses) return wire_type<message> && wire_type<reply>;
     else return wire_type<message>;
