@@ -38,7 +38,8 @@ actor_ref spawn_requester(actor_system& system, std::string name);
 /// error (timeout, failed reply, undeliverable, or the system shutting down first).
 /// `barrier()` resolves once everything requested before it has been answered. Destroying the
 /// requester does not cancel its requests: its actor stops once they are answered. Calls from one
-/// thread keep their order; calls from several threads are each in order per thread.
+/// thread keep their order; calls from several threads are each in order per thread. Destroy a
+/// requester before its actor_system (it holds a pointer to it).
 ///
 /// \code
 ///   strata::requester caller(sys);
