@@ -9,6 +9,7 @@
 #include <stdexcept>
 #include <string>
 #include <thread>
+#include <utility>
 #include <vector>
 
 #include "strata/strata.hpp"
@@ -51,6 +52,21 @@ bool wait_for_instances(const std::vector<std::shared_ptr<std::atomic<int>>>& co
   }
 }
 
+/// Spawns `n` members under `sup`, each counting its constructions in its own counter; names them
+/// "member-i" if `named`.
+std::pair<std::vector<strata::actor_ref>, std::vector<std::shared_ptr<std::atomic<int>>>> spawn_members(
+    strata::actor_system& sys, const strata::actor_ref& sup, int n, bool named) {
+  std::vector<strata::actor_ref> children;
+  std::vector<std::shared_ptr<std::atomic<int>>> instances;
+  for (int i = 0; i < n; ++i) {
+    instances.push_back(std::make_shared<std::atomic<int>>(0));
+    strata::spawn_options options;
+    if (named) options.name = "member-" + std::to_string(i);
+    children.push_back(sys.spawn_child<member>(sup, std::move(options), instances.back()));
+  }
+  return {std::move(children), std::move(instances)};
+}
+
 }  // namespace
 
 BOOST_AUTO_TEST_SUITE(all_for_one_supervisor)
@@ -59,13 +75,7 @@ BOOST_AUTO_TEST_CASE(a_failed_child_restarts_every_child_behind_the_same_handles
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   auto sup = sys.spawn_supervisor(strata::restart_policy{
       .max_restarts = 3, .within = 10s, .strategy = strata::restart_strategy::all_for_one});
-  std::vector<std::shared_ptr<std::atomic<int>>> instances;
-  std::vector<strata::actor_ref> children;
-  for (int i = 0; i < 3; ++i) {
-    instances.push_back(std::make_shared<std::atomic<int>>(0));
-    children.push_back(sys.spawn_child<member>(sup, strata::spawn_options{.name = "member-" + std::to_string(i)},
-                                               instances.back()));
-  }
+  auto [children, instances] = spawn_members(sys, sup, 3, true);
   for (auto& c : children)
     for (int k = 0; k < 4; ++k) sys.send(c, k);
   for (auto& c : children) {
@@ -101,13 +111,7 @@ BOOST_AUTO_TEST_CASE(the_restart_limit_counts_failures_of_any_child_and_then_sto
       self.quit();
     }};
   });
-  std::vector<std::shared_ptr<std::atomic<int>>> instances;
-  std::vector<strata::actor_ref> children;
-  for (int i = 0; i < 2; ++i) {
-    instances.push_back(std::make_shared<std::atomic<int>>(0));
-    children.push_back(sys.spawn_child<member>(sup, strata::spawn_options{.name = "member-" + std::to_string(i)},
-                                               instances.back()));
-  }
+  auto [children, instances] = spawn_members(sys, sup, 2, true);
   // Two failures of different children: within the limit of two for the group.
   sys.send(children[0], fail_now{});
   BOOST_REQUIRE(wait_for_instances(instances, 2));
@@ -176,12 +180,7 @@ BOOST_AUTO_TEST_CASE(siblings_suspended_for_a_restart_terminate_when_the_supervi
   for (int round = 0; round < 200; ++round, ++rounds) {
     auto sup = sys.spawn_supervisor(strata::restart_policy{
         .max_restarts = 3, .within = 10s, .strategy = strata::restart_strategy::all_for_one});
-    std::vector<std::shared_ptr<std::atomic<int>>> instances;
-    std::vector<strata::actor_ref> children;
-    for (int i = 0; i < 3; ++i) {
-      instances.push_back(std::make_shared<std::atomic<int>>(0));
-      children.push_back(sys.spawn_child<member>(sup, strata::spawn_options{}, instances.back()));
-    }
+    auto [children, instances] = spawn_members(sys, sup, 3, false);
     // A first failure and restart of all three: the supervisor knows every child now.
     sys.send(children[1], fail_now{});
     BOOST_REQUIRE(wait_for_instances(instances, 2));
