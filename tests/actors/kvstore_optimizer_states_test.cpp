@@ -8,6 +8,7 @@
 
 #include <unistd.h>
 
+#include <cmath>
 #include <filesystem>
 #include <fstream>
 #include <random>
@@ -151,6 +152,88 @@ BOOST_FIXTURE_TEST_CASE(bad_optimizer_states_requests_fail_with_one_sentence_and
   }
   std::filesystem::remove(values);
   std::filesystem::remove(states);
+}
+
+
+namespace {
+
+/// torch.optim's Adam (no weight decay) and SGD with momentum in float64: the reference the
+/// store's float32 updates are checked against, with the rate of each step given.
+struct reference_optimizer {
+  bool adam = true;
+  double beta1 = 0.9, beta2 = 0.999, eps = 1e-8, momentum = 0.9;
+  std::vector<double> p, m, v;
+  int t = 0;
+  void step(const std::vector<float>& g, double lr) {
+    if (m.empty()) m.assign(p.size(), 0.0), v.assign(p.size(), 0.0);
+    ++t;
+    for (std::size_t i = 0; i < p.size(); ++i) {
+      if (!adam) {  // buf = momentum * buf + g (the first step: buf = g), p -= lr * buf
+        m[i] = t == 1 ? g[i] : momentum * m[i] + g[i];
+        p[i] -= lr * m[i];
+        continue;
+      }
+      m[i] = beta1 * m[i] + (1 - beta1) * g[i];
+      v[i] = beta2 * v[i] + (1 - beta2) * double(g[i]) * g[i];
+      const double mhat = m[i] / (1 - std::pow(beta1, t)), vhat = v[i] / (1 - std::pow(beta2, t));
+      p[i] -= lr * mhat / (std::sqrt(vhat) + eps);
+    }
+  }
+};
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_CASE(set_learning_rate_changes_the_rate_and_keeps_every_keys_state, fixture) {
+  for (const bool adam : {true, false})
+    for (const auto& opts : stores()) {
+      BOOST_TEST_CONTEXT((adam ? "adam" : "sgd momentum") << ", " << opts.shards << " shards") {
+        const auto initial = random(40);
+        kv::client store(sys, kv::spawn(sys, opts));
+        BOOST_REQUIRE(await(store.init(2, make(initial, shape_b))).has_value());
+        if (adam) BOOST_REQUIRE(await(store.set_optimizer(strata::kernels::adam_options{.lr = 0.01})).has_value());
+        else BOOST_REQUIRE(await(store.set_optimizer(strata::kernels::sgd_options{.lr = 0.1, .momentum = 0.9})).has_value());
+        reference_optimizer ref{.adam = adam};
+        ref.p.assign(initial.begin(), initial.end());
+        double lr = adam ? 0.01 : 0.1;
+        for (int step = 0; step < 9; ++step) {
+          if (step == 3 || step == 6) {  // two changes of rate, the state kept across both
+            lr = step == 3 ? lr * 0.3 : lr * 2.5;
+            BOOST_REQUIRE(await(store.set_learning_rate(lr)).has_value());
+            // Refused rates change nothing: the next push still runs at `lr`.
+            BOOST_TEST(!await(store.set_learning_rate(-1.0)).has_value());
+            BOOST_TEST(!await(store.set_learning_rate(std::nan(""))).has_value());
+          }
+          const auto g = random(40);
+          BOOST_REQUIRE(await(store.push(2, make(g, shape_b))).has_value());
+          ref.step(g, lr);
+        }
+        const auto got = value_of(store, 2, shape_b);
+        for (std::size_t i = 0; i < got.size(); ++i) BOOST_TEST(got[i] == ref.p[i], boost::test_tools::tolerance(1e-4));
+      }
+    }
+}
+
+BOOST_FIXTURE_TEST_CASE(set_learning_rate_without_an_optimizer_or_beside_a_scheduler_fails_with_one_sentence, fixture) {
+  for (const auto& opts : stores()) {
+    BOOST_TEST_CONTEXT(opts.shards << " shards") {
+      kv::client store(sys, kv::spawn(sys, opts));
+      BOOST_REQUIRE(await(store.init(2, make(random(40), shape_b))).has_value());
+      auto none = await(store.set_learning_rate(0.1));  // the default rule (assign) has no rate
+      BOOST_REQUIRE(!none.has_value());
+      BOOST_TEST(none.error().message().find("has no optimizer") != std::string::npos, none.error().message());
+      BOOST_REQUIRE(await(store.set_optimizer(strata::kernels::adam_options{.lr = 0.01},
+                                              kv::factor_scheduler{.step = 2, .factor = 0.5, .base_lr = 0.01}))
+                        .has_value());
+      auto scheduled = await(store.set_learning_rate(0.1));
+      BOOST_REQUIRE(!scheduled.has_value());
+      BOOST_TEST(scheduled.error().message().find("scheduler") != std::string::npos, scheduled.error().message());
+      auto negative = await(store.set_learning_rate(-0.5));
+      BOOST_REQUIRE(!negative.has_value());
+      BOOST_TEST(negative.error().message().find("is not a learning rate") != std::string::npos);
+      BOOST_REQUIRE(await(store.set_updater(kv::updater{})).has_value());  // back to assign
+      BOOST_TEST(!await(store.set_learning_rate(0.1)).has_value());
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -49,7 +49,7 @@ bool share_one(const std::vector<T>& a, const std::vector<T>& b) {
 
 const void* allocation_of(const tensor& t) noexcept { return t.storage().impl().get(); }
 
-// Init, set_updater, set_optimizer, save and load (and their shard forms) are barriers.
+// Init, set_updater, set_optimizer, set_learning_rate, save and load (and their shard forms) are barriers.
 admission_ticket ticket_of(const kvstore::init& m) { return {"init", 0, true, m.keys, {}, {}}; }
 admission_ticket ticket_of(const kvstore::push& m) {
   return {"push", m.priority, false, m.keys, allocations(m.values), {}};
@@ -70,6 +70,7 @@ admission_ticket ticket_of(const kvstore::set_optimizer&) { return {"set_optimiz
 admission_ticket ticket_of(const kvstore::set_gradient_compression&) {
   return {"set_gradient_compression", 0, true, {}, {}, {}};
 }
+admission_ticket ticket_of(const kvstore::set_learning_rate&) { return {"set_learning_rate", 0, true, {}, {}, {}}; }
 admission_ticket ticket_of(const kvstore::version& m) { return {"version", 0, false, {m.key}, {}, {}}; }
 admission_ticket ticket_of(const kvstore::save&) { return {"save", 0, true, {}, {}, {}}; }
 admission_ticket ticket_of(const kvstore::load&) { return {"load", 0, true, {}, {}, {}}; }

@@ -36,6 +36,7 @@ admission_ticket ticket_of(const kvstore::broadcast& m);
 admission_ticket ticket_of(const kvstore::set_updater& m);
 admission_ticket ticket_of(const kvstore::set_optimizer& m);
 admission_ticket ticket_of(const kvstore::set_gradient_compression& m);
+admission_ticket ticket_of(const kvstore::set_learning_rate& m);
 admission_ticket ticket_of(const kvstore::version& m);
 admission_ticket ticket_of(const kvstore::save& m);
 admission_ticket ticket_of(const kvstore::load& m);

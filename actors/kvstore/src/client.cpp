@@ -103,6 +103,7 @@ client::done client::set_optimizer(kernels::sgd_options options, kvstore::lr_sch
 client::done client::set_optimizer(kernels::adam_options options, kvstore::lr_scheduler scheduler) {
   return call<unit_t>(kvstore::set_optimizer{options, std::move(scheduler)});
 }
+client::done client::set_learning_rate(double lr) { return call<unit_t>(kvstore::set_learning_rate{lr}); }
 std::future<expected<std::uint64_t>> client::version(kvstore::key key) {
   return call<std::uint64_t>(kvstore::version{std::move(key)});
 }

@@ -107,6 +107,7 @@ public:
         serve(&kvstore_router::on_broadcast_request),
         serve(&kvstore_router::on_broadcast<kvstore::set_updater>),
         serve(&kvstore_router::on_broadcast<kvstore::set_optimizer>),
+        serve(&kvstore_router::on_broadcast<kvstore::set_learning_rate>),
         serve(&kvstore_router::on_broadcast<kvstore::set_gradient_compression>),
         serve(&kvstore_router::on_version),
         serve(&kvstore_router::on_save),
@@ -261,6 +262,11 @@ private:
   bool on_broadcast(M& m, response_promise<unit_t>& p, std::uint64_t) {
     if constexpr (std::is_same_v<M, kvstore::set_optimizer>) optimizer_ = optimizer_setting{m.options, m.scheduler};
     if constexpr (std::is_same_v<M, kvstore::set_updater>) optimizer_.reset();
+    if constexpr (std::is_same_v<M, kvstore::set_learning_rate>) {
+      const bool scheduled = optimizer_ && !std::holds_alternative<std::monostate>(optimizer_->scheduler);
+      if (auto r = check_learning_rate(m.lr, optimizer_.has_value(), scheduled); !r) return p.deliver(r.error()), true;
+      std::visit([&m](auto& o) { o.lr = m.lr; }, optimizer_->options);
+    }
     auto g = gather(answer(p));
     for (std::size_t s = 0; s < shards_.size(); ++s) ask(s, m, g);
     g->start();

@@ -33,6 +33,7 @@ behavior kvstore_actor::make_behavior() {
       admitted(&kvstore_actor::on_broadcast),
       admitted(&kvstore_actor::on_set_updater),
       admitted(&kvstore_actor::on_set_optimizer),
+      admitted(&kvstore_actor::on_set_learning_rate),
       admitted(&kvstore_actor::on_set_gradient_compression),
       admitted(&kvstore_actor::on_version),
       admitted(&kvstore_actor::on_save),
@@ -184,6 +185,20 @@ expected<void> kvstore_actor::on_set_optimizer(kvstore::set_optimizer& m, respon
   std::visit([this](const auto& o) { rule_ = o; }, m.options);
   scheduler_ = m.scheduler;
   for (auto& [key, state] : keys_) state.optimizer_state.clear();  // a new optimizer starts fresh
+  p.deliver(unit);
+  return {};
+}
+
+expected<void> kvstore_actor::on_set_learning_rate(kvstore::set_learning_rate& m, response_promise<unit_t>& p) {
+  const bool has_optimizer =
+      std::holds_alternative<kernels::sgd_options>(rule_) || std::holds_alternative<kernels::adam_options>(rule_);
+  if (auto r = check_learning_rate(m.lr, has_optimizer, !std::holds_alternative<std::monostate>(scheduler_)); !r)
+    return r;
+  std::visit(
+      [&m](auto& rule) {
+        if constexpr (requires { rule.lr; }) rule.lr = m.lr;
+      },
+      rule_);
   p.deliver(unit);
   return {};
 }

@@ -95,6 +95,7 @@ private:
   expected<void> on_broadcast(kvstore::broadcast& m, response_promise<std::vector<tensor>>& p);
   expected<void> on_set_updater(kvstore::set_updater& m, response_promise<unit_t>& p);
   expected<void> on_set_optimizer(kvstore::set_optimizer& m, response_promise<unit_t>& p);
+  expected<void> on_set_learning_rate(kvstore::set_learning_rate& m, response_promise<unit_t>& p);
   expected<void> on_set_gradient_compression(kvstore::set_gradient_compression& m, response_promise<unit_t>& p);
   expected<void> on_version(kvstore::version& m, response_promise<std::uint64_t>& p);
   expected<void> on_save(kvstore::save& m, response_promise<unit_t>& p);

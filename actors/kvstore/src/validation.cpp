@@ -3,6 +3,7 @@
 #include "strata/device/shape.hpp"
 
 #include <cctype>
+#include <cmath>
 #include <map>
 #include <set>
 #include <sstream>
@@ -95,6 +96,17 @@ expected<void> check_broadcast(const kvstore::broadcast& m, std::optional<bool>&
   };
   if (auto r = check_existing("broadcast", "output", m.pull.keys, m.pull.outs, kind, after, place); !r) return r;
   int_keys = kind;
+  return {};
+}
+
+expected<void> check_learning_rate(double lr, bool has_optimizer, bool has_scheduler) {
+  if (!std::isfinite(lr) || lr < 0)
+    return bad("kvstore set_learning_rate: " + std::to_string(lr) + " is not a learning rate (a finite number >= 0).");
+  if (!has_optimizer)
+    return bad("kvstore set_learning_rate: the store has no optimizer (set_optimizer) whose rate it could change.");
+  if (has_scheduler)
+    return bad("kvstore set_learning_rate: the optimizer's lr scheduler sets the rate; set_optimizer without one "
+               "to set it by hand.");
   return {};
 }
 

@@ -56,6 +56,10 @@ expected<void> check_init(const kvstore::init& m, std::optional<bool>& int_keys,
 expected<void> check_broadcast(const kvstore::broadcast& m, std::optional<bool>& int_keys, const shape_lookup& shape_of,
                                const store_place& place, kvstore::init_existing existing);
 
+/// A `set_learning_rate` to `lr` on a store with (`has_optimizer`) or without an SGD or Adam
+/// rule, and with (`has_scheduler`) or without an lr scheduler on it.
+expected<void> check_learning_rate(double lr, bool has_optimizer, bool has_scheduler);
+
 /// The answer to `kvstore::is_capable` of a strata store: true for "optimizer" (any case), an
 /// error naming the known capabilities otherwise.
 expected<bool> has_capability(const std::string& capability);

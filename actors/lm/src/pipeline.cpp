@@ -237,18 +237,8 @@ expected<void> lm_pipeline::set_learning_rate(double lr, std::chrono::millisecon
   if (st.store_stale) return {};  // the store built before the next step takes the new rate
   kvstore::client client(*st.system, st.store, timeout);
   if (!st.stateful()) return st.set_rule(client);
-  // set_optimizer starts the state afresh: keep it through a save and a load around it.
-  auto file = state::save_to_scratch(client);
-  if (!file) return file.error();
-  struct remove_file {
-    std::filesystem::path path;
-    ~remove_file() {
-      std::error_code ec;
-      std::filesystem::remove(path, ec);
-    }
-  } cleanup{*file};
-  if (auto r = st.set_rule(client); !r) return r.error();
-  if (auto r = client.load(file->string()).get(); !r) return r.error();
+  // A stateful optimizer keeps its moments: only the rate changes (set_optimizer would reset them).
+  if (auto r = client.set_learning_rate(lr).get(); !r) return r.error();
   return {};
 }
 

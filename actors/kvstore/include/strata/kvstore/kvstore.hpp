@@ -201,6 +201,15 @@ struct set_optimizer {
   /// A bad scheduler fails the request with one sentence and leaves the rule as it was.
   kvstore::lr_scheduler scheduler;
 };
+/// MXNet's `Optimizer.set_learning_rate` (what `Trainer.set_learning_rate` calls): the installed
+/// optimizer's lr becomes `lr` and every key keeps its optimizer state (momentum, Adam's moments
+/// and step count), where a second `set_optimizer` would start that state afresh. A barrier, as
+/// `set_optimizer`. Fails with one sentence, changing nothing, for an lr that is negative or not
+/// finite, a store without an optimizer (assign, or a user updater), or one whose optimizer has a
+/// scheduler (MXNet: "LRScheduler of the optimizer has already been defined"). Reply: `unit`.
+struct set_learning_rate {
+  double lr = 0.0;
+};
 /// The number of updates applied to `key` so far. Reply: `std::uint64_t`.
 struct version {
   kvstore::key key;
@@ -349,6 +358,9 @@ public:
   /// With MXNet's learning-rate scheduler (`kvstore::set_optimizer::scheduler`).
   done set_optimizer(kernels::sgd_options options, kvstore::lr_scheduler scheduler);
   done set_optimizer(kernels::adam_options options, kvstore::lr_scheduler scheduler);
+  /// MXNet's `Optimizer.set_learning_rate`: a new lr for the installed optimizer, its state kept
+  /// (`kvstore::set_learning_rate`).
+  done set_learning_rate(double lr);
   /// MXNet's `set_gradient_compression` (`kvstore::set_gradient_compression`).
   done set_gradient_compression(std::string type, float threshold = 0.5f);
   std::future<expected<std::uint64_t>> version(kvstore::key key);
