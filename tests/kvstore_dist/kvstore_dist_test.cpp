@@ -91,7 +91,7 @@ std::vector<key_spec> some_keys(std::uint32_t seed) {
 
 BOOST_TEST_GLOBAL_FIXTURE(world_fixture);
 
-BOOST_AUTO_TEST_CASE(dist_sync_with_momentum_equals_one_process_bit_for_bit) {
+BOOST_AUTO_TEST_CASE(dist_sync_with_momentum_and_a_change_of_rate_equals_one_process_bit_for_bit) {
   world& w = *the_world;
   kvd::store kv(w.sys, w.net, kvd::store_options{.value_device = w.cpu});
   BOOST_TEST(kv.type() == "dist_sync");
@@ -111,6 +111,11 @@ BOOST_AUTO_TEST_CASE(dist_sync_with_momentum_equals_one_process_bit_for_bit) {
     BOOST_REQUIRE(ref.init(keys[k].key, w.make(w0, keys[k].shape)).get());
   }
   for (int t = 1; t <= 4; ++t) {
+    if (t == 3) {  // a new rate from round 3 on; the momentum carries over on every shard
+      BOOST_REQUIRE(kv.set_learning_rate(0.02));
+      BOOST_REQUIRE(kv.barrier());
+      BOOST_REQUIRE(ref.set_learning_rate(0.02).get());
+    }
     for (std::size_t k = 0; k < keys.size(); ++k) {
       auto mine = gradient(seed, kv.rank(), static_cast<int>(k), t, keys[k].numel());
       auto got = kv.pushpull(keys[k].key, {w.make(mine, keys[k].shape)});
@@ -255,6 +260,10 @@ BOOST_AUTO_TEST_CASE(dist_sync_allreduce_sums_every_rank_in_one_fused_call_and_u
   // Keys given in reverse order: the fused buffer is packed in key order whatever the call order.
   std::reverse(names.begin(), names.end());
   for (int t = 1; t <= 3; ++t) {
+    if (t == 3) {  // every replica takes a new rate and keeps its momentum
+      BOOST_REQUIRE(kv.set_learning_rate(0.02));
+      BOOST_REQUIRE(ref.set_learning_rate(0.02).get());
+    }
     std::vector<strata::tensor> grads;
     for (const auto& name : names) {
       auto k = static_cast<std::size_t>(std::get<std::int64_t>(name.value()));

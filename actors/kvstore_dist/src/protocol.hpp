@@ -79,6 +79,11 @@ struct optimizer_msg {
   std::variant<kernels::sgd_options, kernels::adam_options> options;
 };
 
+/// Local only: a new rate for that rule, its state kept (kvstore::set_learning_rate). Reply: unit.
+struct learning_rate_msg {
+  double lr = 0.0;
+};
+
 /// Local only: save this shard's keys to `path` (kvstore::save). Reply: unit.
 struct save_msg {
   std::string path;

@@ -46,6 +46,11 @@ public:
         [this](const pull_msg& m) { on_pull(m); },
         [this](const barrier_msg& m) { on_barrier(m); },
         [this](optimizer_msg& m) { on_optimizer(m); },
+        [this](const learning_rate_msg& m) {
+          auto reply = make_response_promise<unit_t>();
+          request<void>(store_, timeout_, kvstore::set_learning_rate{m.lr})
+              .then([reply]() mutable { reply.deliver(unit_t{}); }, [reply](error e) mutable { reply.deliver(std::move(e)); });
+        },
         [this](const save_msg& m) { on_save(m); },
         [this](load_msg& m) { on_load(m); },
     };

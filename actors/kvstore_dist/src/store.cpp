@@ -386,24 +386,28 @@ expected<void> store::load(const std::string& path) {
   return {};
 }
 
+namespace {
+
+/// A change of this rank's update rule: through `on_replica(client)` to the replica in allreduce
+/// mode, else as `msg` to this rank's server shard.
+template <class OnReplica, class Msg>
+expected<void> change_rule(internal::worker_state& w, OnReplica on_replica, Msg msg) {
+  if (w.replica) return done(on_replica(*w.replica).get());
+  return done(ask<unit_t>(w, w.server, std::move(msg)));
+}
+
+}  // namespace
+
 expected<void> store::set_optimizer(kernels::sgd_options options) {
-  auto& w = *state_;
-  if (w.replica) {
-    auto got = w.replica->set_optimizer(options).get();
-    if (!got) return got.error();
-    return {};
-  }
-  return done(ask<unit_t>(w, w.server, internal::optimizer_msg{options}));
+  return change_rule(*state_, [&](kvstore::client& c) { return c.set_optimizer(options); }, internal::optimizer_msg{options});
 }
 
 expected<void> store::set_optimizer(kernels::adam_options options) {
-  auto& w = *state_;
-  if (w.replica) {
-    auto got = w.replica->set_optimizer(options).get();
-    if (!got) return got.error();
-    return {};
-  }
-  return done(ask<unit_t>(w, w.server, internal::optimizer_msg{options}));
+  return change_rule(*state_, [&](kvstore::client& c) { return c.set_optimizer(options); }, internal::optimizer_msg{options});
+}
+
+expected<void> store::set_learning_rate(double lr) {
+  return change_rule(*state_, [&](kvstore::client& c) { return c.set_learning_rate(lr); }, internal::learning_rate_msg{lr});
 }
 
 }  // namespace strata::kvstore_dist

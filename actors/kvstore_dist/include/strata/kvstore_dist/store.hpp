@@ -122,6 +122,10 @@ public:
   /// updates its own keys), before the first push.
   expected<void> set_optimizer(kernels::sgd_options options);
   expected<void> set_optimizer(kernels::adam_options options);
+  /// MXNet's `Optimizer.set_learning_rate`: this rank's shard (or replica) takes rate `lr` and
+  /// keeps its keys' optimizer state (`kvstore::set_learning_rate`). Every worker calls it with
+  /// the same rate, then `barrier()` before the next push, so that every shard has it.
+  expected<void> set_learning_rate(double lr);
 
 private:
   std::unique_ptr<internal::worker_state> state_;
