@@ -340,4 +340,17 @@ BOOST_AUTO_TEST_CASE(await_all_on_a_deterministic_system_runs_until_every_actor_
   BOOST_TEST(!sys.await_idle(1s));  // a timer is pending, and only the test moves the clock
 }
 
+BOOST_AUTO_TEST_CASE(the_example_of_the_header_runs_as_written) {
+  strata::actor_system sys(strata::system_config{.deterministic = true});
+  strata::test_coordinator coord(sys);
+  auto echo = sys.spawn([](strata::actor&) -> strata::behavior { return {[](int x) { return x; }}; });
+  auto reply = sys.request<int>(echo, 1s, 7);
+  BOOST_TEST(coord.await(reply).value() == 7);
+  sys.delayed_send(echo, 5s, 1);
+  coord.advance_time(4s);
+  BOOST_TEST(!coord.run_once());
+  coord.advance_time(1s);
+  BOOST_TEST(coord.run() == 1u);
+}
+
 BOOST_AUTO_TEST_SUITE_END()
