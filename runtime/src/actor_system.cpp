@@ -24,8 +24,21 @@ std::size_t resolve_workers(std::size_t requested) {
 }  // namespace
 
 system_impl::system_impl(actor_system* owner, system_config cfg)
-    : pub(owner), config(std::move(cfg)), sched(resolve_workers(config.worker_threads), config.throughput) {
-  config.worker_threads = sched.size();
+    : pub(owner),
+      config(std::move(cfg)),
+      sched(config.deterministic ? 1 : resolve_workers(config.worker_threads), config.throughput),
+      timers(config.deterministic) {
+  if (config.deterministic) {
+    det = std::make_unique<deterministic_scheduler>(handled);
+    config.worker_threads = 0;
+  } else {
+    config.worker_threads = sched.size();
+  }
+}
+
+std::chrono::steady_clock::time_point system_impl::now() noexcept {
+  if (det) return std::chrono::steady_clock::time_point(timers.now());
+  return std::chrono::steady_clock::now();
 }
 
 void system_impl::register_cell(actor_cell* cell) {
@@ -68,7 +81,7 @@ std::vector<actor_ref> system_impl::live_cells() {
 }
 
 void system_impl::schedule(actor_cell* cell) noexcept {
-  if (cell->dedicated) cell->dedicated->notify();
+  if (cell->runner) cell->runner->notify(cell);
   else sched.schedule(cell);
 }
 
@@ -86,7 +99,7 @@ actor_system::actor_system(system_config config)
     impl_->config.trace_file = file;
     impl_->tracing = trace::start(trace::options{file, impl_->config.trace_event_limit});
   }
-  impl_->sched.start();
+  if (!impl_->det) impl_->sched.start();
 }
 
 actor_system::~actor_system() {
@@ -103,7 +116,7 @@ actor_system::~actor_system() {
 }
 
 const system_config& actor_system::config() const noexcept { return impl_->config; }
-std::size_t actor_system::worker_count() const noexcept { return impl_->sched.size(); }
+std::size_t actor_system::worker_count() const noexcept { return impl_->det ? 0 : impl_->sched.size(); }
 
 actor_ref actor_system::spawn_instance(std::unique_ptr<actor> instance, spawn_options options,
                                        const actor_ref& supervisor,
@@ -121,9 +134,11 @@ actor_ref actor_system::spawn_instance(std::unique_ptr<actor> instance, spawn_op
   c->supervisor = supervisor;
   c->factory = std::move(factory);
   actor_ref ref = actor_ref::adopt(c);
-  if (options.dedicated_thread) {
+  if (impl_->det) {
+    c->runner = impl_->det.get();  // dedicated_thread too: one FIFO keeps the order repeatable
+  } else if (options.dedicated_thread) {
     auto thread = std::make_unique<detail::dedicated_thread>(c);
-    c->dedicated = thread.get();
+    c->runner = thread.get();
     std::lock_guard lock(impl_->dedicated_m);
     impl_->dedicated.push_back(std::move(thread));
   }
@@ -183,11 +198,24 @@ void actor_system::stop(const actor_ref& target, error reason) {
 }
 
 void actor_system::await_all() {
+  if (impl_->det) {
+    impl_->run_deterministic([this] { return impl_->live.load() == 0; });
+    if (const std::size_t live = impl_->live.load(); live != 0)
+      throw error_exception(error(errc::runtime_failure,
+                                  "await_all on a deterministic system: " + std::to_string(live) +
+                                      " actors are alive and none has a message to run (stop them, or fire "
+                                      "their timers with a test_coordinator)"));
+    return;
+  }
   std::unique_lock lock(impl_->live_m);
   impl_->live_cv.wait(lock, [this] { return impl_->live.load(std::memory_order_acquire) == 0; });
 }
 
 bool actor_system::await_all_for(std::chrono::nanoseconds timeout) {
+  if (impl_->det) {
+    impl_->run_deterministic([this] { return impl_->live.load() == 0; });
+    return impl_->live.load() == 0;
+  }
   std::unique_lock lock(impl_->live_m);
   return impl_->live_cv.wait_for(lock, timeout, [this] { return impl_->live.load(std::memory_order_acquire) == 0; });
 }
@@ -215,6 +243,10 @@ bool actor_system::await_idle(std::chrono::nanoseconds timeout) {
   if (detail::current_cell() != nullptr)
     throw std::logic_error("actor_system::await_idle was called from inside an actor, whose own turn keeps the system busy");
   auto& s = *impl_;
+  if (s.det) {
+    s.run_deterministic([] { return false; });
+    return s.timers.pending() == 0;
+  }
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   auto pause = std::chrono::microseconds(50);
   for (;;) {
@@ -239,7 +271,17 @@ shutdown_report actor_system::shutdown(shutdown_mode mode) {
   shutdown_report report;
   report.mode = mode;
   report.timers_cancelled = s.timers.cancel_all();
-  if (mode == shutdown_mode::drain) {
+  if (mode == shutdown_mode::drain && s.det) {
+    // On this thread, in FIFO order; the real clock bounds it (actors that feed each other forever).
+    const auto deadline = std::chrono::steady_clock::now() + s.config.drain_timeout;
+    std::size_t n = 0;
+    while (s.det->run_once()) {
+      if (++n % 1024 == 0 && std::chrono::steady_clock::now() >= deadline) {
+        report.drain_timed_out = s.det->runnable() != 0;
+        break;
+      }
+    }
+  } else if (mode == shutdown_mode::drain) {
     auto deadline = std::chrono::steady_clock::now() + s.config.drain_timeout;
     auto idle = [&] {
       {
@@ -262,8 +304,9 @@ shutdown_report actor_system::shutdown(shutdown_mode mode) {
   report.actors_stopped = live.size();
   for (auto& ref : live) stop(ref, error(errc::stopped, "the actor system shut down"));
   // Suspended children whose supervisor is gone were terminated by the supervisor's exit;
-  // everyone else handles the stop flag on its next turn.
+  // everyone else handles the stop flag on its next turn (a deterministic system's on this thread).
   await_all_for(std::chrono::seconds(30));
+  if (s.det) s.det->clear();  // the actors that did not stop are never run again
   live.clear();
   // Handles kept by the registry, dead-letter subscriptions and groups would keep their cells,
   // and through them this state, alive: a reference cycle. Every actor has stopped: drop them.

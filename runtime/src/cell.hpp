@@ -18,7 +18,7 @@ namespace strata::detail {
 
 struct system_impl;
 struct group_state;
-class dedicated_thread;
+class cell_runner;
 
 /// Result of one turn of an actor on a thread.
 enum class run_result : std::uint8_t {
@@ -69,8 +69,8 @@ struct actor_cell : cell_base {
   // true). Only consulted on the unhandled path, so ordinary dispatch pays nothing.
   bool (*forward_unhandled)(actor_cell* self, envelope* e) = nullptr;
 
-  // Placement.
-  dedicated_thread* dedicated = nullptr;
+  // Placement: null runs on the worker pool; else a dedicated thread or the deterministic scheduler.
+  cell_runner* runner = nullptr;
 
   // Bounded mailboxes only.
   std::size_t capacity = 0;

@@ -201,7 +201,7 @@ dedicated_thread::dedicated_thread(actor_cell* cell) : cell_(cell) {
 
 dedicated_thread::~dedicated_thread() { join(); }
 
-void dedicated_thread::notify() noexcept {
+void dedicated_thread::notify(actor_cell*) noexcept {
   std::lock_guard lock(m_);
   ready_ = true;
   busy_.store(true, std::memory_order_release);

@@ -21,6 +21,16 @@ namespace strata::detail {
 
 struct actor_cell;
 
+/// What runs an actor instead of the worker pool (`actor_cell::runner`): a dedicated thread, or
+/// the deterministic scheduler of a test. The pool's own actors have none, so the pool's path
+/// pays no virtual call.
+class cell_runner {
+public:
+  virtual ~cell_runner() = default;
+  /// Makes `cell` runnable. Any thread.
+  virtual void notify(actor_cell* cell) noexcept = 0;
+};
+
 class scheduler {
 public:
   scheduler(std::size_t workers, std::size_t throughput);
@@ -78,11 +88,11 @@ private:
 };
 
 /// A thread that runs exactly one actor (spawn option `dedicated_thread`).
-class dedicated_thread {
+class dedicated_thread final : public cell_runner {
 public:
   explicit dedicated_thread(actor_cell* cell);
-  ~dedicated_thread();
-  void notify() noexcept;
+  ~dedicated_thread() override;
+  void notify(actor_cell* cell) noexcept override;
   /// Asks the loop to end after the actor terminated; joins.
   void join();
   bool busy() const noexcept { return busy_.load(std::memory_order_acquire); }

@@ -49,7 +49,7 @@ private:
 
   void on_child_failed(detail::child_failed& m) {
     auto* c = detail::as_cell(m.child.cell());
-    auto now = std::chrono::steady_clock::now();
+    auto now = c->sys->now();  // a deterministic system's manual clock in tests
     // All for one: the group shares one restart history (key 0, never an actor id).
     auto& history = history_[all_for_one() ? 0 : m.child.id()];
     while (!history.empty() && now - history.front() > policy_.within) history.pop_front();

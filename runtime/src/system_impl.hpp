@@ -3,6 +3,7 @@
 
 #include <array>
 #include <atomic>
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <memory>
@@ -13,6 +14,7 @@
 #include <vector>
 
 #include "cell.hpp"
+#include "deterministic_scheduler.hpp"
 #include "scheduler.hpp"
 #include "strata/actor_system.hpp"
 #include "timer_service.hpp"
@@ -30,6 +32,17 @@ struct system_impl {
   /// Snapshot of live actors (references held).
   std::vector<actor_ref> live_cells();
   void schedule(actor_cell* cell) noexcept;
+  /// The system's clock: the steady clock, or a deterministic system's manual clock (which
+  /// starts at the clock's epoch and moves only when the test moves it).
+  std::chrono::steady_clock::time_point now() noexcept;
+  /// Deterministic systems only: runs messages on the calling thread until nothing is runnable
+  /// or `done()` holds; returns how many ran.
+  template <class Done>
+  std::size_t run_deterministic(Done done) {
+    std::size_t n = 0;
+    while (!done() && det->run_once()) ++n;
+    return n;
+  }
 
   /// Offers `e` (not delivered or not handled for `reason`) to the dead-letter subscribers.
   /// Call only when `dead_letter_subscribers` is non-zero; `e` is not consumed.
@@ -39,8 +52,10 @@ struct system_impl {
 
   actor_system* pub;
   system_config config;
-  scheduler sched;
+  scheduler sched;  // not started in a deterministic system
   timer_service timers;
+  // Null unless `config.deterministic`: then every actor's runner, and nothing runs by itself.
+  std::unique_ptr<deterministic_scheduler> det;
 
   struct alignas(64) registry_shard {
     std::mutex m;

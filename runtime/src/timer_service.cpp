@@ -4,8 +4,8 @@
 
 namespace strata::detail {
 
-timer_service::timer_service() : work_(asio::make_work_guard(io_)) {
-  thread_ = std::thread([this] { io_.run(); });
+timer_service::timer_service(bool manual_clock) : work_(asio::make_work_guard(io_)), manual_(manual_clock) {
+  if (!manual_) thread_ = std::thread([this] { io_.run(); });
 }
 
 timer_service::~timer_service() { stop(); }
@@ -23,9 +23,14 @@ std::shared_ptr<timer_state> timer_service::schedule(std::chrono::nanoseconds de
       t->finished = true;
       return t;
     }
+    if (delay < std::chrono::nanoseconds{0}) delay = std::chrono::nanoseconds{0};
     active_.emplace(t.get(), t);
+    if (manual_) {
+      t->due = now_ + delay;
+      enqueue_locked(t);
+      return t;
+    }
   }
-  if (delay < std::chrono::nanoseconds{0}) delay = std::chrono::nanoseconds{0};
   // The io thread touches this timer only once async_wait is registered, so arming from here is safe.
   t->timer.expires_after(std::chrono::duration_cast<asio::steady_timer::duration>(delay));
   arm(t);
@@ -59,8 +64,26 @@ void timer_service::finish(timer_state* t) noexcept {
   }
 }
 
+void timer_service::enqueue_locked(const std::shared_ptr<timer_state>& t) noexcept {
+  t->seq = next_seq_++;
+  due_.emplace(due_key{t->due, t->seq}, t);
+}
+
 void timer_service::cancel(const std::shared_ptr<timer_state>& t) noexcept {
   if (t->cancelled.exchange(true, std::memory_order_acq_rel)) return;
+  if (manual_) {
+    std::shared_ptr<timer_state> keep;  // released after the lock (declared first, destroyed last)
+    {
+      std::lock_guard lock(m_);
+      auto it = due_.find(due_key{t->due, t->seq});
+      if (it != due_.end() && it->second == t) {
+        keep = std::move(it->second);
+        due_.erase(it);
+      }
+    }
+    finish(t.get());
+    return;
+  }
   try {
     asio::post(io_, [t] { t->timer.cancel(); });
   } catch (...) {
@@ -98,6 +121,15 @@ void timer_service::stop() noexcept {
     stopped_ = true;
   }
   cancel_all();
+  if (manual_) {
+    // Released after the lock: their handlers hold actor handles (see below).
+    std::map<due_key, std::shared_ptr<timer_state>> due;
+    std::unordered_map<timer_state*, std::shared_ptr<timer_state>> active;
+    std::lock_guard lock(m_);
+    due.swap(due_);
+    active.swap(active_);
+    return;
+  }
   work_.reset();
   io_.stop();
   if (thread_.joinable()) thread_.join();
@@ -107,6 +139,48 @@ void timer_service::stop() noexcept {
   io_.run();
   std::lock_guard lock(m_);
   active_.clear();
+}
+
+// ---- manual clock -------------------------------------------------------------------------------
+
+std::chrono::nanoseconds timer_service::now() noexcept {
+  std::lock_guard lock(m_);
+  return now_;
+}
+
+std::uint64_t timer_service::arm_count() noexcept {
+  std::lock_guard lock(m_);
+  return next_seq_;
+}
+
+void timer_service::advance_to(std::chrono::nanoseconds t) noexcept {
+  std::lock_guard lock(m_);
+  if (t > now_) now_ = t;
+}
+
+bool timer_service::fire_next(std::chrono::nanoseconds limit, std::uint64_t armed_before) {
+  std::shared_ptr<timer_state> t;
+  {
+    std::lock_guard lock(m_);
+    auto it = due_.begin();
+    while (it != due_.end() && it->first.first <= limit && it->first.second >= armed_before) ++it;
+    if (it == due_.end() || it->first.first > limit) return false;
+    t = std::move(it->second);
+    due_.erase(it);
+    if (t->due > now_) now_ = t->due;
+  }
+  t->fire();
+  if (t->period > std::chrono::nanoseconds{0}) {
+    std::lock_guard lock(m_);
+    // Checked under the lock: a cancel() that set the flag later finds the timer queued again.
+    if (!stopped_ && !t->cancelled.load(std::memory_order_acquire)) {
+      t->due += t->period;
+      enqueue_locked(t);
+      return true;
+    }
+  }
+  finish(t.get());
+  return true;
 }
 
 }  // namespace strata::detail

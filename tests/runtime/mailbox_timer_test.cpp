@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "strata/strata.hpp"
+#include "strata/test_coordinator.hpp"
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;
@@ -115,48 +116,40 @@ BOOST_AUTO_TEST_CASE(a_delayed_send_arrives_after_its_delay) {
 }
 
 BOOST_AUTO_TEST_CASE(a_cancelled_timer_delivers_nothing) {
-  strata::actor_system sys(strata::system_config{.worker_threads = 2});
-  auto count = std::make_shared<std::atomic<int>>(0);
-  auto target = sys.spawn([count](strata::actor&) -> strata::behavior { return {[count](int) { count->fetch_add(1); }}; });
+  strata::actor_system sys(strata::system_config{.deterministic = true});
+  strata::test_coordinator coord(sys);
+  auto count = std::make_shared<int>(0);
+  auto target = sys.spawn([count](strata::actor&) -> strata::behavior { return {[count](int) { ++*count; }}; });
   auto t = sys.delayed_send(target, 40ms, 1);
   BOOST_TEST(t.active());
   t.cancel();
   BOOST_TEST(!t.active());
-  std::this_thread::sleep_for(100ms);
-  BOOST_TEST(count->load() == 0);
+  BOOST_TEST(coord.advance_time(100ms) == 0u);
+  coord.run();
+  BOOST_TEST(*count == 0);
 }
 
 BOOST_AUTO_TEST_CASE(a_periodic_send_repeats_until_cancelled) {
-  // Ticks the timer sent before cancel() may still sit in the mailbox when the fifth is handled
-  // (a loaded machine delays handlers, not the timer), so they are counted up to a first marker
-  // sent 50 ms after cancel(); between it and a second marker 100 ms later (20 periods) no tick
-  // may arrive at all.
-  strata::actor_system sys(strata::system_config{.worker_threads = 2});
-  strata::test::shared_promise<std::pair<int, int>> done;
-  auto f = done.future();
-  sys.spawn([p = done.p](strata::actor& self) -> strata::behavior {
-    auto ticks = std::make_shared<int>(0);
-    auto at_first_marker = std::make_shared<int>(0);
+  // On the manual clock the count is exact: five periods, then the actor cancels its timer, and
+  // in the 20 periods that follow no tick arrives.
+  strata::actor_system sys(strata::system_config{.deterministic = true});
+  strata::test_coordinator coord(sys);
+  auto ticks = std::make_shared<int>(0);
+  sys.spawn([ticks](strata::actor& self) -> strata::behavior {
     auto timer = std::make_shared<strata::timer_handle>(self.periodic_send(self.self(), 5ms, std::string("tick")));
-    return {[&self, ticks, timer](const std::string&) {
-              if (++*ticks == 5) {
-                timer->cancel();
-                self.delayed_send(self.self(), 50ms, 1);
-              }
-            },
-            [&self, ticks, at_first_marker, p](int marker) {
-              if (marker == 1) {
-                *at_first_marker = *ticks;
-                self.delayed_send(self.self(), 100ms, 2);
-                return;
-              }
-              p->set_value({*at_first_marker, *ticks});
-              self.quit();
-            }};
+    return {[ticks, timer](const std::string&) {
+      if (++*ticks == 5) timer->cancel();
+    }};
   });
-  const auto [before, after] = await(f);
-  BOOST_TEST(before >= 5);
-  BOOST_TEST(after == before);  // nothing fired after cancel()
+  for (int period = 0; period < 5; ++period) {
+    BOOST_TEST(coord.advance_time(5ms) == 1u);
+    coord.run();
+  }
+  BOOST_TEST(*ticks == 5);
+  BOOST_TEST(coord.pending_timers() == 0u);
+  BOOST_TEST(coord.advance_time(100ms) == 0u);  // nothing fired after cancel()
+  coord.run();
+  BOOST_TEST(*ticks == 5);
 }
 
 BOOST_AUTO_TEST_CASE(shutdown_cancels_pending_timers_and_reports_them) {

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "strata/strata.hpp"
+#include "strata/test_coordinator.hpp"
 #include "test_support.hpp"
 
 using namespace std::chrono_literals;
@@ -104,7 +105,9 @@ BOOST_AUTO_TEST_CASE(a_rest_for_one_supervisor_restarts_the_failed_child_and_tho
 }
 
 BOOST_AUTO_TEST_CASE(a_restart_waits_out_a_backoff_that_grows_by_its_factor_up_to_its_maximum) {
-  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  // On the manual clock: the restart comes exactly when its backoff has passed, never earlier.
+  strata::actor_system sys(strata::system_config{.deterministic = true});
+  strata::test_coordinator coord(sys);
   const strata::restart_backoff backoff{.initial = 8ms, .factor = 2.0, .max = 20ms};
   auto sup = sys.spawn_supervisor(strata::restart_policy{.max_restarts = 10, .within = 60s, .backoff = backoff});
   auto life = std::make_shared<timeline>();
@@ -113,21 +116,26 @@ BOOST_AUTO_TEST_CASE(a_restart_waits_out_a_backoff_that_grows_by_its_factor_up_t
   for (std::size_t k = 0; k < waits.size(); ++k) {
     sys.send(child, fail_now{});
     sys.send(child, 7);  // queued while the child waits: the fresh instance handles it
-    BOOST_REQUIRE(wait_for_instances(*life, static_cast<int>(k) + 2));
-    BOOST_TEST(count_of(sys, child) == 1);
+    coord.run();
+    BOOST_REQUIRE(coord.pending_timers() == 1u);  // the supervisor's reminder
+    const auto failed_at = coord.now();
+    BOOST_TEST(coord.advance_time(waits[k] - 1ns) == 0u, "restart " << k);
+    coord.run();
+    BOOST_TEST(life->instances.load() == static_cast<int>(k) + 1, "restart " << k << " came early");
+    BOOST_TEST(coord.advance_time(1ns) == 1u);
+    coord.run();
+    BOOST_TEST(life->instances.load() == static_cast<int>(k) + 2, "restart " << k);
+    BOOST_TEST((coord.now() - failed_at == waits[k]));
+    auto n = sys.request<int>(child, 10s, count_query{});
+    BOOST_TEST(coord.await(n).value() == 1);
   }
-  std::lock_guard lock(life->m);
-  BOOST_REQUIRE(life->failures.size() == waits.size());
-  for (std::size_t k = 0; k < waits.size(); ++k) {
-    // Never earlier than the backoff (a lower bound only: a busy machine may restart later).
-    auto waited = std::chrono::duration_cast<std::chrono::microseconds>(life->starts[k + 1] - life->failures[k]);
-    BOOST_TEST(waited >= waits[k], "restart " << k << " after " << waited.count() << " us");
-  }
+  BOOST_TEST(life->failures.size() == waits.size());
   BOOST_TEST(sys.stats().restarts == waits.size());
 }
 
 BOOST_AUTO_TEST_CASE(a_child_waiting_out_its_backoff_terminates_with_its_supervisor) {
-  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  strata::actor_system sys(strata::system_config{.deterministic = true});
+  strata::test_coordinator coord(sys);
   auto sup = sys.spawn_supervisor(strata::restart_policy{.backoff = {.initial = 60s, .factor = 1.0, .max = 60s}});
   auto life = std::make_shared<timeline>();
   auto child = sys.spawn_child<member>(sup, strata::spawn_options{.name = "member"}, life);
@@ -141,11 +149,13 @@ BOOST_AUTO_TEST_CASE(a_child_waiting_out_its_backoff_terminates_with_its_supervi
     }};
   });
   sys.send(child, fail_now{});
-  const auto until = clock_type::now() + strata::test::patience;
-  while (sys.stats().failed == 0 && clock_type::now() < until) std::this_thread::sleep_for(1ms);
+  coord.run();
+  BOOST_REQUIRE(sys.stats().failed == 1u);
+  BOOST_REQUIRE(coord.pending_timers() == 1u);  // the wait has begun
   sys.stop(sup);
-  auto reason = await(f);  // whether the failure note was still queued or the wait had begun
+  auto reason = coord.await(f);
   BOOST_TEST(reason.code() != strata::errc::none);
+  BOOST_TEST(coord.pending_timers() == 0u);  // the supervisor cancelled the reminder
   BOOST_TEST(life->instances.load() == 1);
   BOOST_TEST(sys.stats().restarts == 0u);
 }

@@ -42,6 +42,12 @@ struct system_config {
   /// and what such a mailbox does when full. The runtime's own actors are never bounded.
   std::size_t mailbox_capacity = 0;
   overflow_policy mailbox_overflow = overflow_policy::fail;
+  /// For tests: no thread runs actors or timers. A `strata::test_coordinator` on the system runs
+  /// them one message at a time, in FIFO order of runnable actors, and moves a manual clock that
+  /// delayed and periodic sends and request timeouts wait on (strata/test_coordinator.hpp).
+  /// `worker_threads` is then ignored, and actors spawned with `dedicated_thread` run in the
+  /// same FIFO as the others.
+  bool deterministic = false;
 
   /// The defaults, overridden by the `STRATA_*` environment variables that are set (the table is
   /// in docs/runtime.md). A bad value is refused with one sentence naming the variable
@@ -158,6 +164,7 @@ public:
   actor_system& operator=(const actor_system&) = delete;
 
   const system_config& config() const noexcept;
+  /// Scheduler threads (0 in a deterministic system).
   std::size_t worker_count() const noexcept;
 
   /// Spawns a class-based actor `T` constructed from `args`. Returns a typed handle when `T`
@@ -274,11 +281,16 @@ public:
   /// and periodic sends, request timeouts), or until `timeout` passed; true if idle. Work queued
   /// on device streams is not seen: wait for the message it sends. Call it from outside actors
   /// (from inside one it throws std::logic_error: the caller's own turn is never idle).
+  /// A deterministic system runs what is runnable on the calling thread instead of waiting; it
+  /// fires no timer, so it is idle only when no timer is pending.
   bool await_idle(std::chrono::nanoseconds timeout);
 
-  /// Blocks until every actor has terminated.
+  /// Blocks until every actor has terminated. A deterministic system runs what is runnable on
+  /// the calling thread instead of waiting; if actors are still alive when nothing is runnable,
+  /// it throws `error_exception` (runtime_failure) rather than hang.
   void await_all();
   /// Blocks until every actor has terminated or `timeout` passed; true if all terminated.
+  /// A deterministic system runs what is runnable, as `await_all`, and never waits.
   bool await_all_for(std::chrono::nanoseconds timeout);
 
   /// Stops the system: handles or discards what is queued (see `shutdown_mode`), stops every
@@ -340,6 +352,7 @@ private:
 
   friend struct detail::system_impl;
   friend class detail::pool_router;
+  friend class test_coordinator;
   /// `required`: message types the first behavior must handle (a typed actor's protocol); a
   /// missing one throws error_exception (invalid_argument) and the actor is not started.
   actor_ref spawn_instance(std::unique_ptr<actor> instance, spawn_options options, const actor_ref& supervisor,
