@@ -5,6 +5,7 @@
 #include <exception>
 #include <fstream>
 #include <iterator>
+#include <string_view>
 #include <stdexcept>
 #include <utility>
 
@@ -14,6 +15,7 @@
 
 #include "strata/checksum.hpp"
 #include "strata/files.hpp"
+#include "strata/kernels/half.hpp"
 #include "validation.hpp"
 
 namespace strata::kvstore::internal {
@@ -25,7 +27,8 @@ constexpr char checkpoint_end[9] = "STRKVEND";
 /// The two files of this format: a store's checkpoint (values, then optimizer state) and its
 /// optimizer states alone (`save_optimizer_states`), whose header carries the optimizer.
 struct file_kind {
-  const char* magic;        // 8 bytes
+  const char* magic;        // 8 bytes, written
+  const char* legacy_magic;  // read too: a file whose entries carry no dtype (all float32), or null
   std::uint64_t value_arrays;  // arrays before the optimizer state: 1 (the value) or 0
   const char* request;      // "kvstore load" / "kvstore load_optimizer_states"
   const char* noun;         // "checkpoint" / "optimizer states file"
@@ -33,10 +36,10 @@ struct file_kind {
   const char* other_magic;  // the other kind's magic, for a precise sentence
   const char* other_hint;
 };
-constexpr file_kind values_file{"STRKV001", 1, "kvstore load", "checkpoint", "a checkpoint", "STRKVOPT",
+constexpr file_kind values_file{"STRKV002", "STRKV001", 1, "kvstore load", "checkpoint", "a checkpoint", "STRKVOPT",
                                 "it holds optimizer states only; load it with load_optimizer_states"};
-constexpr file_kind states_file{"STRKVOPT", 0, "kvstore load_optimizer_states", "optimizer states file",
-                                "an optimizer states file", "STRKV001",
+constexpr file_kind states_file{"STRKVOPT", nullptr, 0, "kvstore load_optimizer_states", "optimizer states file",
+                                "an optimizer states file", "STRKV00",
                                 "it is a values checkpoint; load it with load"};
 
 /// The checkpoint's checksum: FNV-1a over the first `n` bytes, with the basis kvstore files have
@@ -92,11 +95,16 @@ std::vector<checkpoint_entry> parse_file(const std::string& bytes, const std::st
                               "\" is truncated or corrupt: " + why + ".");
   };
   const std::size_t trailer = sizeof(std::uint64_t) + 8;
-  if (bytes.size() >= 8 && bytes.compare(0, 8, kind.other_magic) == 0)
+  const std::string_view other(kind.other_magic);  // a prefix of the other kind's magics
+  if (bytes.size() >= 8 && bytes.compare(0, other.size(), other) == 0)
     throw std::runtime_error(std::string(kind.request) + ": \"" + path + "\" is not " + kind.a_noun + ": " +
                              kind.other_hint + ".");
   if (bytes.size() < 8 + sizeof(std::uint64_t) + trailer) throw corrupt(std::string("it is too short to be ") + kind.a_noun);
-  if (bytes.compare(0, 8, kind.magic) != 0) throw corrupt(std::string("it does not start with \"") + kind.magic + "\"");
+  // A values file of "STRKV002" carries each key's dtype and multi_precision master copy;
+  // "STRKV001" (written before 16-bit keys) holds float32 keys only.
+  const bool typed = kind.legacy_magic != nullptr && bytes.compare(0, 8, kind.magic) == 0;
+  if (!typed && bytes.compare(0, 8, kind.legacy_magic != nullptr ? kind.legacy_magic : kind.magic) != 0)
+    throw corrupt(std::string("it does not start with \"") + kind.magic + "\"");
   const std::size_t body = bytes.size() - trailer;
   if (bytes.compare(bytes.size() - 8, 8, checkpoint_end) != 0) throw corrupt("its end marker is missing");
   std::uint64_t stored_sum;
@@ -139,13 +147,32 @@ std::vector<checkpoint_entry> parse_file(const std::string& bytes, const std::st
     }
     const auto states = in.get<std::uint64_t>();
     if (states > 2) throw corrupt("an optimizer state count is out of range");
-    const auto arrays = kind.value_arrays + states;
-    for (std::uint64_t a = 0; a < arrays; ++a) {
-      in.require(numel * sizeof(float));  // before allocating: a corrupt size must not allocate
-      std::vector<float> v(numel);
-      in.read(v.data(), numel * sizeof(float));
-      e.arrays.push_back(std::move(v));
+    bool has_master = false;
+    if (typed) {
+      const auto type = in.get<std::uint8_t>();
+      if (type != static_cast<std::uint8_t>(dtype::float32) && type != static_cast<std::uint8_t>(dtype::float16) &&
+          type != static_cast<std::uint8_t>(dtype::bfloat16))
+        throw corrupt("a dtype is not float32, float16 or bfloat16");
+      e.type = static_cast<dtype>(type);
+      const auto master = in.get<std::uint8_t>();
+      if (master > 1) throw corrupt("a master copy flag is neither 0 nor 1");
+      has_master = master == 1;
     }
+    auto read_array = [&](dtype type) {
+      in.require(numel * size_of(type));  // before allocating: a corrupt size must not allocate
+      std::vector<float> v(numel);
+      if (type == dtype::float32) {
+        in.read(v.data(), numel * sizeof(float));
+      } else {
+        std::vector<std::uint16_t> bits(numel);
+        in.read(bits.data(), numel * sizeof(std::uint16_t));
+        kernels::cpu::widen(type, numel, bits.data(), v.data());
+      }
+      return v;
+    };
+    const auto arrays = kind.value_arrays + states;
+    for (std::uint64_t a = 0; a < arrays; ++a) e.arrays.push_back(read_array(a < kind.value_arrays ? e.type : dtype::float32));
+    if (has_master) e.master = read_array(dtype::float32);
     entries.push_back(std::move(e));
   }
   if (in.position() != body) throw corrupt("it has bytes after its last key");
@@ -206,7 +233,21 @@ std::string file_bytes(const file_kind& kind, const std::string* header, const s
     put<std::uint64_t>(out, e.shape.size());
     for (auto d : e.shape) put<std::int64_t>(out, d);
     put<std::uint64_t>(out, e.arrays.size() - kind.value_arrays);
-    for (const auto& a : e.arrays) out.append(reinterpret_cast<const char*>(a.data()), a.size() * sizeof(float));
+    if (kind.legacy_magic != nullptr) {  // "STRKV002": the dtype and the master copy
+      put<std::uint8_t>(out, static_cast<std::uint8_t>(e.type));
+      put<std::uint8_t>(out, e.master.empty() ? 0 : 1);
+    }
+    for (std::size_t a = 0; a < e.arrays.size(); ++a) {
+      const auto& v = e.arrays[a];
+      if (a < kind.value_arrays && kernels::is_half(e.type)) {  // a 16-bit value: its bits
+        std::vector<std::uint16_t> bits(v.size());
+        kernels::cpu::narrow(e.type, v.size(), v.data(), bits.data());
+        out.append(reinterpret_cast<const char*>(bits.data()), bits.size() * sizeof(std::uint16_t));
+      } else {
+        out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
+      }
+    }
+    if (kind.legacy_magic != nullptr) out.append(reinterpret_cast<const char*>(e.master.data()), e.master.size() * sizeof(float));
   }
   put<std::uint64_t>(out, fnv1a(out, out.size()));
   out.append(checkpoint_end, 8);

@@ -2,9 +2,12 @@
 // The kvstore's checkpoint file: its format, reading it whole and checking it, and writing it
 // atomically. Private to strata::kvstore.
 //
-// "STRKV001", u64 key count, then per key: u8 kind (0 int, 1 string), the key (i64, or u64 length
-// + bytes), u64 version, i64 optimizer step, u64 rank, rank x i64 dims, u64 state count, then the
-// value and each state tensor as numel floats; then u64 FNV-1a of everything before, "STRKVEND".
+// "STRKV002", u64 key count, then per key: u8 kind (0 int, 1 string), the key (i64, or u64 length
+// + bytes), u64 version, i64 optimizer step, u64 rank, rank x i64 dims, u64 state count, u8 dtype
+// (strata::dtype: 0 float32, 1 float16, 2 bfloat16), u8 master (1: a multi_precision master copy
+// follows), then the value (numel floats, or numel 16-bit words for a 16-bit key), each state
+// tensor as numel floats, and the master copy (numel floats); then u64 FNV-1a of everything
+// before, "STRKVEND". "STRKV001" files (before 16-bit keys) lack the two u8 and are still read.
 // Native byte order (little-endian on every platform strata targets).
 
 #include <cstdint>

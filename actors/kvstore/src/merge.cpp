@@ -2,9 +2,11 @@
 
 #include <cstring>
 #include <span>
+#include <stdexcept>
 #include <type_traits>
 
 #include "strata/kernels/elementwise.hpp"
+#include "strata/kernels/half.hpp"
 #if STRATA_HAS_CUDA
 #include "strata/kernels/cuda.hpp"
 #endif
@@ -20,6 +22,7 @@ float* floats(const tensor& t) { return t.device_data<float>(); }
 /// On the host, inside the cpu stream's work item.
 struct host_math {
   static constexpr bool runs_updaters = true;
+  static constexpr bool on_host = true;
   void sum(std::span<const float* const> inputs, std::size_t n, float* out) const {
     kernels::cpu::sum_arrays(inputs, n, out);
   }
@@ -37,6 +40,7 @@ struct host_math {
 /// Enqueued on the cuda stream of the work item (kernels::cuda only enqueue).
 struct gpu_math {
   static constexpr bool runs_updaters = false;
+  static constexpr bool on_host = false;
   kernels::cuda::cuda_context ctx;
   void sum(std::span<const float* const> inputs, std::size_t n, float* out) const {
     kernels::cuda::sum_arrays(ctx, inputs, n, out);
@@ -52,35 +56,71 @@ struct gpu_math {
 };
 #endif
 
+/// A 16-bit value's elements from `offset`.
+std::uint16_t* halves(const tensor& t, std::size_t offset = 0) {
+  return static_cast<std::uint16_t*>(t.raw_data()) + offset;
+}
+
 template <class Math>
 void merge_body(const merge_work& w, const Math& math) {
+  const dtype type = w.stored.dtype();
+  const bool half = kernels::is_half(type);
+  if (half && !Math::on_host)  // refused before: only cpu stores hold 16-bit keys
+    throw std::runtime_error("float16 and bfloat16 values are merged on cpu stores only");
   float* sum = floats(w.merged) + w.merged_offset;
   if (!w.in_place) {
     std::vector<const float*> inputs;
+    std::vector<std::vector<float>> widened;  // 16-bit values, widened to float32 for the sum
+    widened.reserve(w.values.size());
     if (w.accumulated.valid()) inputs.push_back(floats(w.accumulated));
-    for (const auto& v : w.values) inputs.push_back(floats(v.t) + v.offset);
+    for (const auto& v : w.values) {
+      if (v.t.dtype() == dtype::float32) {
+        inputs.push_back(floats(v.t) + v.offset);
+        continue;
+      }
+      kernels::cpu::widen(v.t.dtype(), w.n, halves(v.t, v.offset), widened.emplace_back(w.n).data());
+      inputs.push_back(widened.back().data());
+    }
     math.sum(inputs, w.n, sum);
   }
   if (!w.complete) return;
   for (const auto& t : w.opt_state)
     if (w.fresh_state) math.zero(w.n, floats(t));
+  const bool optimizer = std::holds_alternative<kernels::sgd_options>(w.rule) ||
+                         std::holds_alternative<kernels::adam_options>(w.rule);
+  // What the optimizer updates in float32: the value itself, or for a 16-bit key its master copy
+  // (multi_precision) or the value widened; the 16-bit value is then that rounded.
+  std::vector<float> widened_value;
+  float* param = nullptr;
+  if (!half) {
+    param = floats(w.stored);
+  } else if (optimizer && w.master.valid()) {
+    param = floats(w.master);
+    if (w.fresh_master) kernels::cpu::widen(type, w.n, halves(w.stored), param);
+  } else if (optimizer) {
+    widened_value.resize(w.n);
+    param = widened_value.data();
+    kernels::cpu::widen(type, w.n, halves(w.stored), param);
+  }
   std::visit(
       [&](const auto& r) {
         using rule_type = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<rule_type, std::monostate>) {
-          // assign: the sum was written into the stored value
+          // assign: a float32 sum was written into the stored value; a 16-bit one is rounded into it
+          if (half) kernels::cpu::narrow(type, w.n, sum, halves(w.stored));
         } else if constexpr (std::is_same_v<rule_type, kvstore::updater>) {
           if constexpr (Math::runs_updaters) {
             tensor stored = w.stored;  // the updater may replace its handle; the data is shared
             r(w.key, w.merged, stored);
           }
         } else if constexpr (std::is_same_v<rule_type, kernels::sgd_options>) {
-          math.sgd(w.n, floats(w.stored), sum, w.opt_state.empty() ? nullptr : floats(w.opt_state[0]), r);
+          math.sgd(w.n, param, sum, w.opt_state.empty() ? nullptr : floats(w.opt_state[0]), r);
         } else {
-          math.adam(w.n, floats(w.stored), sum, floats(w.opt_state[0]), floats(w.opt_state[1]), w.step, r);
+          math.adam(w.n, param, sum, floats(w.opt_state[0]), floats(w.opt_state[1]), w.step, r);
         }
       },
       w.rule);
+  if (half && optimizer) kernels::cpu::narrow(type, w.n, param, halves(w.stored));
 }
 
 }  // namespace

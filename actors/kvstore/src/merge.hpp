@@ -97,7 +97,9 @@ std::vector<std::pair<Key, std::vector<Value>>> group_by_key(const std::vector<K
 
 /// One merge: sums the values (after `accumulated`, when valid) into `merged` from element
 /// `merged_offset`, unless `in_place` (the one value is the sum), then, when `complete`, applies
-/// the update rule to `stored`. Runs as a work item on the store's stream (kernels::on_stream).
+/// the update rule to `stored`. A 16-bit key (cpu stores): its values are widened and summed into
+/// a float32 `merged`; assign rounds the sum into `stored`; SGD and Adam update `master` (or the
+/// value widened, without one) in float32 and round the result into `stored`. Runs as a work item on the store's stream (kernels::on_stream).
 struct merge_work {
   kvstore::key key;  // the caller's key: failure texts and user updaters
   std::vector<slice_ref> values;
@@ -110,6 +112,8 @@ struct merge_work {
   update_rule rule;
   std::vector<tensor> opt_state;  // sgd: momentum; adam: exp_avg, exp_avg_sq
   bool fresh_state = false;       // opt_state was just created: zeroed first
+  tensor master;                  // multi_precision: a 16-bit key's float32 master copy, or empty
+  bool fresh_master = false;      // master was just created: the value widened into it first
   std::int64_t step = 0;
   std::size_t n = 0;
 

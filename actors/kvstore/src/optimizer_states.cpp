@@ -154,7 +154,7 @@ expected<optimizer_states> read_optimizer_states(const std::string& path, const 
   const std::size_t kept = sgd ? (sgd->momentum != 0.0 ? 1 : 0) : 2;
   const std::string what = "kvstore load_optimizer_states: optimizer states file \"" + path + "\"";
   for (const auto& e : file->entries) {
-    const auto* shape = shape_of(e.key);
+    const auto* shape = shape_of(e.key).shape;
     if (shape == nullptr) return bad(what + " has key " + e.key.to_string() + ", which the store does not hold.");
     if (*shape != e.shape)
       return bad(what + " has key " + e.key.to_string() + " of shape " + shape_text(e.shape) +
@@ -168,6 +168,11 @@ expected<optimizer_states> read_optimizer_states(const std::string& path, const 
 
 expected<void> write_optimizer_states(const std::string& path, const optimizer_setting& setting,
                                       std::vector<checkpoint_entry> entries) {
+  for (const auto& e : entries)
+    if (!e.master.empty())
+      return bad("kvstore save_optimizer_states: key " + e.key.to_string() +
+                 " keeps a multi_precision master copy, which an optimizer states file does not hold yet; "
+                 "save a checkpoint (kvstore::save) instead.");
   for (auto& e : entries) e.arrays.erase(e.arrays.begin());  // the value stays out
   return write_optimizer_states_file(path, encode_optimizer(setting), entries);
 }

@@ -71,12 +71,14 @@ std::vector<checkpoint_entry> kvstore_router::join(const std::map<std::int64_t, 
   for (const auto& [key, pl] : keys_) {
     const checkpoint_entry& first = taken.at(pl.chunks.front().sub_key);
     auto& e = entries.emplace_back(checkpoint_entry{key, first.version, first.step, pl.shape, {}});
+    e.type = pl.type;
     e.arrays.resize(first.arrays.size());
-    for (const auto& c : pl.chunks)
-      for (std::size_t a = 0; a < e.arrays.size(); ++a) {
-        const auto& part = taken.at(c.sub_key).arrays.at(a);
-        e.arrays[a].insert(e.arrays[a].end(), part.begin(), part.end());
-      }
+    for (const auto& c : pl.chunks) {
+      const checkpoint_entry& part = taken.at(c.sub_key);
+      for (std::size_t a = 0; a < e.arrays.size(); ++a)
+        e.arrays[a].insert(e.arrays[a].end(), part.arrays.at(a).begin(), part.arrays.at(a).end());
+      e.master.insert(e.master.end(), part.master.begin(), part.master.end());  // every chunk has one, or none
+    }
   }
   return entries;
 }
@@ -91,7 +93,7 @@ bool kvstore_router::on_load(kvstore::load& m, response_promise<unit_t>& p, std:
   std::vector<shard_load> parts(shards_.size(), shard_load{entries, {}});
   for (std::size_t i = 0; i < entries->size(); ++i) {
     const auto& e = (*entries)[i];
-    for (const auto& c : place_key(loaded, e.key, e.shape).chunks)
+    for (const auto& c : place_key(loaded, e.key, e.shape, e.type).chunks)
       parts[c.shard].pieces.push_back({c.sub_key, e.key, i, c.offset, {static_cast<std::int64_t>(c.length)}});
   }
   checkpointing_ = true;

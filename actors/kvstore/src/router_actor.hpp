@@ -141,6 +141,7 @@ private:
   };
   struct placement {
     std::vector<std::int64_t> shape;
+    strata::dtype type = dtype::float32;
     std::vector<chunk> chunks;
   };
   using placements = std::map<kvstore::key, placement>;
@@ -160,7 +161,7 @@ private:
     std::vector<shard_init> parts(shards_.size());
     for (std::size_t i = 0; i < m.keys.size(); ++i) {
       if (keys_.contains(m.keys[i])) continue;  // keep_first: the key keeps its value
-      const placement& pl = place_key(keys_, m.keys[i], m.values[i].shape());
+      const placement& pl = place_key(keys_, m.keys[i], m.values[i].shape(), m.values[i].dtype());
       for (const auto& c : pl.chunks) {
         auto& part = parts[c.shard];
         part.keys.emplace_back(c.sub_key);
@@ -334,21 +335,23 @@ private:
   }
 
   shape_lookup shape_of() const {
-    return [this](const kvstore::key& key) -> const std::vector<std::int64_t>* {
+    return [this](const kvstore::key& key) -> key_layout {
       auto it = keys_.find(key);
-      return it == keys_.end() ? nullptr : &it->second.shape;
+      if (it == keys_.end()) return {};
+      return {&it->second.shape, it->second.type};
     };
   }
 
   /// Places `key` in `into`: its chunks on the next shards, under new chunk keys.
-  const placement& place_key(placements& into, const kvstore::key& key, const std::vector<std::int64_t>& shape) {
+  const placement& place_key(placements& into, const kvstore::key& key, const std::vector<std::int64_t>& shape,
+                             strata::dtype type) {
     std::size_t numel = 1;
     for (auto d : shape) numel *= static_cast<std::size_t>(d);
-    const std::size_t bytes = numel * sizeof(float);
+    const std::size_t bytes = numel * size_of(type);
     std::size_t pieces = 1;
     if (options_.chunk_bytes > 0 && bytes > options_.chunk_bytes)
       pieces = std::min(numel, (bytes + options_.chunk_bytes - 1) / options_.chunk_bytes);
-    placement pl{shape, {}};
+    placement pl{shape, type, {}};
     std::size_t offset = 0;
     for (std::size_t c = 0; c < pieces; ++c) {
       const std::size_t length = numel / pieces + (c < numel % pieces ? 1 : 0);

@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "strata/device_messages.hpp"
+#include "strata/kernels/half.hpp"
 
 namespace strata::kvstore::internal {
 
@@ -83,9 +84,10 @@ void kvstore_actor::on_exit(const error&) {
 }
 
 shape_lookup kvstore_actor::shape_of() const {
-  return [this](const kvstore::key& key) -> const std::vector<std::int64_t>* {
+  return [this](const kvstore::key& key) -> key_layout {
     auto it = keys_.find(key);
-    return it == keys_.end() ? nullptr : &it->second.value.shape();
+    if (it == keys_.end()) return {};
+    return {&it->second.value.shape(), it->second.value.dtype()};
   };
 }
 
@@ -176,6 +178,8 @@ expected<void> kvstore_actor::on_set_updater(kvstore::set_updater& m, response_p
   if (m.updater) rule_ = std::move(m.updater);
   else rule_ = std::monostate{};
   scheduler_ = {};
+  multi_precision_ = false;
+  for (auto& [key, state] : keys_) state.master = {};
   p.deliver(unit);
   return {};
 }
@@ -184,7 +188,11 @@ expected<void> kvstore_actor::on_set_optimizer(kvstore::set_optimizer& m, respon
   if (auto r = check_scheduler(m.scheduler); !r) return r;
   std::visit([this](const auto& o) { rule_ = o; }, m.options);
   scheduler_ = m.scheduler;
-  for (auto& [key, state] : keys_) state.optimizer_state.clear();  // a new optimizer starts fresh
+  multi_precision_ = m.multi_precision;
+  for (auto& [key, state] : keys_) {  // a new optimizer starts fresh
+    state.optimizer_state.clear();
+    state.master = {};
+  }
   p.deliver(unit);
   return {};
 }
@@ -282,8 +290,10 @@ void kvstore_actor::install_optimizer_states(const optimizer_setting& setting, c
                                              const std::vector<checkpoint_piece>& pieces, response_promise<unit_t>& p) {
   std::visit([this](const auto& o) { rule_ = o; }, setting.options);
   scheduler_ = setting.scheduler;
+  multi_precision_ = false;  // not in the file: an optimizer states file holds no master copies
   for (auto& [key, state] : keys_) {
     state.optimizer_state.clear();
+    state.master = {};
     state.step = 0;
   }
   for (const auto& piece : pieces) {
@@ -415,17 +425,26 @@ expected<void> kvstore_actor::snapshot(std::function<void(expected<std::vector<c
     return bad("kvstore save: the store is on " + device_.name() +
                ", whose tensors hold no data; expected a cpu or cuda store.");
   auto entries = std::make_shared<std::vector<checkpoint_entry>>();
+  auto status = std::make_shared<work_status>();
   for (const auto& [key, state] : keys_) {
     auto& e = entries->emplace_back(checkpoint_entry{key, state.version, state.step, state.value.shape(), {}});
-    std::vector<tensor> arrays{state.value};
+    e.type = state.value.dtype();
+    // A 16-bit value is widened (exactly) on the stream first: entries hold float arrays.
+    std::vector<tensor> arrays{kernels::is_half(e.type) ? converted(state.value, dtype::float32, status, {"save: the copy", state.label})
+                                                        : state.value};
     arrays.insert(arrays.end(), state.optimizer_state.begin(), state.optimizer_state.end());
     for (const auto& t : arrays) {  // the copies write into buffers that stay put when vectors move
       e.arrays.emplace_back(static_cast<std::size_t>(t.numel()));
       (void)t.copy_to_host(e.arrays.back().data(), stream_);
     }
+    if (state.master.valid()) {
+      e.master.resize(static_cast<std::size_t>(state.master.numel()));
+      (void)state.master.copy_to_host(e.master.data(), stream_);
+    }
   }
-  stream_.on_complete([entries, done = std::move(done)](std::exception_ptr e) {
+  stream_.on_complete([entries, status, done = std::move(done)](std::exception_ptr e) {
     if (e) done(error(errc::runtime_failure, "kvstore save: device work failed: " + stream_failure(e)));
+    else if (status->failed()) done(error(errc::runtime_failure, status->failure()));
     else done(std::move(*entries));
   });
   return {};
@@ -434,22 +453,32 @@ expected<void> kvstore_actor::snapshot(std::function<void(expected<std::vector<c
 expected<void> kvstore_actor::stage(response_promise<unit_t>& p, const std::vector<checkpoint_entry>& file,
                                     const std::vector<checkpoint_piece>& pieces,
                                     const std::function<void(key_map&)>& keep) {
+  for (const auto& piece : pieces)
+    if (kernels::is_half(file[piece.entry].type) && device_.kind() != device_kind::cpu)
+      return bad("kvstore load: key " + piece.label.to_string() + " of the checkpoint holds " +
+                 std::string(to_string(file[piece.entry].type)) + " values, which only cpu stores keep (this one is on " +
+                 device_.name() + ").");
   key_map staged;
+  auto status = std::make_shared<work_status>();
   for (const auto& piece : pieces) {
     const checkpoint_entry& e = file[piece.entry];
     key_state state{.version = e.version, .step = e.step, .label = piece.label};
     std::size_t n = 1;
     for (auto d : piece.shape) n *= static_cast<std::size_t>(d);
+    auto part = [&](const std::vector<float>& a) {
+      return tensor::from_host<float>(std::span<const float>(a).subspan(piece.offset, n), piece.shape, device_, stream_);
+    };
     for (const auto& a : e.arrays) {
-      auto values = std::span<const float>(a).subspan(piece.offset, n);
-      auto t = tensor::from_host<float>(values, piece.shape, device_, stream_);
-      if (!state.value.valid()) state.value = std::move(t);
-      else state.optimizer_state.push_back(std::move(t));
+      auto t = part(a);
+      if (state.value.valid()) state.optimizer_state.push_back(std::move(t));
+      else if (kernels::is_half(e.type)) state.value = converted(t, e.type, status, {"load: the copy", piece.label});
+      else state.value = std::move(t);
     }
+    if (!e.master.empty()) state.master = part(e.master);
     staged.emplace(piece.key, std::move(state));
   }
   keep(staged);
-  reply_when_done(p, nullptr);
+  reply_when_done(p, status);
   return {};
 }
 

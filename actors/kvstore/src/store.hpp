@@ -62,6 +62,7 @@ private:
     std::vector<tensor> residuals;        // gradient compression: one per position in a push
     std::int64_t step = 0;
     kvstore::key label = 0;  // the caller's key (a shard's chunk keys differ from it)
+    tensor master;           // multi_precision: the float32 master copy of a 16-bit value
   };
   using key_map = std::map<kvstore::key, key_state>;
   struct parked_pull {
@@ -145,6 +146,9 @@ private:
   void copy_elements(const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
                      std::size_t n, const std::shared_ptr<work_status>& status, const work_label& label);
   void keep_until_done(const tensor& t) const;
+  /// `t` converted to `type` (float32 <-> float16 / bfloat16, cpu stores) into a new tensor, on
+  /// the store's stream.
+  tensor converted(const tensor& t, dtype type, const std::shared_ptr<work_status>& status, const work_label& label);
   slice_ref readable(const slice_ref& v, const key_state& state, const std::shared_ptr<work_status>& status);
   /// Gradient compression: the value that position `slot` of a push sends, quantized with that
   /// position's residual (cpu stores).
@@ -176,6 +180,7 @@ private:
   compression_type compression_ = compression_type::none;  // set_gradient_compression
   float compression_threshold_ = 0.5f;
   kvstore::lr_scheduler scheduler_;  // of the optimizer in rule_, or monostate
+  bool multi_precision_ = false;     // of the optimizer in rule_ (set_optimizer)
   std::vector<parked_pull> parked_;
   admission_queue admission_;
 };

@@ -62,14 +62,24 @@ expected<void> kvstore_actor::row_sparse_supported(const char* op) const {
   return {};
 }
 
+namespace {
+/// Row-sparse pushes and pulls take float32 keys only (16-bit keys: not built yet).
+expected<void> row_sparse_dtype(const char* op, const kvstore::key& key, dtype type) {
+  if (type == dtype::float32) return {};
+  return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " holds " + std::string(to_string(type)) +
+             " values; row-sparse pushes and pulls take float32 keys only.");
+}
+}  // namespace
+
 expected<void> kvstore_actor::on_push_row_sparse(kvstore::push_row_sparse& m, response_promise<unit_t>& p) {
   if (auto r = row_sparse_supported("push"); !r) return r;
   if (m.keys.size() != m.values.size() || m.keys.empty())
     return bad("kvstore push: " + std::to_string(m.keys.size()) + " keys and " + std::to_string(m.values.size()) +
                " row-sparse values; expected one value per key, at least one.");
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
-    const auto* shape = shape_of()(m.keys[i]);
+    const auto [shape, type] = shape_of()(m.keys[i]);
     if (!shape) return bad("kvstore push: key " + m.keys[i].to_string() + " is not initialised; call init first.");
+    if (auto r = row_sparse_dtype("push", m.keys[i], type); !r) return r;
     if (m.values[i].shape != *shape)
       return bad("kvstore push: the row-sparse value for key " + m.keys[i].to_string() + " has shape " +
                  shape_text(m.values[i].shape) + ", expected " + shape_text(*shape) + " (the stored shape).");
@@ -188,8 +198,9 @@ expected<void> kvstore_actor::on_row_sparse_pull(kvstore::row_sparse_pull& m, re
                std::to_string(m.row_ids.size()) + " row id lists and " + std::to_string(m.outs.size()) +
                " outputs; expected one of each per key, at least one.");
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
-    const auto* shape = shape_of()(m.keys[i]);
+    const auto [shape, type] = shape_of()(m.keys[i]);
     if (!shape) return bad("kvstore row_sparse_pull: key " + m.keys[i].to_string() + " is not initialised; call init first.");
+    if (auto r = row_sparse_dtype("row_sparse_pull", m.keys[i], type); !r) return r;
     if (auto r = check_rows("row_sparse_pull", "output", m.keys[i], m.outs[i], m.row_ids[i], *shape); !r) return r;
   }
   auto status = std::make_shared<work_status>();

@@ -2,9 +2,11 @@
 
 #include <algorithm>
 #include <cstring>
+#include <stdexcept>
 #include <utility>
 #include <variant>
 
+#include "strata/kernels/half.hpp"
 #include "strata/kernels/on_stream.hpp"
 #if STRATA_HAS_CUDA
 #include "strata/kernels/cuda.hpp"
@@ -17,7 +19,7 @@ void kvstore_actor::add_key(const kvstore::key& key, const kvstore::key& label, 
              const slice_ref& from, const std::shared_ptr<work_status>& status) {
   key_state state;
   state.label = label;
-  state.value = tensor::empty(std::move(shape), dtype::float32, device_, stream_);
+  state.value = tensor::empty(std::move(shape), from.t.dtype(), device_, stream_);
   stream_.wait(from.t.ready_event());
   copy_elements(state.value, 0, from.t, from.offset, static_cast<std::size_t>(state.value.numel()), status,
                 {"init: the copy", label});
@@ -25,14 +27,16 @@ void kvstore_actor::add_key(const kvstore::key& key, const kvstore::key& label, 
 }
 
 
-/// Copies `n` floats from `src` (from element `src_offset`) to `dst` (from `dst_offset`) on the
-/// store's stream: a plain stream copy for whole tensors (on cuda also between GPUs), a work item
-/// for slices. A failure of the cuda work item goes to `status`, named by `label`.
+/// Copies `n` elements (of `dst`'s dtype, which is `src`'s) from `src` (from element
+/// `src_offset`) to `dst` (from `dst_offset`) on the store's stream: a plain stream copy for whole
+/// tensors (on cuda also between GPUs), a work item for slices. A failure of the cuda work item
+/// goes to `status`, named by `label`.
 void kvstore_actor::copy_elements(const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
                                   std::size_t n, const std::shared_ptr<work_status>& status,
                                   const work_label& label) {
-  if (dst_offset == 0 && src_offset == 0 && dst.bytes() == n * sizeof(float) && src.bytes() == n * sizeof(float)) {
-    stream_.copy(dst.storage(), src.storage(), n * sizeof(float));
+  const std::size_t element = size_of(dst.dtype());
+  if (dst_offset == 0 && src_offset == 0 && dst.bytes() == n * element && src.bytes() == n * element) {
+    stream_.copy(dst.storage(), src.storage(), n * element);
     return;
   }
   keep_until_done(dst);
@@ -40,15 +44,39 @@ void kvstore_actor::copy_elements(const tensor& dst, std::size_t dst_offset, con
   kernels::on_stream(stream_,
                      {.name = "kvstore_copy_slice",
                       .kind = work_kind::copy,
-                      .bytes = 2.0 * sizeof(float) * static_cast<double>(n)},
-                     [dst, dst_offset, src, src_offset, n, status, label](auto target) {
-                       const float* from = src.device_data<float>() + src_offset;
-                       float* to = dst.device_data<float>() + dst_offset;
-                       if constexpr (kernels::is_cuda_target<decltype(target)>)
+                      .bytes = 2.0 * static_cast<double>(element * n)},
+                     [dst, dst_offset, src, src_offset, n, element, status, label](auto target) {
+                       if constexpr (kernels::is_cuda_target<decltype(target)>) {
+                         // cuda stores hold float32 keys only
+                         const float* from = src.device_data<float>() + src_offset;
+                         float* to = dst.device_data<float>() + dst_offset;
                          run_guarded(*status, label, [&] { kernels::cuda::copy(target.context, n, from, to); });
-                       else if (n > 0)
-                         std::memcpy(to, from, n * sizeof(float));
+                       } else if (n > 0) {
+                         std::memcpy(static_cast<char*>(dst.raw_data()) + dst_offset * element,
+                                     static_cast<const char*>(src.raw_data()) + src_offset * element, n * element);
+                       }
                      });
+}
+
+tensor kvstore_actor::converted(const tensor& t, dtype type, const std::shared_ptr<work_status>& status,
+                                const work_label& label) {
+  tensor out = tensor::empty(t.shape(), type, device_, stream_);
+  const auto n = static_cast<std::size_t>(t.numel());
+  kernels::on_stream(stream_,
+                     {.name = "kvstore_convert", .kind = work_kind::pointwise, .bytes = 6.0 * static_cast<double>(n)},
+                     [t, out, n, status, label](auto target) {
+                       run_guarded(*status, label, [&] {
+                         if constexpr (kernels::is_cuda_target<decltype(target)>)
+                           throw std::runtime_error("float16 and bfloat16 values are kept on cpu stores only");
+                         else if (kernels::is_half(out.dtype()))
+                           kernels::cpu::narrow(out.dtype(), n, t.device_data<float>(),
+                                                static_cast<std::uint16_t*>(out.raw_data()));
+                         else
+                           kernels::cpu::widen(t.dtype(), n, static_cast<const std::uint16_t*>(t.raw_data()),
+                                               out.device_data<float>());
+                       });
+                     });
+  return out;
 }
 
 /// cuda stores: work items only enqueue, so the tensors they capture may be dropped before the
@@ -92,7 +120,17 @@ slice_ref kvstore_actor::compressed(const slice_ref& v, key_state& state, std::s
                        } else {
                          float* r = residual.device_data<float>();
                          if (fresh) std::fill(r, r + n, 0.0f);
-                         compress(type, threshold, v.t.device_data<float>() + v.offset, r, sent.device_data<float>(), n);
+                         std::vector<float> widened;  // a 16-bit key's value is compressed in float32
+                         const float* in = nullptr;
+                         if (v.t.dtype() == dtype::float32) {
+                           in = v.t.device_data<float>() + v.offset;
+                         } else {
+                           widened.resize(n);
+                           kernels::cpu::widen(v.t.dtype(), n, static_cast<const std::uint16_t*>(v.t.raw_data()) + v.offset,
+                                               widened.data());
+                           in = widened.data();
+                         }
+                         compress(type, threshold, in, r, sent.device_data<float>(), n);
                        }
                      });
   return slice_ref{sent, 0};
@@ -142,15 +180,16 @@ void kvstore_actor::merge(key_state& state, const std::vector<slice_ref>& values
   update_rule rule = complete ? rule_ : update_rule{};
   const bool assign = complete && std::holds_alternative<std::monostate>(rule);
   const bool user = std::holds_alternative<kvstore::updater>(rule);
+  const bool half = kernels::is_half(state.value.dtype());  // summed in float32, then rounded
   // Where the sum goes. Assign (the default rule) sums straight into the stored value: k reads
   // and one write, nothing more. One value read in place when no sum is needed (a user updater
   // gets it as a tensor, so only a whole one). Otherwise the key's accumulator.
   tensor merged;
   std::size_t merged_offset = 0;
   bool in_place = false;
-  if (assign) {
+  if (assign && !half) {
     merged = state.value;
-  } else if (!with_accumulator && values.size() == 1 && complete &&
+  } else if (!half && !with_accumulator && values.size() == 1 && complete &&
              (!user || (values[0].offset == 0 && static_cast<std::size_t>(values[0].t.numel()) == n))) {
     merged = values[0].t;
     merged_offset = values[0].offset;
@@ -182,6 +221,15 @@ void kvstore_actor::merge(key_state& state, const std::vector<slice_ref>& values
     }
     if (std::holds_alternative<kernels::adam_options>(rule)) work.step = ++state.step;
     work.opt_state = state.optimizer_state;
+    const bool optimizer =
+        std::holds_alternative<kernels::sgd_options>(rule) || std::holds_alternative<kernels::adam_options>(rule);
+    if (half && optimizer && multi_precision_) {
+      if (!state.master.valid()) {
+        state.master = tensor::empty(state.value.shape(), dtype::float32, device_, stream_);
+        work.fresh_master = true;
+      }
+      work.master = state.master;
+    }
     ++state.version;
     if (!std::holds_alternative<std::monostate>(scheduler_)) {  // MXNet's lr_scheduler, per update
       const double lr = learning_rate(scheduler_, static_cast<std::int64_t>(state.version));

@@ -1,6 +1,7 @@
 #include "validation.hpp"
 
 #include "strata/device/shape.hpp"
+#include "strata/kernels/half.hpp"
 
 #include <cctype>
 #include <cmath>
@@ -27,13 +28,19 @@ expected<void> check_kind(const char* op, const kvstore::key& key, std::optional
 }
 
 expected<void> check_tensor(const char* op, const char* role, const kvstore::key& key, const tensor& t,
-                            const std::vector<std::int64_t>* shape, const store_place& place) {
+                            const key_layout& stored, const store_place& place) {
   std::string where = std::string("kvstore ") + op + ": the " + role + " for key " + key.to_string();
   if (!t.valid()) return bad(where + " is an empty tensor; expected a float32 tensor.");
-  if (t.dtype() != dtype::float32)
-    return bad(where + " has dtype " + std::string(to_string(t.dtype())) + ", expected float32.");
-  if (shape && t.shape() != *shape)
-    return bad(where + " has shape " + shape_text(t.shape()) + ", expected " + shape_text(*shape) +
+  if (stored.shape && t.dtype() != stored.type)
+    return bad(where + " has dtype " + std::string(to_string(t.dtype())) + ", expected " +
+               std::string(to_string(stored.type)) + ".");
+  if (!stored.shape && t.dtype() != dtype::float32 && !kernels::is_half(t.dtype()))
+    return bad(where + " has dtype " + std::string(to_string(t.dtype())) + ", expected float32, float16 or bfloat16.");
+  if (!stored.shape && kernels::is_half(t.dtype()) && place.kind != device_kind::cpu)
+    return bad(where + " has dtype " + std::string(to_string(t.dtype())) + ", which only cpu stores keep (this one is on " +
+               place.name + "); expected float32.");
+  if (stored.shape && t.shape() != *stored.shape)
+    return bad(where + " has shape " + shape_text(t.shape()) + ", expected " + shape_text(*stored.shape) +
                " (the stored shape).");
   if (t.storage().kind() != place.kind)
     return bad(where + " is on " + t.get_device().name() + ", which a store on " + place.name +
@@ -56,10 +63,10 @@ expected<void> check_existing(const char* op, const char* role, const std::vecto
   if (auto r = check_pairs(op, role, keys.size(), tensors.size()); !r) return r;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (auto r = check_kind(op, keys[i], int_keys); !r) return r;
-    const auto* shape = shape_of(keys[i]);
-    if (!shape)
+    const key_layout stored = shape_of(keys[i]);
+    if (!stored.shape)
       return bad(std::string("kvstore ") + op + ": key " + keys[i].to_string() + " is not initialised; call init first.");
-    if (auto r = check_tensor(op, role, keys[i], tensors[i], shape, place); !r) return r;
+    if (auto r = check_tensor(op, role, keys[i], tensors[i], stored, place); !r) return r;
   }
   return {};
 }
@@ -73,8 +80,8 @@ expected<void> check_init(const kvstore::init& m, std::optional<bool>& int_keys,
     const auto& key = m.keys[i];
     if (auto r = check_kind("init", key, kind); !r) return r;
     kind = key.is_int();
-    const auto* stored = shape_of(key);
-    if (stored && existing == kvstore::init_existing::error)
+    const key_layout stored = shape_of(key);
+    if (stored.shape && existing == kvstore::init_existing::error)
       return bad("kvstore init: key " + key.to_string() + " already exists.");
     if (!seen.insert(key).second) return bad("kvstore init: key " + key.to_string() + " is given twice.");
     if (auto r = check_tensor("init", "value", key, m.values[i], stored, place); !r) return r;
@@ -87,12 +94,13 @@ expected<void> check_broadcast(const kvstore::broadcast& m, std::optional<bool>&
                                const store_place& place, kvstore::init_existing existing) {
   std::optional<bool> kind = int_keys;
   if (auto r = check_init(m.init, kind, shape_of, place, existing); !r) return r;
-  std::map<kvstore::key, const std::vector<std::int64_t>*> initialised;
-  for (std::size_t i = 0; i < m.init.keys.size(); ++i) initialised.emplace(m.init.keys[i], &m.init.values[i].shape());
-  shape_lookup after = [&](const kvstore::key& key) -> const std::vector<std::int64_t>* {
-    if (const auto* s = shape_of(key)) return s;
+  std::map<kvstore::key, key_layout> initialised;
+  for (std::size_t i = 0; i < m.init.keys.size(); ++i)
+    initialised.emplace(m.init.keys[i], key_layout{&m.init.values[i].shape(), m.init.values[i].dtype()});
+  shape_lookup after = [&](const kvstore::key& key) -> key_layout {
+    if (auto s = shape_of(key); s.shape) return s;
     auto it = initialised.find(key);
-    return it == initialised.end() ? nullptr : it->second;
+    return it == initialised.end() ? key_layout{} : it->second;
   };
   if (auto r = check_existing("broadcast", "output", m.pull.keys, m.pull.outs, kind, after, place); !r) return r;
   int_keys = kind;

@@ -36,17 +36,23 @@ struct store_place {
   std::string name;
 };
 
-/// Stored shape of a key, or null when the key is not initialised.
-using shape_lookup = std::function<const std::vector<std::int64_t>*(const kvstore::key&)>;
+/// What a store holds for a key: its shape (null when the key is not initialised) and dtype.
+struct key_layout {
+  const std::vector<std::int64_t>* shape = nullptr;
+  strata::dtype type = dtype::float32;
+};
+/// The layout of a key in a store.
+using shape_lookup = std::function<key_layout(const kvstore::key&)>;
 
 /// Keys and tensors of a push, pull or pushpull (`op`; `role` "value" or "output") against
-/// existing keys: one tensor per key, key kind, presence, dtype, shape, device.
+/// existing keys: one tensor per key, key kind, presence, dtype (the key's), shape, device.
 expected<void> check_existing(const char* op, const char* role, const std::vector<kvstore::key>& keys,
                               const std::vector<tensor>& tensors, std::optional<bool> int_keys,
                               const shape_lookup& shape_of, const store_place& place);
 
-/// An init: new, distinct keys of the store's kind, float32 values (with `keep_first`, existing
-/// keys too, given a value of their stored shape). `int_keys` becomes the kind the store holds
+/// An init: new, distinct keys of the store's kind, float32 values, or float16 / bfloat16 ones on
+/// cpu stores (with `keep_first`, existing keys too, given a value of their stored shape and
+/// dtype). `int_keys` becomes the kind the store holds
 /// afterwards.
 expected<void> check_init(const kvstore::init& m, std::optional<bool>& int_keys, const shape_lookup& shape_of,
                           const store_place& place, kvstore::init_existing existing = kvstore::init_existing::error);

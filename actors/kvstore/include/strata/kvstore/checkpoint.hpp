@@ -22,6 +22,12 @@ struct checkpoint_entry {
   std::int64_t step = 0;      ///< Adam's step count (0 otherwise).
   std::vector<std::int64_t> shape;
   std::vector<std::vector<float>> arrays;  ///< value, then optimizer state
+  /// The key's dtype: float32, float16 or bfloat16. A 16-bit value is held in `arrays[0]` widened
+  /// to float (exactly), and the file stores its 16 bits.
+  strata::dtype type = strata::dtype::float32;
+  /// `set_optimizer{.multi_precision = true}`: the float32 master copy of a 16-bit value, once the
+  /// optimizer has updated the key; empty otherwise.
+  std::vector<float> master;
 };
 
 /// A checkpoint read and checked whole: its keys are of one kind (`int_keys`; empty for no keys).

@@ -114,7 +114,10 @@ struct options {
 // ---- messages (use them with `actor::request` inside actors) --------------------------------
 
 /// Stores `values[i]` as the initial value of `keys[i]`. Reply: `unit` (request<void>).
-/// Fails if a key repeats, a value is not float32, or a key exists (unless the store's
+/// A value's dtype (float32, or float16 / bfloat16 on cpu stores) becomes the key's: its pushes
+/// and pulls take tensors of that dtype. Pushed 16-bit values are summed in float32 and the sum
+/// is rounded once to the key's dtype (to nearest, ties to even; `strata/kernels/half.hpp`).
+/// Fails if a key repeats, a value has another dtype, or a key exists (unless the store's
 /// `options::init_existing` is `keep_first`: then that key is left as it is).
 struct init {
   std::vector<kvstore::key> keys;
@@ -200,6 +203,14 @@ struct set_optimizer {
   /// instead of the options' lr, n being the key's version after that update (1 at its first).
   /// A bad scheduler fails the request with one sentence and leaves the rule as it was.
   kvstore::lr_scheduler scheduler;
+  /// MXNet's `Optimizer(multi_precision=True)`, for float16 and bfloat16 keys: such a key keeps a
+  /// float32 master copy (made from its value at its first update under this optimizer); the
+  /// optimizer updates the master and the key's value becomes the master rounded to its dtype, so
+  /// steps smaller than half a 16-bit ulp add up. Without it a 16-bit key's value is widened,
+  /// updated in float32 and rounded back at every step (those small steps are lost, as MXNet's
+  /// update in low precision loses them). Optimizer state is float32 either way. No effect on
+  /// float32 keys.
+  bool multi_precision = false;
 };
 /// MXNet's `Optimizer.set_learning_rate` (what `Trainer.set_learning_rate` calls): the installed
 /// optimizer's lr becomes `lr` and every key keeps its optimizer state (momentum, Adam's moments
@@ -351,6 +362,8 @@ public:
   tensors send(kvstore::pushpull msg) { return call<std::vector<tensor>>(std::move(msg)); }
   tensors send(kvstore::pushpull_in_place msg) { return call<std::vector<tensor>>(std::move(msg)); }
   tensors send(kvstore::broadcast msg) { return call<std::vector<tensor>>(std::move(msg)); }
+  /// `kvstore::set_optimizer` with every field, e.g. `.multi_precision = true`.
+  done send(kvstore::set_optimizer msg) { return call<unit_t>(std::move(msg)); }
 
   done set_updater(kvstore::updater rule);
   done set_optimizer(kernels::sgd_options options);
