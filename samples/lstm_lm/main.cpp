@@ -127,7 +127,8 @@ void print_setup(const lm::training_setup& s, const lm::trainer_options& o) {
             << "), clip " << cfg.clip << ", residual connections "
             << (cfg.residual ? (cfg.layers > 2 ? "from layer 3 on" : "on (no effect below 3 layers)") : "off")
             << (cfg.dropout > 0 ? ", dropout " + fmt(cfg.dropout, 2) : std::string())
-            << (s.accumulate > 1 ? ", " + std::to_string(s.accumulate) + " windows accumulated per step" : std::string()) << "\n"
+            << (s.accumulate > 1 ? ", " + std::to_string(s.accumulate) + " windows accumulated per step" : std::string())
+            << (s.carry_state ? ", LSTM state carried across steps" : ", every step from a zero LSTM state") << "\n"
             << (s.auto_schedule ? "lstm_lm: schedule chosen by --schedule auto for " + s.devices + " (docs/lstm_lm.md)\n" : std::string())
             << "lstm_lm: plan (--partition " << o.partition << ", " << s.costs_note << "):\n"
             << s.placement.to_string() << "\n";
@@ -311,8 +312,10 @@ int main(int argc, char** argv) {
   train->add_option("--val-tokens", t.val_tokens, "validation predictions at most (0: the whole held-out text)")
       ->check(any_u64)
       ->capture_default_str();
-  train->add_flag("--carry-state", t.carry_state,
-                  "start each step from the LSTM state the previous window ended with (truncated BPTT; reset every epoch)");
+  bool carry_value = true;
+  auto* carry = train->add_flag("--carry-state,!--no-carry-state", carry_value,
+                                "start each step from the LSTM state the previous window ended with (truncated BPTT; "
+                                "reset every epoch; default on, off with --accumulate above 1)");
   train->add_option("--trace", t.trace, "record a strata trace into FILE");
   auto* checkpoint = train->add_option("--checkpoint", t.checkpoint,
                                        "checkpoint directory: saved every epoch and at the end; resumed from when present");
@@ -378,6 +381,7 @@ int main(int argc, char** argv) {
   }
   t.epochs_given = epochs->count() > 0;
   if (lr->count() > 0) t.lr = lr_value;
+  if (carry->count() > 0) t.carry_state = carry_value;
   t.chunks_given = chunks->count() > 0;
   t.vocab_size_given = vocab_size->count() > 0;
   // Each cpu device is a oneTBB arena and the kernels split large GEMMs into tasks inside it;

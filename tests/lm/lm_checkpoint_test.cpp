@@ -126,6 +126,47 @@ BOOST_AUTO_TEST_CASE(a_saved_checkpoint_loads_back_unchanged_and_leaves_no_tempo
   fs::remove_all(dir);
 }
 
+BOOST_AUTO_TEST_CASE(the_carried_lstm_state_round_trips_in_state_safetensors_and_a_misshapen_one_is_refused) {
+  auto dir = fresh_dir("carried");
+  auto ck = small_checkpoint();
+  const std::size_t per = ck.config.batch * ck.config.hidden;
+  std::mt19937 rng(5);
+  std::uniform_real_distribution<float> u(-1.f, 1.f);
+  for (std::size_t l = 0; l < ck.config.layers; ++l)
+    for (const char* part : {"h_l", "c_l"}) {
+      std::vector<float> v(per);
+      for (auto& x : v) x = u(rng);
+      ck.carried_state.push_back({part + std::to_string(l), v});
+    }
+  BOOST_REQUIRE(!save_checkpoint(dir.string(), ck));
+  BOOST_TEST(fs::exists(dir / "state.safetensors"));
+  auto back = load_checkpoint(dir.string());
+  BOOST_REQUIRE_MESSAGE(back.has_value(), (back ? std::string() : back.error().message()));
+  BOOST_REQUIRE_EQUAL(back->carried_state.size(), 2 * ck.config.layers);
+  for (std::size_t i = 0; i < ck.carried_state.size(); ++i) {
+    BOOST_TEST(back->carried_state[i].name == ck.carried_state[i].name);
+    BOOST_TEST((back->carried_state[i].values == ck.carried_state[i].values));
+  }
+  // A save without state (a run that does not carry it) removes the file of the earlier one.
+  auto plain = small_checkpoint();
+  BOOST_REQUIRE(!save_checkpoint(dir.string(), plain));
+  BOOST_TEST(!fs::exists(dir / "state.safetensors"));
+  BOOST_TEST(load_checkpoint(dir.string())->carried_state.empty());
+  // A state of the wrong shape (another batch) is refused with one sentence.
+  auto wrong = ck;
+  wrong.config.batch += 1;
+  for (auto& t : wrong.carried_state) t.values.assign(wrong.config.batch * wrong.config.hidden, 0.5f);
+  BOOST_REQUIRE(!save_checkpoint(dir.string(), wrong));
+  auto cfg = nlohmann::json::parse(slurp(dir / "config.json"));  // now claim the original batch
+  cfg["batch"] = ck.config.batch;
+  spit(dir / "config.json", cfg.dump(1) + "\n");
+  auto refused = load_checkpoint(dir.string());
+  BOOST_REQUIRE(!refused.has_value());
+  BOOST_TEST(refused.error().message().find("carried state 'h_l0' with a shape other than [batch, hidden]") != std::string::npos,
+             refused.error().message());
+  fs::remove_all(dir);
+}
+
 BOOST_AUTO_TEST_CASE(a_truncated_or_corrupt_checkpoint_is_rejected_with_one_sentence) {
   auto dir = fresh_dir("corrupt");
   auto ck = small_checkpoint();

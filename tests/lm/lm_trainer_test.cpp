@@ -12,6 +12,7 @@
 #include <string>
 #include <vector>
 
+#include "strata/lm/checkpoint.hpp"
 #include "strata/lm/trainer.hpp"
 
 namespace {
@@ -91,6 +92,55 @@ BOOST_AUTO_TEST_CASE(a_run_stopped_and_resumed_from_its_checkpoint_equals_an_uni
   BOOST_REQUIRE_EQUAL(parts.size(), steps);
   for (std::size_t i = 0; i < steps; ++i) BOOST_CHECK_CLOSE(parts[i], whole[i], 1e-4);
   BOOST_CHECK_CLOSE(second.validation.loss, full.validation.loss, 1e-4);
+  fs::remove_all(dir);
+}
+
+BOOST_AUTO_TEST_CASE(the_carried_state_is_on_by_default_and_a_resume_needs_it_to_continue_exactly) {
+  const auto dir = fresh_dir("strata_trainer_carry_");
+  const std::size_t steps = 8;
+  std::vector<double> whole;
+  lm::trainer_events ev;
+  ev.on_step = [&](const lm::step_progress& p) { whole.push_back(p.loss); };
+  const auto full = lm::train(tiny(dir, steps), ev);
+  BOOST_TEST(full.setup.carry_state);
+  // Off by default where it cannot apply: accumulated windows are not column streams.
+  auto acc = tiny(dir, 2);
+  acc.accumulate = 2;
+  BOOST_TEST(!lm::train(acc, {}).setup.carry_state);
+
+  // Stopped after 3 steps: the checkpoint holds the state each layer carries into step 4.
+  auto o = tiny(dir, steps);
+  o.checkpoint = (dir / "ck").string();
+  stop_after stop(3);
+  o.stop = &stop.flag;
+  lm::trainer_events ev2;
+  ev2.on_step = [&](const lm::step_progress& p) {
+    if (p.step == stop.after) stop.flag = true;
+  };
+  lm::train(o, ev2);
+  auto ck = lm::load_checkpoint(o.checkpoint);
+  BOOST_REQUIRE(ck.has_value());
+  BOOST_REQUIRE_EQUAL(ck->carried_state.size(), 2 * o.layers);
+  double sum = 0;
+  for (const auto& t : ck->carried_state) {
+    BOOST_TEST(t.values.size() == o.batch * o.hidden);
+    for (float v : t.values) sum += std::abs(v);
+  }
+  BOOST_TEST(sum > 0.0);
+  // The same checkpoint without its state resumes from zeros: step 4 leaves the uninterrupted
+  // run (with it, the resume test above equals it), so the state is what makes the resume exact.
+  ck->carried_state.clear();
+  BOOST_REQUIRE(!lm::save_checkpoint(o.checkpoint, *ck));
+  stop.flag = false;
+  stop.after = 4;
+  std::vector<double> resumed;
+  ev2.on_step = [&](const lm::step_progress& p) {
+    resumed.push_back(p.loss);
+    if (p.step == stop.after) stop.flag = true;
+  };
+  lm::train(o, ev2);
+  BOOST_REQUIRE_EQUAL(resumed.size(), 1u);
+  BOOST_TEST(std::abs(resumed[0] - whole[3]) > 1e-6, "step 4 from zeros " << resumed[0] << ", carried " << whole[3]);
   fs::remove_all(dir);
 }
 

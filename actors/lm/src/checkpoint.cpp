@@ -79,7 +79,10 @@ std::string hex64(std::uint64_t v) {
 constexpr const char* data_files[] = {"model.safetensors", "vocab.json", "optimizer.json"};
 /// The store's optimizer state (a kvstore::save file), present when the optimizer keeps state.
 constexpr const char* state_file = "optimizer.kvstore";
-constexpr const char* all_files[] = {"model.safetensors", "vocab.json", "optimizer.json", "optimizer.kvstore"};
+/// The LSTM state carried into the next step (safetensors), present when the run carries it.
+constexpr const char* carry_file = "state.safetensors";
+constexpr const char* all_files[] = {"model.safetensors", "vocab.json", "optimizer.json", "optimizer.kvstore",
+                                     "state.safetensors"};
 
 /// True if `bytes` are the size and FNV-1a hash that config.json records for the file `name`.
 bool matches_record(const json& cfg, const std::string& name, const std::string& bytes) {
@@ -220,6 +223,16 @@ error save_checkpoint(const std::string& dir_name, const checkpoint& ck) {
   } catch (const std::exception& e) {
     return fail(std::string("cannot save the checkpoint: ") + e.what());
   }
+  std::string carried;
+  if (!ck.carried_state.empty()) {
+    std::vector<safetensor> state;
+    for (const auto& t : ck.carried_state) state.push_back({t.name, {ck.config.batch, ck.config.hidden}, t.values});
+    try {
+      carried = encode_safetensors(state, {{"format", "pt"}, {"producer", "strata lstm_lm"}});
+    } catch (const std::exception& e) {
+      return fail(std::string("cannot save the checkpoint's carried state: ") + e.what());
+    }
+  }
   const std::string vocab = ck.vocab.to_json();
   const auto& c = ck.config;
   const bool sgd_family = c.optimizer != optimizer_kind::adam && c.optimizer != optimizer_kind::adamw;
@@ -251,6 +264,10 @@ error save_checkpoint(const std::string& dir_name, const checkpoint& ck) {
     bytes_of[state_file] = &ck.optimizer_state;
     cfg["files"][state_file] = {{"bytes", ck.optimizer_state.size()}, {"fnv1a64", hex64(strata::fnv1a64(ck.optimizer_state))}};
   }
+  if (!carried.empty()) {
+    bytes_of[carry_file] = &carried;
+    cfg["files"][carry_file] = {{"bytes", carried.size()}, {"fnv1a64", hex64(strata::fnv1a64(carried))}};
+  }
   for (const auto& [name, bytes] : bytes_of)
     if (auto e = write_temporary(dir, name, *bytes); e) return e;
   // Until the new config.json lands, the committed one must stay loadable: each file it records
@@ -279,6 +296,7 @@ error save_checkpoint(const std::string& dir_name, const checkpoint& ck) {
   sync_directory(dir);
   for (const char* name : all_files) ::unlink((dir / (".prev-" + std::string(name))).c_str());
   if (ck.optimizer_state.empty()) ::unlink((dir / state_file).c_str());  // of an earlier optimizer
+  if (carried.empty()) ::unlink((dir / carry_file).c_str());  // of an earlier run that carried state
   return {};
 }
 
@@ -344,6 +362,7 @@ expected<checkpoint> load_checkpoint(const std::string& dir_name) {
   std::map<std::string, std::string> files;
   std::vector<std::string> names(std::begin(data_files), std::end(data_files));
   if (cfg["files"].is_object() && cfg["files"].contains(state_file)) names.emplace_back(state_file);
+  if (cfg["files"].is_object() && cfg["files"].contains(carry_file)) names.emplace_back(carry_file);
   for (const auto& name : names) {
     auto bytes = read_file(dir / name, dir_name);
     if (!bytes) return bytes.error();
@@ -381,6 +400,23 @@ expected<checkpoint> load_checkpoint(const std::string& dir_name) {
     by_name.erase(it);
   }
   if (!by_name.empty()) return fail(where + " has an unexpected tensor '" + by_name.begin()->first + "' in model.safetensors");
+  if (files.count(carry_file)) {
+    auto state = decode_safetensors(files[carry_file]);
+    if (!state) return fail(where + ": " + state.error().message());
+    const std::vector<std::size_t> shape{ck.config.batch, ck.config.hidden};
+    if (state->size() != 2 * ck.config.layers)
+      return fail(where + " has " + std::to_string(state->size()) + " tensors in state.safetensors; " +
+                  std::to_string(ck.config.layers) + " layers carry " + std::to_string(2 * ck.config.layers) + " (h_l<k>, c_l<k>)");
+    for (std::size_t l = 0; l < ck.config.layers; ++l)
+      for (const char* part : {"h_l", "c_l"}) {
+        const std::string name = part + std::to_string(l);
+        auto it = std::find_if(state->begin(), state->end(), [&](const safetensor& t) { return t.name == name; });
+        if (it == state->end()) return fail(where + " lacks '" + name + "' in state.safetensors");
+        if (it->shape != shape)
+          return fail(where + " has carried state '" + name + "' with a shape other than [batch, hidden] of config.json");
+        ck.carried_state.push_back({name, std::move(it->values)});
+      }
+  }
   return ck;
 }
 

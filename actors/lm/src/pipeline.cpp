@@ -295,6 +295,97 @@ expected<void> lm_pipeline::reset_state(std::chrono::milliseconds timeout) {
   });
 }
 
+namespace {
+
+/// Where stage layer kl's h (part 0) or c (part 1) of a stage's read_state goes in the whole
+/// state (per layer: h [B, H], then c [B, H]): the stage holds `columns` of the B columns from
+/// `first_column` on.
+std::size_t state_offset(const lm_config& c, std::size_t layer, std::size_t part, std::size_t first_column) {
+  return ((2 * layer + part) * c.batch + first_column) * c.hidden;
+}
+
+}  // namespace
+
+expected<std::vector<named_parameter>> lm_pipeline::carried_state(std::chrono::milliseconds timeout) {
+  if (state_->failed)
+    if (auto r = state_->restart(); !r) return r.error();
+  auto& st = *state_;
+  const lm_config& c = st.config;
+  const std::size_t columns = c.batch / st.replicas, first_column = st.replica * columns, n = columns * c.hidden;
+  std::vector<float> all(2 * c.layers * c.batch * c.hidden, 0.0f);
+  bool carried = false;
+  auto got = st.on_every_stage(timeout, [&](std::size_t s, stream& on) -> expected<void> {
+    const auto& m = st.models[s];
+    auto mine = m->read_state(on);
+    if (mine.empty()) return {};
+    carried = true;
+    for (std::size_t kl = 0; kl < m->span().last - m->span().first; ++kl)
+      for (std::size_t part = 0; part < 2; ++part)
+        std::copy_n(mine.begin() + static_cast<std::ptrdiff_t>((2 * kl + part) * n), n,
+                    all.begin() + static_cast<std::ptrdiff_t>(state_offset(c, m->span().first + kl, part, first_column)));
+    return {};
+  });
+  if (!got) return got.error();
+  if (st.ranks) {  // each rank fills its layers and columns; the sum with zeros keeps them exactly
+    std::vector<float> flag{carried ? 1.0f : 0.0f};
+    if (auto r = st.ranks->sum(flag); !r) return r.error();
+    carried = flag.front() > 0;
+    if (auto r = st.ranks->sum(all); !r) return r.error();
+  }
+  std::vector<named_parameter> out;
+  if (!carried) return out;
+  const std::size_t per = c.batch * c.hidden;
+  for (std::size_t l = 0; l < c.layers; ++l)
+    for (std::size_t part = 0; part < 2; ++part) {
+      const auto at = all.begin() + static_cast<std::ptrdiff_t>(state_offset(c, l, part, 0));
+      out.push_back({(part == 0 ? "h_l" : "c_l") + std::to_string(l), std::vector<float>(at, at + static_cast<std::ptrdiff_t>(per))});
+    }
+  return out;
+}
+
+expected<void> lm_pipeline::set_carried_state(const std::vector<named_parameter>& carried, std::chrono::milliseconds timeout) {
+  auto& st = *state_;
+  const lm_config& c = st.config;
+  const std::size_t per = c.batch * c.hidden;
+  std::vector<float> all(2 * c.layers * per, 0.0f);
+  std::vector<bool> seen(2 * c.layers, false);
+  for (const auto& t : carried) {
+    std::size_t l = 0, part = 2;
+    if (t.name.size() > 3 && (t.name.starts_with("h_l") || t.name.starts_with("c_l")) &&
+        t.name.find_first_not_of("0123456789", 3) == std::string::npos && t.name.size() < 10) {
+      l = std::stoul(t.name.substr(3));
+      part = t.name[0] == 'h' ? 0 : 1;
+    }
+    if (part == 2 || l >= c.layers)
+      return error(errc::invalid_argument, "'" + t.name + "' is not a carried state of this model (h_l<k>, c_l<k> for k < " +
+                                               std::to_string(c.layers) + ")");
+    if (t.values.size() != per)
+      return error(errc::invalid_argument, "carried state '" + t.name + "' has " + std::to_string(t.values.size()) +
+                                               " values; the model carries [" + std::to_string(c.batch) + ", " +
+                                               std::to_string(c.hidden) + "]");
+    seen[2 * l + part] = true;
+    std::copy(t.values.begin(), t.values.end(), all.begin() + static_cast<std::ptrdiff_t>(state_offset(c, l, part, 0)));
+  }
+  for (std::size_t i = 0; i < seen.size(); ++i)
+    if (!seen[i])
+      return error(errc::invalid_argument, "the carried state lacks '" + std::string(i % 2 == 0 ? "h_l" : "c_l") +
+                                               std::to_string(i / 2) + "'");
+  if (st.failed)
+    if (auto r = st.restart(); !r) return r.error();
+  const std::size_t columns = c.batch / st.replicas, first_column = st.replica * columns, n = columns * c.hidden;
+  return st.on_every_stage(timeout, [&](std::size_t s, stream& on) -> expected<void> {
+    const auto& m = st.models[s];
+    std::vector<float> mine;
+    for (std::size_t kl = 0; kl < m->span().last - m->span().first; ++kl)
+      for (std::size_t part = 0; part < 2; ++part) {
+        const auto at = all.begin() + static_cast<std::ptrdiff_t>(state_offset(c, m->span().first + kl, part, first_column));
+        mine.insert(mine.end(), at, at + static_cast<std::ptrdiff_t>(n));
+      }
+    m->write_state(mine, on);
+    return {};
+  });
+}
+
 expected<std::vector<named_parameter>> lm_pipeline::parameters(std::chrono::milliseconds timeout) {
   if (state_->failed)
     if (auto r = state_->restart(); !r) return r.error();

@@ -140,6 +140,33 @@ std::vector<float> lm_stage::read_value(std::size_t i, const stream& s) const {
   return values_[i].to_host<float>(s);
 }
 
+std::vector<float> lm_stage::read_state(const stream& s) const {
+  std::vector<float> out;
+  if (!computes_ || !carry_state_) return out;
+  const std::size_t n = bm_ * config_.hidden;
+  for (std::size_t kl = 0; kl < span_.last - span_.first; ++kl)
+    for (const auto* part : {&state_h_, &state_c_})
+      for (std::size_t mb = 0; mb < part->size(); ++mb) {
+        auto v = (*part)[mb][kl].to_host<float>(s);
+        out.insert(out.end(), v.begin(), v.begin() + static_cast<std::ptrdiff_t>(n));
+      }
+  return out;
+}
+
+void lm_stage::write_state(std::span<const float> values, const stream& s) {
+  if (!computes_ || !carry_state_) return;
+  const std::size_t n = bm_ * config_.hidden, layers = span_.last - span_.first;
+  if (values.size() != 2 * layers * state_h_.size() * n)
+    throw std::invalid_argument("the carried state of this stage has " + std::to_string(2 * layers * state_h_.size() * n) +
+                                " values, not " + std::to_string(values.size()));
+  stream str = s;
+  std::size_t at = 0;
+  for (std::size_t kl = 0; kl < layers; ++kl)
+    for (auto* part : {&state_h_, &state_c_})
+      for (std::size_t mb = 0; mb < part->size(); ++mb, at += n)
+        str.copy_from_host((*part)[mb][kl].storage(), values.data() + at, n * sizeof(float));
+}
+
 void lm_stage::write_value(std::size_t i, std::span<const float> values, const stream& s) {
   if (!computes_) return;
   if (values.size() != count(i))

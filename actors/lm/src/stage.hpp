@@ -84,6 +84,12 @@ public:
   kernel_work zero_grad_work();
   /// Zeroes the carried recurrent state (no-op without carry_state).
   kernel_work zero_state_work();
+  /// carry_state: the (h, c) each stage layer carries into the next step, copied to the host
+  /// through `s` (blocks): per stage layer, h then c, each [micro-batches x Bm, H] (this stage's
+  /// columns in micro-batch order). Empty without carry_state or on sim devices.
+  std::vector<float> read_state(const stream& s) const;
+  /// Overwrites that state with `values` (the layout of read_state) through `s`.
+  void write_state(std::span<const float> values, const stream& s);
   double sq_norm() const noexcept;
   double loss_sum() const noexcept;  // last stage: summed cross-entropy of the step
   /// Fault injection: the `n`-th forward/backward work item from now throws (0: never).

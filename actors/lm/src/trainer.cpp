@@ -174,7 +174,7 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
   const bool rank0 = !o.ranks || o.ranks->rank() == 0;
   // Owned through a pointer so that it stops before the system's shutdown writes the trace.
   auto pipe_owner = std::make_unique<lm_pipeline>(system, std::move(run.devices), cfg, su.schedule, su.layer_counts,
-                                                  lm_pipeline_options{.carry_state = o.carry_state, .ranks = o.ranks, .replicas = o.replicas});
+                                                  lm_pipeline_options{.carry_state = su.carry_state, .ranks = o.ranks, .replicas = o.replicas});
   lm_pipeline& pipe = *pipe_owner;
   // The schedule; a plateau's position comes back with a resume of the same schedule.
   const lr_schedule schedule{o.lr_schedule, cfg.lr, o.warmup_steps, o.lr_decay, o.lr_step_size, total_steps};
@@ -188,6 +188,10 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
     if (!run.resume->optimizer_state.empty() && run.resume->config.optimizer == cfg.optimizer)
       if (auto r = pipe.set_optimizer_state(run.resume->optimizer_state); !r)
         throw std::runtime_error("cannot restore the optimizer state of --checkpoint '" + o.checkpoint + "': " + r.error().message());
+    // The carried LSTM state continues when the checkpoint has it (else this run starts from zeros).
+    if (su.carry_state && !run.resume->carried_state.empty())
+      if (auto r = pipe.set_carried_state(run.resume->carried_state); !r)
+        throw std::runtime_error("cannot restore the carried state of --checkpoint '" + o.checkpoint + "': " + r.error().message());
     if (run.resume->schedule.kind == o.lr_schedule) {
       plateau.lr_scale = run.resume->schedule.lr_scale;
       plateau.best_val_loss = run.resume->schedule.best_val_loss;
@@ -223,6 +227,11 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
       auto state = pipe.optimizer_state();
       if (!state) throw std::runtime_error("cannot save the optimizer state: " + state.error().message());
       ck.optimizer_state = std::move(*state);
+    }
+    if (su.carry_state) {
+      auto carried = pipe.carried_state();
+      if (!carried) throw std::runtime_error("cannot save the carried state: " + carried.error().message());
+      ck.carried_state = std::move(*carried);
     }
     if (have) {
       ck.parameters = *have;
@@ -267,8 +276,15 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
           }
       }
     }
-    if (o.carry_state && step % windows == 0 && step != first_step)  // the column streams start over
+    if (su.carry_state && step % windows == 0 && step > 0)  // the column streams start over
       if (auto r = pipe.reset_state(); !r) throw std::runtime_error(r.error().message());
+    // A retry restarts the stages, whose carried state starts from zeros: keep it to put back.
+    std::optional<std::vector<named_parameter>> carried_before;
+    if (su.carry_state && o.retries > 0) {
+      auto c = pipe.carried_state();
+      if (!c) throw std::runtime_error("cannot read the carried state: " + c.error().message());
+      carried_before = std::move(*c);
+    }
     if (o.fault_at_step == step + 1) pipe.inject_device_fault(pipe.stages() - 1, 1);
     const double lr = scheduled_lr(schedule, step, plateau.lr_scale);
     if (auto set = pipe.set_learning_rate(lr); !set) throw std::runtime_error("cannot set the learning rate: " + set.error().message());
@@ -279,6 +295,9 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
     for (std::size_t attempt = 1; !r && attempt <= o.retries; ++attempt) {
       if (events.on_retry) events.on_retry(step + 1, attempt, o.retries, r.error().message());
       log.write({{"step", step + 1}, {"retry", attempt}, {"error", r.error().message()}});
+      if (carried_before)
+        if (auto put = pipe.set_carried_state(*carried_before); !put)
+          throw std::runtime_error("cannot restore the carried state for the retry: " + put.error().message());
       t0 = std::chrono::steady_clock::now();
       r = pipe.train_step(x, y);
     }
@@ -365,7 +384,7 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
   log.write({{"summary", true},
              {"steps", final_step},
              {"steps_this_run", step_ms.size()},
-             {"carry_state", o.carry_state},
+             {"carry_state", su.carry_state},
              {"optimizer", to_string(cfg.optimizer)},
              {"lr", cfg.lr},
              {"lr_schedule", o.lr_schedule},

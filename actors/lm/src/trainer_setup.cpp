@@ -116,7 +116,7 @@ void check_options(const trainer_options& o) {
   if (!(o.lr_decay > 0 && o.lr_decay < 1)) throw input_error("--lr-decay must be a number in (0, 1)");
   if (o.lr_step_size == 0) throw input_error("--lr-step-size must be at least 1");
   if (o.accumulate == 0) throw input_error("--accumulate must be at least 1");
-  if (o.accumulate > 1 && o.carry_state)
+  if (o.accumulate > 1 && o.carry_state.value_or(false))
     throw input_error("--carry-state needs --accumulate 1 (an accumulated step's windows are consecutive, not parallel column streams)");
   if (!(o.clip > 0) || !std::isfinite(o.clip)) throw input_error("--clip must be a positive number");
   if (!(o.dropout >= 0 && o.dropout < 1)) throw input_error("--dropout must be a number in [0, 1)");
@@ -277,6 +277,7 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
   su.validation_tokens = val_ids.size();
   run.validation_ids = std::move(val_ids);
   su.accumulate = o.accumulate;
+  su.carry_state = o.carry_state.value_or(o.accumulate == 1);
   su.windows = run.batches->windows() / o.accumulate;
   if (su.windows == 0)
     throw input_error("the corpus is too small: --accumulate " + std::to_string(o.accumulate) + " needs that many windows and it has " +

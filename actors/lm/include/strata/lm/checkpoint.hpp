@@ -2,8 +2,9 @@
 /// \file
 /// Checkpoints of the LSTM language model: a directory with model.safetensors (the parameters,
 /// PyTorch names and shapes, float32), config.json (model configuration, training position),
-/// vocab.json (token -> id), optimizer.json (the optimiser's settings) and, for optimizers that
-/// keep state (momentum, Adam), optimizer.kvstore (the KVStore's saved state).
+/// vocab.json (token -> id), optimizer.json (the optimiser's settings), for optimizers that
+/// keep state (momentum, Adam) optimizer.kvstore (the KVStore's saved state), and for runs that
+/// carry the LSTM state across steps state.safetensors (that state).
 ///
 /// Saving is atomic per file and as a whole: each file is written to DIR/.tmp-<name>, fsynced
 /// and renamed over DIR/<name>; config.json goes last and is the commit marker. It records the
@@ -75,6 +76,10 @@ struct checkpoint {
   /// (`optimizer.kvstore`); empty for plain SGD, which keeps none, and in older checkpoints.
   std::string optimizer_state;
   schedule_record schedule;             ///< The learning-rate schedule's position.
+  /// Truncated BPTT across steps (carry_state): the (h, c) each layer carries into the next step,
+  /// "h_l<k>" and "c_l<k>", each [batch, hidden], in `state.safetensors`; empty when the run does
+  /// not carry state (and in older checkpoints), and a resumed run then starts from zeros.
+  std::vector<named_parameter> carried_state;
 };
 
 /// Writes `ck` into `dir` (created if missing), atomically as described in the file comment.

@@ -148,6 +148,16 @@ public:
   /// Zeroes the recurrent state carried across steps (lm_pipeline_options::carry_state); the
   /// next step starts from zeros. A restart after a failed step zeroes it too.
   expected<void> reset_state(std::chrono::milliseconds timeout = std::chrono::minutes(1));
+  /// With carry_state: the (h, c) every LSTM layer carries into the next step, as "h_l<k>" and
+  /// "c_l<k>" for k = 0..layers-1, each [batch, hidden] row-major (the batch's columns in order,
+  /// as nn.LSTM's hidden state per layer). Collective across ranks (every rank gets all of it).
+  /// Empty without carry_state.
+  expected<std::vector<named_parameter>> carried_state(std::chrono::milliseconds timeout = std::chrono::minutes(1));
+  /// Overwrites that state (names and sizes as carried_state gives them; a missing, unknown or
+  /// misshapen tensor is errc::invalid_argument with one sentence and changes nothing). After a
+  /// failed step it restarts the actors first, as set_parameters does. Collective across ranks.
+  expected<void> set_carried_state(const std::vector<named_parameter>& carried,
+                                   std::chrono::milliseconds timeout = std::chrono::minutes(1));
 
   const pipeline::plan& plan() const noexcept;
   const lm_config& config() const noexcept;

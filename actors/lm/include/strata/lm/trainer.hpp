@@ -88,7 +88,7 @@ struct trainer_options {
   /// Gradient accumulation: each step reads `accumulate` consecutive windows and applies one
   /// update with their gradients summed (the loss is their mean): an effective batch of
   /// accumulate x batch columns, each window a micro-batch of the pipeline. Steps per epoch are
-  /// the windows / accumulate. Not with carry_state.
+  /// the windows / accumulate. Not with carry_state (off by default then).
   std::size_t accumulate = 1;
   std::uint64_t seed = 1;
   double val_fraction = 0.05;      ///< held-out tail of the corpus, in (0, 0.5) (without `valid`)
@@ -109,7 +109,11 @@ struct trainer_options {
   std::string report;              ///< a directory the caller writes a report to: checked writable up front
   std::size_t retries = 0;         ///< retries of a failed step (the pipeline restarts its actors)
   std::size_t cpu_threads = 0;     ///< per cpu device; 0: every hardware thread
-  bool carry_state = false;        ///< truncated BPTT: each window starts from the last one's state
+  /// Truncated BPTT across steps (lm_pipeline_options::carry_state): each window starts from the
+  /// LSTM state its columns ended the previous window with, reset at every epoch, and kept in
+  /// checkpoints. Unset: on, except with accumulate > 1 (whose windows are not column streams);
+  /// true with accumulate > 1 is an input_error.
+  std::optional<bool> carry_state;
   /// Stages on several MPI ranks, one per rank (strata/lm/ranks.hpp; strata::lm_net makes one
   /// over an MPI endpoint). Every rank calls train() with the same options except `devices`
   /// (each rank's one local device); the log, checkpoints and trace come from rank 0 only.
@@ -153,6 +157,7 @@ struct training_setup {
   lm::config model;                 ///< sizes and settings (vocab: the vocabulary's size)
   std::size_t windows = 0;          ///< steps per epoch (windows / accumulate)
   std::size_t accumulate = 1;       ///< windows per step (model.batch = accumulate x the batch)
+  bool carry_state = false;         ///< the LSTM state is carried across steps (trainer_options::carry_state)
   std::size_t first_step = 0;       ///< > 0 when resumed from the checkpoint
   bool resumed = false;
   std::size_t total_steps = 0;
