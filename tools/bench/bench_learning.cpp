@@ -93,7 +93,8 @@ void write_twin_data(const lm::trainer_options& o, int threads, const fs::path& 
                   {"momentum", o.momentum}, {"beta1", o.beta1}, {"beta2", o.beta2}, {"eps", o.eps},
                   {"weight_decay", o.weight_decay}, {"clip", o.clip}, {"lr_schedule", o.lr_schedule},
                   {"warmup_steps", o.warmup_steps}, {"lr_decay", o.lr_decay}, {"lr_step_size", o.lr_step_size},
-                  {"residual", o.residual}, {"val_tokens", o.val_tokens}, {"threads", threads}};
+                  {"residual", o.residual}, {"carry_state", o.carry_state.value_or(true)},
+                  {"val_tokens", o.val_tokens}, {"threads", threads}};
   const std::string cj = c.dump();
   write_file(dir / "config.json", cj.data(), cj.size());
 }
@@ -131,6 +132,9 @@ int main(int argc, char** argv) {
   app.add_option("--warmup-steps", o.warmup_steps, "linear warmup steps")->check(CLI::Range(0, 1000000))->capture_default_str();
   app.add_option("--lr-step-size", o.lr_step_size, "step schedule: steps between decays")->check(CLI::Range(1, 1000000))->capture_default_str();
   app.add_flag("--residual,!--no-residual", o.residual, "residual connections from the third layer on (default on)");
+  bool carry = true;
+  auto* carry_flag = app.add_flag("--carry-state,!--no-carry-state", carry,
+                                  "carry the LSTM state across steps, both sides (default on, as lstm_lm)");
   app.add_option("--seed", o.seed, "initialisation seed")->capture_default_str();
   app.add_option("--val-tokens", o.val_tokens, "validation predictions (0: the whole held-out text)")->capture_default_str();
   app.add_option("--torch-threads", torch_threads, "threads of the PyTorch twin")->check(CLI::Range(1, 256))->capture_default_str();
@@ -139,6 +143,7 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
   const bool adam_kind = o.optimizer == "adam" || o.optimizer == "adamw";
   o.lr = lr_flag->count() > 0 ? lr : adam_kind ? 2e-3 : (o.optimizer == "sgd" ? 1.0 : 0.1);
+  o.carry_state = carry_flag->count() > 0 ? carry : true;
   strata::kernels::cpu::set_blas_threads(1);  // as lstm_lm: the stages' arenas own the cores
 
   const fs::path dir = fs::temp_directory_path() / ("strata-bench-learning-" + std::to_string(::getpid()));

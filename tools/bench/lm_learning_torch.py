@@ -11,7 +11,9 @@ and reads the JSON line it prints last.
 
 The model: nn.Embedding -> one nn.LSTM(in, H) per layer (the output of layer l >= 2 plus its
 input when "residual") -> nn.Linear(H, V). Step k reads window k mod windows of the token stream
-cut into `batch` columns (PyTorch's word_language_model batching), from a zero state; mean
+cut into `batch` columns (PyTorch's word_language_model batching), from the state the previous
+window ended with, detached (word_language_model's repackage_hidden; reset each epoch), or from a
+zero state when "carry_state" is false; mean
 cross-entropy, clip_grad_norm_(clip), torch.optim's rule at the scheduled rate. Validation: the
 validation ids cut into 10 columns, windows of `seq` rows, state carried, at most `val_tokens`
 predictions (strata::lm::evaluate_batched).
@@ -118,6 +120,7 @@ def main(argv=None):
     data = train[:rows * B].view(B, rows).t().contiguous()  # [rows, B]: column b = positions b*rows..
     windows = (rows - 1) // T
     losses = []
+    carry, carried = c.get("carry_state", False), None
     t0 = time.perf_counter()
     model.train()
     for step in range(c["steps"]):
@@ -125,8 +128,11 @@ def main(argv=None):
             g["lr"] = scheduled_lr(c, step)
         w = step % windows
         x, y = data[w * T:(w + 1) * T], data[w * T + 1:(w + 1) * T + 1]
+        if w == 0:
+            carried = None  # the column streams start over
         opt.zero_grad()
-        logits, _ = model(x)
+        logits, st = model(x, carried if carry else None)
+        carried = [(h.detach(), cc.detach()) for h, cc in st]
         loss = criterion(logits.reshape(-1, V), y.reshape(-1))
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), c["clip"])

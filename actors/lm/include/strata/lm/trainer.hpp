@@ -58,7 +58,7 @@ struct trainer_options {
   bool chunks_given = false;       ///< false: the largest divisor of seq up to 8 for wavefront, else 1
   std::string schedule = "auto";   ///< auto, gpipe, 1f1b or wavefront
   std::string partition = "even";  ///< auto (measured), even, or ranges like 0-3,4-7
-  std::size_t steps = 400;         ///< total steps, unless epochs_given (docs/lstm_lm.md: why 400)
+  std::size_t steps = 900;         ///< total steps, unless epochs_given (docs/lstm_lm.md: why 900)
   std::size_t epochs = 0;          ///< total passes over the training text, when epochs_given
   bool epochs_given = false;
   /// Learning rate (a schedule's base rate); unset: 4e-3 for adam and adamw, 0.1 for momentum
@@ -79,7 +79,7 @@ struct trainer_options {
   /// Learning-rate schedule: constant, step (times lr_decay every lr_step_size steps), cosine
   /// (to 0 at the last step) or plateau (times lr_decay when a validation has not improved on the
   /// best for more than `patience` validations); each after a linear warmup of warmup_steps.
-  std::string lr_schedule = "step";
+  std::string lr_schedule = "cosine";  ///< docs/lstm_lm.md, "The default run": why cosine
   std::size_t warmup_steps = 20;   ///< docs/lstm_lm.md: why 20 with Adam at 4e-3
   double lr_decay = 0.5;           ///< step, plateau: the factor, in (0, 1)
   std::size_t lr_step_size = 150;  ///< step: steps between decays
