@@ -116,6 +116,7 @@ expected<void> detail::deliver(cell_base* target, envelope* e, system_impl* orig
   switch (c->box.push(e)) {
     case mailbox::push_result::queued:
       trace::emit_stamped(enqueued_at, event_kind::enqueue, c->id, sender_id, msg_id, type_id, 0);
+      c->sys->note_queued_send(c);
       return {};
     case mailbox::push_result::queued_and_wake:
       trace::emit_stamped(enqueued_at, event_kind::enqueue, c->id, sender_id, msg_id, type_id, 1);

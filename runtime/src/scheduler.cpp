@@ -61,6 +61,14 @@ void scheduler::push_local(worker& w, actor_cell* cell) {
   wake_one();
 }
 
+void* scheduler::tls_worker_of(const scheduler* s) noexcept { return tls_scheduler == s ? tls_worker : nullptr; }
+
+void scheduler::release_next_if_busy() noexcept {
+  auto& w = *static_cast<worker*>(tls_worker);
+  if (++w.queued_sends != release_after || w.next == nullptr) return;
+  push_local(w, std::exchange(w.next, nullptr));  // wakes a sleeper, which steals it
+}
+
 void scheduler::schedule(actor_cell* cell) noexcept {
   if (tls_scheduler == this) {
     auto& w = *static_cast<worker*>(tls_worker);
@@ -165,6 +173,7 @@ void scheduler::run_worker(std::size_t index) {
       sleepers_.fetch_sub(1, std::memory_order_seq_cst);
       continue;
     }
+    self.queued_sends = 0;
     run_result r = run_actor(c, throughput_);
     if (r == run_result::reschedule) {
       push_local(self, c);

@@ -45,6 +45,15 @@ public:
   /// Makes `cell` runnable. Any thread.
   void schedule(actor_cell* cell) noexcept;
 
+  /// A message was queued for an actor that was already runnable (no wake-up). On a worker
+  /// thread, the `release_after`-th such send of one turn moves the actor in this worker's next
+  /// slot to its local queue, where an idle worker (woken) can take it: a long handler that keeps
+  /// feeding the actor it woke no longer holds it until the handler returns. Elsewhere: nothing.
+  void note_queued_send() noexcept {
+    if (tls_worker_of(this) != nullptr) release_next_if_busy();
+  }
+  static constexpr std::size_t release_after = 256;
+
   /// True when no actor is runnable or running (checked twice over a short pause).
   bool quiescent();
 
@@ -57,11 +66,15 @@ private:
     std::atomic<std::size_t> queue_size{0};
     actor_cell* next = nullptr;  // owner-only
     std::size_t next_streak = 0; // owner-only
+    std::size_t queued_sends = 0; // owner-only: sends without a wake-up in the current turn
     std::atomic<std::uint64_t> scheduled{0};
     std::atomic<std::uint64_t> completed{0};
     std::thread thread;
   };
 
+  /// This thread's worker when it is one of this scheduler's, else null.
+  static void* tls_worker_of(const scheduler* s) noexcept;
+  void release_next_if_busy() noexcept;
   void run_worker(std::size_t index);
   actor_cell* find_work(worker& self, std::size_t index);
   actor_cell* pop_global();

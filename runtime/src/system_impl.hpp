@@ -32,6 +32,10 @@ struct system_impl {
   /// Snapshot of live actors (references held).
   std::vector<actor_ref> live_cells();
   void schedule(actor_cell* cell) noexcept;
+  /// A message queued for `cell` without waking it (see scheduler::note_queued_send).
+  void note_queued_send(const actor_cell* cell) noexcept {
+    if (cell->runner == nullptr) sched.note_queued_send();
+  }
   /// The system's clock: the steady clock, or a deterministic system's manual clock (which
   /// starts at the clock's epoch and moves only when the test moves it).
   std::chrono::steady_clock::time_point now() noexcept;
