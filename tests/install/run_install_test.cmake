@@ -11,15 +11,21 @@ function(run)
   message(STATUS "${out}")
 endfunction()
 run(${CMAKE_COMMAND} --install ${BUILD_DIR} --prefix ${WORK_DIR}/prefix)
-run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/consumer-build
-    -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release
-    -DSTRATA_SAMPLES_DIR=${SOURCE_DIR}/samples)
-run(${CMAKE_COMMAND} --build ${WORK_DIR}/consumer-build -j2)
-run(${WORK_DIR}/consumer-build/consumer)
-# The sample built against the install serves /metrics (port 0: any free one) and finishes.
-execute_process(COMMAND ${WORK_DIR}/consumer-build/ping_pong --round-trips 1000 --metrics-port 0
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
-if(NOT rc EQUAL 0 OR NOT out MATCHES "metrics: http://127\\.0\\.0\\.1:[0-9]+/metrics")
-  message(FATAL_ERROR "ping_pong built against the install failed (${rc}):\n${out}\n${err}")
-endif()
-message(STATUS "${out}")
+# Configures, builds and runs the consumer project in WORK_DIR/<dir> with the extra arguments;
+# ping_pong built against the install serves /metrics (port 0: any free one) and finishes.
+function(consume dir)
+  run(${CMAKE_COMMAND} -S ${SOURCE_DIR}/tests/install/consumer -B ${WORK_DIR}/${dir}
+      -DCMAKE_PREFIX_PATH=${WORK_DIR}/prefix -DCMAKE_BUILD_TYPE=Release -DSTRATA_SAMPLES_DIR=${SOURCE_DIR}/samples ${ARGN})
+  run(${CMAKE_COMMAND} --build ${WORK_DIR}/${dir} -j2)
+  run(${WORK_DIR}/${dir}/consumer)
+  execute_process(COMMAND ${WORK_DIR}/${dir}/ping_pong --round-trips 1000 --metrics-port 0
+                  RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 60)
+  if(NOT rc EQUAL 0 OR NOT out MATCHES "metrics: http://127\\.0\\.0\\.1:[0-9]+/metrics")
+    message(FATAL_ERROR "ping_pong built against the install (${dir}) failed (${rc}):\n${out}\n${err}")
+  endif()
+  message(STATUS "${dir}: ${out}")
+endfunction()
+consume(consumer-build)
+# The same project on a machine without the CUDA toolkit (CMake told not to find it): an install
+# from a CUDA build still configures, builds and runs CPU-only actor code.
+consume(consumer-no-cuda -DCMAKE_DISABLE_FIND_PACKAGE_CUDAToolkit=TRUE)
