@@ -213,12 +213,9 @@ expected<void> kvstore_actor::on_set_learning_rate(kvstore::set_learning_rate& m
 
 expected<void> kvstore_actor::on_set_gradient_compression(kvstore::set_gradient_compression& m,
                                                           response_promise<unit_t>& p) {
-  auto type = parse_compression_type(m.type);
+  auto type = parse_compression(m.type, m.threshold);
   if (!type) return type.error();
   const std::string what = "kvstore set_gradient_compression: ";
-  if (!std::isfinite(m.threshold) || (*type == compression_type::two_bit && !(m.threshold > 0)))
-    return bad(what + "threshold " + std::to_string(m.threshold) + " is not " +
-               (*type == compression_type::two_bit ? "above 0 (2bit sends +threshold, 0 or -threshold)." : "finite."));
   if (*type != compression_type::none) {
     if (device_.kind() != device_kind::cpu)
       return bad(what + "compression runs on cpu stores only (this store merges on " + device_.name() + ").");

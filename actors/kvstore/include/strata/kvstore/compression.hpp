@@ -42,10 +42,33 @@ struct set_gradient_compression {
 /// `type` as a `compression_type`, or one sentence naming the known types.
 expected<compression_type> parse_compression_type(std::string_view type);
 
+/// `type` and `threshold` checked together, as `set_gradient_compression` checks them: the type
+/// as `parse_compression_type`, then a 2bit threshold above 0 and any other one finite, or one
+/// sentence naming the threshold and what was expected.
+expected<compression_type> parse_compression(std::string_view type, float threshold);
+
 /// One quantize-and-dequantize pass over `n` elements: adds `grad` to `residual`, writes the
 /// value that is sent (dequantized) to `sent`, and leaves in `residual` what was held back.
 /// `sent` may alias `grad`.
 void compress(compression_type type, float threshold, const float* grad, float* residual, float* sent,
               std::size_t n) noexcept;
+
+/// How many 32-bit words `compress_packed` writes for `n` elements: 16 elements per word for
+/// 2bit, 32 for 1bit (a partial last word), `n` for none (the float32 bits themselves).
+std::size_t packed_words(compression_type type, std::size_t n) noexcept;
+
+/// `compress`, but what is sent leaves as packed codes in `codes` (`packed_words(type, n)` words)
+/// instead of floats: MXNet's wire layout, which a distributed worker sends. 2bit: element i
+/// takes bits of byte i/4 of the code array from the top down (element 0 in bits 7-6), 11 for
+/// +threshold, 10 for -threshold, 00 for 0. 1bit: element i is bit 7 - i%8 of byte i/8, 1 for +1,
+/// 0 for -1. Bits past `n` in the last word are 0. `residual` changes exactly as in `compress`.
+void compress_packed(compression_type type, float threshold, const float* grad, float* residual,
+                     std::uint32_t* codes, std::size_t n) noexcept;
+
+/// The floats `codes` stand for (the receiver's side of `compress_packed`): writes `n` values to
+/// `out`, each +threshold, 0 or -threshold (2bit), +1 or -1 (1bit), or the float itself (none),
+/// equal bit for bit to the `sent` values of `compress`.
+void decompress(compression_type type, float threshold, const std::uint32_t* codes, float* out,
+                std::size_t n) noexcept;
 
 }  // namespace strata::kvstore
