@@ -14,78 +14,21 @@
 #include <string>
 #include <vector>
 
-#include "strata/kvstore_dist/store.hpp"
+#include "dist_world.hpp"
 
 using namespace std::chrono_literals;
-namespace kvd = strata::kvstore_dist;
+using namespace kvstore_dist_test;
+
+namespace kvstore_dist_test {
+world* the_world = nullptr;
+}
 
 namespace {
 
-struct world {
-  strata::actor_system sys{strata::system_config{.worker_threads = 1}};
-  strata::device cpu = strata::make_devices("cpu:1").front();
-  strata::stream s = cpu.create_stream();
-  strata::net::endpoint net{sys, strata::net::endpoint_config{.receive_device = cpu}};
-  ~world() {
-    net.shutdown();
-    sys.shutdown();
-  }
-
-  strata::tensor make(const std::vector<float>& v, std::vector<std::int64_t> shape) {
-    return strata::tensor::from_host<float>(std::span<const float>(v), std::move(shape), cpu, s);
-  }
-  std::vector<float> host(const strata::tensor& t) { return t.to_host<float>(s); }
-
-  /// A seed every rank agrees on: rank 0 draws it, the others pull it.
-  std::uint32_t shared_seed(kvd::store& kv, const strata::kvstore::key& key = "seed") {
-    float drawn = static_cast<float>(std::random_device{}() % (1u << 20));
-    BOOST_REQUIRE(kv.init(key, make({drawn}, {1})));
-    auto got = kv.pull(key);
-    BOOST_REQUIRE(got);
-    auto seed = static_cast<std::uint32_t>(host(*got).front());
-    BOOST_TEST_MESSAGE("rank " << kv.rank() << " seed " << seed);
-    return seed;
-  }
-};
-
-// One endpoint per process (MPI starts once): every case shares the world; each makes its own
-// store (a collective), so the cases run in the same order on every rank.
-world* the_world = nullptr;
 struct world_fixture {
   world_fixture() { the_world = new world; }
   ~world_fixture() { delete the_world; }
 };
-
-/// The gradient rank `r` pushes for key `k` in round `t`: reproducible on every rank.
-std::vector<float> gradient(std::uint32_t seed, int r, int k, int t, std::size_t n) {
-  std::mt19937 rng(seed * 7919u + static_cast<std::uint32_t>(r) * 104729u + static_cast<std::uint32_t>(k) * 1299709u +
-                   static_cast<std::uint32_t>(t));
-  std::normal_distribution<float> d(0.0f, 1.0f);
-  std::vector<float> g(n);
-  for (auto& x : g) x = d(rng);
-  return g;
-}
-
-struct key_spec {
-  strata::kvstore::key key;
-  std::vector<std::int64_t> shape;
-  std::size_t numel() const {
-    std::size_t n = 1;
-    for (auto d : shape) n *= static_cast<std::size_t>(d);
-    return n;
-  }
-};
-
-/// Integer keys (MXNet's) with random shapes; a store holds keys of one kind.
-std::vector<key_spec> some_keys(std::uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::vector<key_spec> keys;
-  for (int i = 0; i < 6; ++i) {
-    std::vector<std::int64_t> shape{1 + static_cast<std::int64_t>(rng() % 7), 1 + static_cast<std::int64_t>(rng() % 300)};
-    keys.push_back({strata::kvstore::key(std::int64_t{i}), shape});
-  }
-  return keys;
-}
 
 }  // namespace
 

@@ -9,6 +9,7 @@
 
 #include "strata/actor_system.hpp"
 #include "strata/kernels/optimizers.hpp"
+#include "strata/kvstore/compression.hpp"
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/kvstore_dist/store.hpp"
 #include "strata/net/serialize.hpp"
@@ -52,6 +53,24 @@ struct push_msg {
 template <class A>
 void serialize(A& a, push_msg& m) {
   a(m.key, m.rank, m.seq, m.value);
+}
+
+/// A push compressed on the worker (`store::set_gradient_compression`): instead of the value,
+/// its packed codes (`kvstore::compress_packed`, 16 elements a word for 2bit, 32 for 1bit), the
+/// threshold they stand for and the value's shape. The owner decompresses it and goes on as for a
+/// `push_msg`. Reply: unit.
+struct compressed_push_msg {
+  wire_key key;
+  std::int32_t rank = 0;
+  std::uint64_t seq = 0;
+  kvstore::compression_type type = kvstore::compression_type::two_bit;
+  float threshold = 0.5f;
+  std::vector<std::int64_t> shape;
+  std::vector<std::uint32_t> codes;
+};
+template <class A>
+void serialize(A& a, compressed_push_msg& m) {
+  a(m.key, m.rank, m.seq, m.type, m.threshold, m.shape, m.codes);
 }
 
 /// The key's value once it has had `min_version` updates. Reply: tensor.

@@ -4,6 +4,7 @@
 
 #include <map>
 #include <optional>
+#include <span>
 #include <string>
 #include <utility>
 #include <vector>
@@ -43,6 +44,7 @@ public:
     return {
         [this](init_msg& m) { on_init(m); },
         [this](push_msg& m) { on_push(m); },
+        [this](compressed_push_msg& m) { on_compressed_push(m); },
         [this](const pull_msg& m) { on_pull(m); },
         [this](const barrier_msg& m) { on_barrier(m); },
         [this](optimizer_msg& m) { on_optimizer(m); },
@@ -96,19 +98,53 @@ private:
   void on_push(push_msg& m) {
     auto key = from_wire(m.key);
     auto reply = make_response_promise<unit_t>();
+    key_state* st = pushable(key, m.value.shape(), m.value.dtype(), reply);
+    if (st == nullptr) return;
+    take(key, *st, m.rank, m.seq, std::move(m.value), reply);
+  }
+
+  // A worker's compressed push: its codes become the floats they stand for, then as a push.
+  void on_compressed_push(compressed_push_msg& m) {
+    auto key = from_wire(m.key);
+    auto reply = make_response_promise<unit_t>();
+    key_state* st = pushable(key, m.shape, dtype::float32, reply);
+    if (st == nullptr) return;
+    std::size_t n = 1;
+    for (auto d : m.shape) n *= static_cast<std::size_t>(d);
+    if (m.type == kvstore::compression_type::none || m.type > kvstore::compression_type::two_bit ||
+        m.codes.size() != kvstore::packed_words(m.type, n)) {
+      reply.deliver(error(errc::invalid_argument, "kvstore dist push: the compressed value for key " + key.to_string() +
+                                                       " has " + std::to_string(m.codes.size()) +
+                                                       " code words, not those of a 1bit or 2bit " + shape_text(m.shape) +
+                                                       " value."));
+      return;
+    }
+    std::vector<float> floats(n);
+    kvstore::decompress(m.type, m.threshold, m.codes.data(), floats.data(), n);
+    take(key, *st, m.rank, m.seq, tensor::from_host<float>(std::span<const float>(floats), m.shape, dev_, stream_), reply);
+  }
+
+  /// The key's state when a push of `shape` and `type` fits it; else the reply gets the reason.
+  key_state* pushable(const kvstore::key& key, const std::vector<std::int64_t>& shape, dtype type,
+                      response_promise<unit_t>& reply) {
     auto it = keys_.find(key);
     if (it == keys_.end()) {
       reply.deliver(error(errc::invalid_argument, "kvstore dist push: key " + key.to_string() +
                                                        " was never initialised; call init first (every worker)."));
-      return;
+      return nullptr;
     }
-    key_state& st = it->second;
-    if (m.value.shape() != st.shape || m.value.dtype() != dtype::float32) {
+    if (shape != it->second.shape || type != dtype::float32) {
       reply.deliver(error(errc::invalid_argument, "kvstore dist push: the value for key " + key.to_string() + " is " +
-                                                       shape_text(m.value.shape()) + ", expected float32 " +
-                                                       shape_text(st.shape) + "."));
-      return;
+                                                       shape_text(shape) + ", expected float32 " +
+                                                       shape_text(it->second.shape) + "."));
+      return nullptr;
     }
+    return &it->second;
+  }
+
+  /// One worker's value of `key`: an update at once (dist_async) or a slot of its version.
+  void take(const kvstore::key& key, key_state& st, int rank, std::uint64_t seq, tensor value,
+            response_promise<unit_t>& reply) {
     if (mode_ == kvstore_dist::mode::async) {
       if (!has_optimizer_) {
         reply.deliver(error(errc::invalid_argument,
@@ -116,7 +152,7 @@ private:
                             "needs set_optimizer first (as MXNet's)."));
         return;
       }
-      request<void>(store_, timeout_, kvstore::push{{key}, {std::move(m.value)}})
+      request<void>(store_, timeout_, kvstore::push{{key}, {std::move(value)}})
           .then(
               [this, key, reply]() mutable {
                 ++keys_[key].done;
@@ -126,25 +162,25 @@ private:
               [reply](error e) mutable { reply.deliver(std::move(e)); });
       return;
     }
-    if (m.rank < 0 || m.rank >= world_ || m.seq <= st.done) {
-      reply.deliver(error(errc::invalid_argument, "kvstore dist push: push " + std::to_string(m.seq) + " of key " +
-                                                       key.to_string() + " from rank " + std::to_string(m.rank) +
+    if (rank < 0 || rank >= world_ || seq <= st.done) {
+      reply.deliver(error(errc::invalid_argument, "kvstore dist push: push " + std::to_string(seq) + " of key " +
+                                                       key.to_string() + " from rank " + std::to_string(rank) +
                                                        " is out of order."));
       return;
     }
-    auto& slots = st.versions[m.seq];
+    auto& slots = st.versions[seq];
     if (slots.values.empty()) {
       slots.values.resize(static_cast<std::size_t>(world_));
       slots.have.assign(static_cast<std::size_t>(world_), 0);
     }
-    if (slots.have[static_cast<std::size_t>(m.rank)] != 0) {
-      reply.deliver(error(errc::invalid_argument, "kvstore dist push: rank " + std::to_string(m.rank) +
-                                                       " pushed version " + std::to_string(m.seq) + " of key " +
+    if (slots.have[static_cast<std::size_t>(rank)] != 0) {
+      reply.deliver(error(errc::invalid_argument, "kvstore dist push: rank " + std::to_string(rank) +
+                                                       " pushed version " + std::to_string(seq) + " of key " +
                                                        key.to_string() + " twice."));
       return;
     }
-    slots.values[static_cast<std::size_t>(m.rank)] = std::move(m.value);
-    slots.have[static_cast<std::size_t>(m.rank)] = 1;
+    slots.values[static_cast<std::size_t>(rank)] = std::move(value);
+    slots.have[static_cast<std::size_t>(rank)] = 1;
     ++slots.count;
     reply.deliver(unit_t{});
     try_merge(key);
@@ -280,5 +316,6 @@ actor_ref spawn_server(actor_system& system, int world, kvstore_dist::mode mode,
 }  // namespace strata::kvstore_dist::internal
 
 STRATA_NET_DECLARE(strata::kvstore_dist::internal::init_msg, strata::kvstore_dist::internal::push_msg,
+                   strata::kvstore_dist::internal::compressed_push_msg,
                    strata::kvstore_dist::internal::pull_msg, strata::kvstore_dist::internal::barrier_msg,
                    strata::tensor);

@@ -32,6 +32,11 @@ struct worker_state {
   // dist_sync_allreduce: this rank's replica of every key, and the keys' shapes.
   std::unique_ptr<kvstore::client> replica;
   std::map<kvstore::key, std::vector<std::int64_t>> shapes;
+  // set_gradient_compression: the setting and this worker's residual of each key it pushed.
+  kvstore::compression_type compression = kvstore::compression_type::none;
+  float threshold = 0.5f;
+  std::map<kvstore::key, std::vector<float>> residuals;
+  std::uint64_t bytes_pushed = 0;
 };
 
 }  // namespace internal
@@ -162,6 +167,7 @@ expected<std::vector<tensor>> fused_pushpull(internal::worker_state& w, const st
     packed.insert(packed.end(), sums[i].begin(), sums[i].end());
   }
   if (auto summed = allreduce(w, packed); !summed) return summed.error();
+  w.bytes_pushed += packed.size() * sizeof(float);
   std::vector<kvstore::key> push_keys;
   std::vector<tensor> merged, outs;
   for (std::size_t j = 0; j < order.size(); ++j) {
@@ -223,18 +229,37 @@ expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& v
   if (w.replica)
     return error(errc::invalid_argument, "kvstore dist_sync_allreduce push of key " + key.to_string() +
                                              ": this store type supports pushpull only (push and pull in one call).");
-  tensor value = values.empty() ? tensor() : values.front();
-  if (values.size() != 1) {
-    // Several local values (one per device, as MXNet's workers): summed here, in the order given.
+  const std::uint64_t seq = w.pushes[key] + 1;
+  const actor_ref& to = w.servers[static_cast<std::size_t>(owner(key))];
+  expected<void> sent;
+  std::uint64_t bytes = 0;
+  if (w.compression != kvstore::compression_type::none) {
     auto sum = local_sum(w, key, values, nullptr);
     if (!sum) return sum.error();
-    value = tensor::from_host<float>(std::span<const float>(*sum), value.shape(), w.dev, w.s);
+    const std::size_t n = sum->size();
+    // The residual changes only once the owner has taken the push: a refused push loses nothing.
+    std::vector<float> residual = w.residuals[key];
+    if (residual.size() != n) residual.assign(n, 0.0f);
+    internal::compressed_push_msg m{internal::to_wire(key), w.rank, seq, w.compression, w.threshold,
+                                    values.front().shape(), std::vector<std::uint32_t>(kvstore::packed_words(w.compression, n))};
+    kvstore::compress_packed(w.compression, w.threshold, sum->data(), residual.data(), m.codes.data(), n);
+    bytes = m.codes.size() * sizeof(std::uint32_t) + sizeof(float);
+    sent = done(ask<unit_t>(w, to, std::move(m)));
+    if (sent) w.residuals[key] = std::move(residual);
+  } else {
+    tensor value = values.empty() ? tensor() : values.front();
+    if (values.size() != 1) {
+      // Several local values (one per device, as MXNet's workers): summed here, in the order given.
+      auto sum = local_sum(w, key, values, nullptr);
+      if (!sum) return sum.error();
+      value = tensor::from_host<float>(std::span<const float>(*sum), value.shape(), w.dev, w.s);
+    }
+    bytes = static_cast<std::uint64_t>(value.numel()) * sizeof(float);
+    sent = done(ask<unit_t>(w, to, internal::push_msg{internal::to_wire(key), w.rank, seq, std::move(value)}));
   }
-  const std::uint64_t seq = w.pushes[key] + 1;
-  auto sent = done(ask<unit_t>(w, w.servers[static_cast<std::size_t>(owner(key))],
-                               internal::push_msg{internal::to_wire(key), w.rank, seq, std::move(value)}));
   if (!sent) return sent;
   w.pushes[key] = seq;
+  w.bytes_pushed += bytes;
   return {};
 }
 
@@ -378,7 +403,10 @@ expected<void> store::load(const std::string& path) {
     mine = kvstore::write_checkpoint(mine_path, owned);
     if (mine) mine = done(ask<unit_t>(w, w.server, internal::load_msg{mine_path, std::move(keys)}));
     std::remove(mine_path.c_str());
-    if (mine) w.pushes = std::move(versions);
+    if (mine) {
+      w.pushes = std::move(versions);
+      w.residuals.clear();  // the keys start again from the file's values
+    }
   }
   const bool everyone = all_ok(w, static_cast<bool>(mine));
   if (!mine) return mine;
@@ -409,5 +437,25 @@ expected<void> store::set_optimizer(kernels::adam_options options) {
 expected<void> store::set_learning_rate(double lr) {
   return change_rule(*state_, [&](kvstore::client& c) { return c.set_learning_rate(lr); }, internal::learning_rate_msg{lr});
 }
+
+expected<void> store::set_gradient_compression(std::string type, float threshold) {
+  auto& w = *state_;
+  if (w.replica)
+    return error(errc::invalid_argument,
+                 "kvstore dist set_gradient_compression: dist_sync_allreduce sums float gradients with one allreduce "
+                 "and does not compress them (neither does MXNet's); use dist_sync or dist_async.");
+  auto parsed = kvstore::parse_compression(type, threshold);
+  const bool everyone = all_ok(w, static_cast<bool>(parsed));
+  if (!parsed) return parsed.error();
+  if (!everyone)
+    return error(errc::invalid_argument, "kvstore dist set_gradient_compression: another rank refused its setting; "
+                                         "compression is unchanged.");
+  w.compression = *parsed;
+  w.threshold = threshold;
+  w.residuals.clear();  // a new setting starts from zero residuals ("none" drops them)
+  return {};
+}
+
+std::uint64_t store::bytes_pushed() const noexcept { return state_->bytes_pushed; }
 
 }  // namespace strata::kvstore_dist

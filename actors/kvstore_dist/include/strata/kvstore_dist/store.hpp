@@ -90,7 +90,8 @@ public:
   expected<void> init(const kvstore::key& key, const tensor& value);
 
   /// Pushes this worker's contribution for `key`: `values` (float32 cpu tensors of the key's
-  /// shape) summed here in the order given, then sent to the owner. `dist_sync`: it counts
+  /// shape) summed here in the order given, then sent to the owner (compressed, after
+  /// `set_gradient_compression`). `dist_sync`: it counts
   /// towards this worker's next version of the key; `dist_async`: it updates the key at once.
   expected<void> push(const kvstore::key& key, const std::vector<tensor>& values);
 
@@ -126,6 +127,25 @@ public:
   /// keeps its keys' optimizer state (`kvstore::set_learning_rate`). Every worker calls it with
   /// the same rate, then `barrier()` before the next push, so that every shard has it.
   expected<void> set_learning_rate(double lr);
+
+  /// Collective: MXNet's `set_gradient_compression({'type': type, 'threshold': threshold})` for
+  /// this store, with the types, checks and sentences of the one-process kvstore's ("2bit",
+  /// "1bit", or "none", which turns it off; `kvstore::parse_compression`). Every worker calls it,
+  /// with the same setting, before the pushes it should compress. From then on each `push`
+  /// quantizes this worker's locally summed value with a residual this worker keeps per key
+  /// (MXNet's error feedback, `kvstore::compress`) and sends only the packed codes and the
+  /// threshold (`kvstore::compress_packed`: 2 bits an element for 2bit, 1 for 1bit); the owner
+  /// decompresses and merges as before. Inits, pulls and checkpoints are not compressed. It may
+  /// be called again between pushes: the new setting starts from zero residuals (as does `load`).
+  /// Refused with one sentence, nothing changed: in `dist_sync_allreduce` (MXNet does not
+  /// compress there either), an unknown type, a bad threshold, or another rank's refusal.
+  expected<void> set_gradient_compression(std::string type, float threshold = 0.5f);
+
+  /// Bytes of push payload this worker has sent: 4 per element of an uncompressed push; for a
+  /// compressed one its code words (4 bytes per 16 elements for 2bit, per 32 for 1bit, rounded
+  /// up) plus 4 for the threshold. In `dist_sync_allreduce`, 4 per element this worker gave to
+  /// the allreduce. The message headers (key, rank, sequence number, shape) are not counted.
+  std::uint64_t bytes_pushed() const noexcept;
 
 private:
   std::unique_ptr<internal::worker_state> state_;
