@@ -13,6 +13,11 @@
 //
 // instead times one push of a key split into that many chunks of 4 floats over 2 shards: the
 // seconds per push and per chunk show whether a push grows linearly with its chunk count.
+//
+//   mpirun -np 2 strata-bench-kvstore --compression-only [--compression-mib 4] [--reps 7] [--json]
+//
+// instead compares 2bit and 1bit compressed dist_sync pushes with uncompressed ones: bytes each
+// worker sends and time per round (bench_kvstore_compression.cpp; builds with strata::net).
 
 #include <algorithm>
 #include <chrono>
@@ -30,6 +35,10 @@
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 #include "strata/stats.hpp"
+
+#ifdef STRATA_BENCH_HAVE_KVSTORE_DIST
+#include "bench_kvstore_compression.hpp"
+#endif
 
 namespace {
 
@@ -266,7 +275,26 @@ int main(int argc, char** argv) {
   app.add_option("--chunk-scaling", chunk_scaling_text,
                  "only time one push of a key split into these chunk counts, e.g. 25000,100000,500000");
   app.add_flag("--json", json, "one JSON line instead of the table");
+  bool compression_only = false;
+  double compression_mib = 4;
+  app.add_flag("--compression-only", compression_only,
+               "only compare compressed (2bit, 1bit) with uncompressed dist_sync pushes; run under mpirun -np 2");
+  app.add_option("--compression-mib", compression_mib, "MiB of float32 gradient each worker pushes per round")
+      ->check(CLI::Range(0.001, 4096.0));
   CLI11_PARSE(app, argc, argv);
+  if (std::isnan(compression_mib)) {
+    std::fprintf(stderr, "strata-bench-kvstore: --compression-mib must be a number from 0.001 to 4096, not nan.\n");
+    return 2;
+  }
+  if (compression_only) {
+#ifdef STRATA_BENCH_HAVE_KVSTORE_DIST
+    return run_compression_bench(compression_mib, reps, json);
+#else
+    std::fprintf(stderr, "strata-bench-kvstore: --compression-only needs strata::kvstore_dist, which this build lacks "
+                         "(configure with STRATA_MPI=ON).\n");
+    return 2;
+#endif
+  }
   if (std::isnan(sparse_fraction)) {
     std::fprintf(stderr, "strata-bench-kvstore: --sparse-fraction must be a number above 0 and at most 1, not nan.\n");
     return 2;

@@ -1,6 +1,7 @@
 #include "strata/kvstore/compression.hpp"
 
 #include <algorithm>
+#include <bit>
 #include <cmath>
 #include <cstring>
 
@@ -32,11 +33,14 @@ void compress(compression_type type, float threshold, const float* grad, float* 
       for (std::size_t i = 0; i < n; ++i) sent[i] = grad[i];
       return;
     case compression_type::two_bit:
+      // Masks, not branches (random gradients would mispredict every other element): q is
+      // threshold when r >= threshold, else -threshold when r <= -threshold, else +0.
       for (std::size_t i = 0; i < n; ++i) {
-        float r = residual[i] + grad[i];
-        float q = 0.0f;
-        if (r >= threshold) q = threshold;
-        else if (r <= -threshold) q = -threshold;
+        const float r = residual[i] + grad[i];
+        const std::uint32_t up = 0u - static_cast<std::uint32_t>(r >= threshold);
+        const std::uint32_t down = ~up & (0u - static_cast<std::uint32_t>(r <= -threshold));
+        const float q = std::bit_cast<float>((std::bit_cast<std::uint32_t>(threshold) & up) |
+                                             (std::bit_cast<std::uint32_t>(-threshold) & down));
         residual[i] = r - q;
         sent[i] = q;
       }
@@ -77,24 +81,37 @@ void compress_packed(compression_type type, float threshold, const float* grad, 
     std::memcpy(codes, grad, n * sizeof(float));
     return;
   }
-  // Bytes, as MXNet packs them: the layout does not depend on the machine's word order.
-  auto* bytes = reinterpret_cast<unsigned char*>(codes);
-  std::fill(bytes, bytes + packed_words(type, n) * sizeof(std::uint32_t), static_cast<unsigned char>(0));
-  // The rule itself is `compress`'s, a block at a time; the block's sent values become codes.
-  float sent[32];
-  for (std::size_t start = 0; start < n; start += 32) {
-    const std::size_t m = std::min<std::size_t>(32, n - start);
+  // The rule is `compress`'s, a block of whole words at a time; then each word's sent values
+  // become codes, in bytes as MXNet packs them (the layout does not depend on the word order).
+  const std::size_t per = per_word(type);
+  constexpr std::size_t block = 1024;  // a multiple of 16 and 32
+  float sent[block];
+  auto* out = reinterpret_cast<unsigned char*>(codes);
+  for (std::size_t start = 0; start < n; start += block) {
+    const std::size_t m = std::min(block, n - start);
     compress(type, threshold, grad + start, residual + start, sent, m);
-    for (std::size_t i = 0; i < m; ++i) {
-      const std::size_t e = start + i;
-      if (type == compression_type::two_bit) {
-        const unsigned shift = 6u - 2u * static_cast<unsigned>(e % 4);
-        if (sent[i] == threshold) bytes[e / 4] |= static_cast<unsigned char>(3u << shift);
-        else if (sent[i] == -threshold) bytes[e / 4] |= static_cast<unsigned char>(2u << shift);
-      } else if (sent[i] == 1.0f) {
-        bytes[e / 8] |= static_cast<unsigned char>(0x80u >> (e % 8));
+    std::fill(sent + m, sent + (m + per - 1) / per * per, 0.0f);  // past the end: codes 00 (2bit), 0 (1bit)
+    unsigned char* bytes = out + start / per * sizeof(std::uint32_t);
+    if (type == compression_type::two_bit) {
+      for (std::size_t b = 0; b < (m + 3) / 4; ++b) {
+        unsigned byte = 0;
+        for (unsigned j = 0; j < 4; ++j) {
+          const float v = sent[4 * b + j];
+          byte |= (3u * static_cast<unsigned>(v == threshold) | 2u * static_cast<unsigned>(v == -threshold)) << (6u - 2u * j);
+        }
+        bytes[b] = static_cast<unsigned char>(byte);
+      }
+    } else {
+      for (std::size_t b = 0; b < (m + 7) / 8; ++b) {
+        unsigned byte = 0;
+        for (unsigned j = 0; j < 8; ++j) byte |= static_cast<unsigned>(sent[8 * b + j] == 1.0f) << (7u - j);
+        bytes[b] = static_cast<unsigned char>(byte);
       }
     }
+    // The rest of the last word (whole bytes past the values) is 0.
+    const std::size_t used = type == compression_type::two_bit ? (m + 3) / 4 : (m + 7) / 8;
+    const std::size_t words = (m + per - 1) / per;
+    std::fill(bytes + used, bytes + words * sizeof(std::uint32_t), static_cast<unsigned char>(0));
   }
 }
 
@@ -105,15 +122,17 @@ void decompress(compression_type type, float threshold, const std::uint32_t* cod
     case compression_type::none:
       std::memcpy(out, codes, n * sizeof(float));
       return;
-    case compression_type::two_bit:
-      for (std::size_t e = 0; e < n; ++e) {
-        const unsigned code = (bytes[e / 4] >> (6u - 2u * static_cast<unsigned>(e % 4))) & 3u;
-        out[e] = code == 3u ? threshold : code == 2u ? -threshold : 0.0f;
-      }
+    case compression_type::two_bit: {
+      const float value[4] = {0.0f, 0.0f, -threshold, threshold};  // by code: 00, (01), 10, 11
+      for (std::size_t e = 0; e < n; ++e)
+        out[e] = value[(bytes[e / 4] >> (6u - 2u * static_cast<unsigned>(e % 4))) & 3u];
       return;
-    case compression_type::one_bit:
-      for (std::size_t e = 0; e < n; ++e) out[e] = (bytes[e / 8] & (0x80u >> (e % 8))) != 0 ? 1.0f : -1.0f;
+    }
+    case compression_type::one_bit: {
+      const float value[2] = {-1.0f, 1.0f};
+      for (std::size_t e = 0; e < n; ++e) out[e] = value[(bytes[e / 8] >> (7u - e % 8)) & 1u];
       return;
+    }
   }
 }
 

@@ -237,15 +237,19 @@ expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& v
     auto sum = local_sum(w, key, values, nullptr);
     if (!sum) return sum.error();
     const std::size_t n = sum->size();
-    // The residual changes only once the owner has taken the push: a refused push loses nothing.
-    std::vector<float> residual = w.residuals[key];
-    if (residual.size() != n) residual.assign(n, 0.0f);
+    // The rule adds the gradient to the residual (r = residual + grad, commutative in IEEE
+    // floats): handing it the old residual as the gradient and the sum as the residual leaves the
+    // new residual in the sum, no copy made, and the kept one untouched until the owner has taken
+    // the push, so a refused push loses nothing.
+    auto kept = w.residuals.find(key);
+    const std::vector<float> zeros(kept == w.residuals.end() || kept->second.size() != n ? n : 0, 0.0f);
+    const float* old = zeros.empty() ? kept->second.data() : zeros.data();
     internal::compressed_push_msg m{internal::to_wire(key), w.rank, seq, w.compression, w.threshold,
                                     values.front().shape(), std::vector<std::uint32_t>(kvstore::packed_words(w.compression, n))};
-    kvstore::compress_packed(w.compression, w.threshold, sum->data(), residual.data(), m.codes.data(), n);
+    kvstore::compress_packed(w.compression, w.threshold, old, sum->data(), m.codes.data(), n);
     bytes = m.codes.size() * sizeof(std::uint32_t) + sizeof(float);
     sent = done(ask<unit_t>(w, to, std::move(m)));
-    if (sent) w.residuals[key] = std::move(residual);
+    if (sent) w.residuals[key] = std::move(*sum);
   } else {
     tensor value = values.empty() ? tensor() : values.front();
     if (values.size() != 1) {
