@@ -164,6 +164,10 @@ merge_result merge_traces(const std::vector<trace_file>& ranks) {
         receipts[{e.arg32, e.peer, in[i]->rank}] = receipt{i, &e, false};
 
   merger ids(out);
+  // Actor ids grouped by rank, in the order each rank spawned them.
+  for (const auto* f : in)
+    for (const auto& e : f->events)
+      if (e.kind == static_cast<std::uint8_t>(event_kind::spawn)) ids.actor_id(f->rank, e.actor);
   // Links: the receipt's message takes the send's merged id; its receiver is the send's peer.
   std::unordered_map<const trace::record*, std::uint64_t> send_receiver;  // remote_send -> merged receiver
   std::set<rank_key> delivered_locally;  // (receiving rank, its message id): the proxy's send record
