@@ -13,40 +13,15 @@
 #include <future>
 #include <string>
 
+#include "../net/messages.hpp"  // ping, pong and add, declared for strata::net
 #include "strata/actor_system.hpp"
 #include "strata/net/endpoint.hpp"
-#include "strata/net/serialize.hpp"
 
 using namespace std::chrono_literals;
 
-namespace {
-
-struct ping {
-  std::int64_t seq = 0;
-};
-template <class A>
-void serialize(A& a, ping& m) {
-  a(m.seq);
-}
-struct pong {
-  std::int64_t seq = 0;
-};
-template <class A>
-void serialize(A& a, pong& m) {
-  a(m.seq);
-}
-struct add {
-  std::int32_t a = 0;
-  std::int32_t b = 0;
-};
-template <class A>
-void serialize(A& ar, add& m) {
-  ar(m.a, m.b);
-}
-
-}  // namespace
-
-STRATA_NET_DECLARE(ping, pong, add);
+using nettest::add;
+using nettest::ping;
+using nettest::pong;
 
 int main(int argc, char** argv) {
   char* end = nullptr;
@@ -80,10 +55,10 @@ int main(int argc, char** argv) {
     sys.spawn_fn_with(
         strata::spawn_options{.name = "pinger"},
         [&finished, ponger, rounds](strata::actor& self) -> strata::behavior {
-          self.send(ponger, ping{1});
+          self.send(ponger, ping{1, ""});
           return {[&self, &finished, ponger, rounds](const pong& p) {
             if (p.seq < rounds) {
-              self.send(ponger, ping{p.seq + 1});
+              self.send(ponger, ping{p.seq + 1, ""});
               return;
             }
             self.request<int>(ponger, 30s, add{static_cast<std::int32_t>(p.seq), 1}).then(

@@ -199,6 +199,13 @@ merge_result merge_traces(const std::vector<trace_file>& ranks) {
     for (const auto& e : f.events) {
       trace::record o = e;
       o.ts_ns = shifted(i, e.ts_ns);
+      if (e.kind == static_cast<std::uint8_t>(event_kind::send) && delivered_locally.count({rank, e.msg}) != 0)
+        continue;  // the delivery of a linked message: the sending rank's remote_send stands for it
+      if (is_message_kind(e.kind)) {
+        o.actor = ids.actor_id(rank, e.actor);
+        o.msg = ids.message_id(rank, e.msg);
+        o.type = static_cast<std::uint16_t>(ids.type_id(f, e.type));
+      }
       switch (static_cast<event_kind>(e.kind)) {
         case event_kind::spawn:
           o.actor = ids.actor_id(rank, e.actor);
@@ -211,44 +218,23 @@ merge_result merge_traces(const std::vector<trace_file>& ranks) {
           o.actor = ids.actor_id(rank, e.actor);
           o.msg = ids.string_id(f.string_at(e.msg));
           break;
-        case event_kind::send:
-          if (delivered_locally.count({rank, e.msg}) != 0) continue;  // the sending rank's remote_send stands for it
-          [[fallthrough]];
-        case event_kind::enqueue:
-        case event_kind::handler_begin:
-        case event_kind::handler_end:
-        case event_kind::drop:
-        case event_kind::unhandled:
-        case event_kind::timer_fire:
-          o.actor = ids.actor_id(rank, e.actor);
-          o.peer = ids.actor_id(rank, e.peer);
-          o.msg = ids.message_id(rank, e.msg);
-          o.type = static_cast<std::uint16_t>(ids.type_id(f, e.type));
-          break;
         case event_kind::remote_send: {
-          o.actor = ids.actor_id(rank, e.actor);
           auto to = send_receiver.find(&e);
           o.peer = to != send_receiver.end() ? to->second : ids.actor_id(rank, e.peer);
-          o.msg = ids.message_id(rank, e.msg);
-          o.type = static_cast<std::uint16_t>(ids.type_id(f, e.type));
           break;
         }
-        case event_kind::remote_recv: {
-          o.actor = ids.actor_id(rank, e.actor);
-          const bool matched = receipts.at({e.arg32, e.peer, rank}).matched;
-          o.msg = ids.message_id(rank, e.msg);
-          o.peer = matched ? o.msg : 0;  // the sender's message id, which the link made this one
-          o.type = static_cast<std::uint16_t>(ids.type_id(f, e.type));
+        case event_kind::remote_recv:
+          // The sender's message id, which the link made this one's.
+          o.peer = receipts.at({e.arg32, e.peer, rank}).matched ? o.msg : 0;
           break;
-        }
         case event_kind::device_begin:
         case event_kind::device_end:
           o.actor = (std::uint64_t{rank} << 32) | (e.actor & 0xffffffffu);
           o.arg32 = ids.string_id(f.string_at(e.arg32));
           break;
-        case event_kind::placement:
         default:
-          ++n.unknown_events;  // copied; its fields cannot be translated
+          if (is_message_kind(e.kind)) o.peer = ids.actor_id(rank, e.peer);
+          else ++n.unknown_events;  // copied; its fields cannot be translated
           break;
       }
       out.events.push_back(o);

@@ -39,6 +39,8 @@ private:
   std::size_t pos_ = 0;
 };
 
+}  // namespace
+
 bool is_message_kind(std::uint8_t k) {
   switch (static_cast<event_kind>(k)) {
     case event_kind::send:
@@ -55,6 +57,8 @@ bool is_message_kind(std::uint8_t k) {
       return false;
   }
 }
+
+namespace {
 
 read_result fail(const std::string& name, const std::string& what) {
   read_result r;

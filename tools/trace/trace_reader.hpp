@@ -62,6 +62,10 @@ read_result parse_trace(std::string_view bytes, const std::string& name);
 /// truncated, corrupt or of another version: an error sentence naming `path`).
 read_result read_trace(const std::string& path);
 
+/// True for the kinds whose `msg` is a message id and `type` a message type id (send, enqueue,
+/// handler_begin/end, drop, unhandled, timer_fire, remote_send, remote_recv).
+bool is_message_kind(std::uint8_t kind);
+
 /// The name of an event kind ("send", ...) or "kind N" for kinds this reader does not know.
 std::string kind_name(std::uint8_t kind);
 
