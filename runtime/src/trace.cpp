@@ -4,11 +4,13 @@
 #include <cerrno>
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <mutex>
+#include <optional>
 #include <string>
 #include <unistd.h>
 #include <unordered_map>
@@ -51,6 +53,7 @@ struct session {
   double ticks_per_ns = 0;  // 0: use the steady clock
   double ns_per_tick = 0;
   std::uint64_t start_unix_ns = 0;
+  job_info job;  // guarded by m
   std::vector<std::unique_ptr<thread_buffer>> buffers;
   std::atomic<std::uint64_t> total{0};
   std::atomic<std::uint64_t> dropped{0};
@@ -78,6 +81,23 @@ thread_buffer* attach_thread(session& s) {
   tls_generation = s.generation;
   s.buffers.push_back(std::move(buf));
   return tls_buffer;
+}
+
+/// A launcher variable as a number; nullopt when unset or not a number.
+std::optional<std::uint64_t> env_number(const char* name) {
+  const char* v = std::getenv(name);
+  if (v == nullptr || *v == '\0') return std::nullopt;
+  char* end = nullptr;
+  errno = 0;
+  const unsigned long long n = std::strtoull(v, &end, 10);
+  if (errno != 0 || end == v || *end != '\0' || n > UINT32_MAX) return std::nullopt;
+  return n;
+}
+
+std::uint64_t fnv1a(std::string_view text) noexcept {
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : text) h = (h ^ c) * 1099511628211ull;
+  return h;
 }
 
 template <class T>
@@ -114,10 +134,19 @@ void detail::emit_slow(event_kind kind, std::uint64_t actor, std::uint64_t peer,
 void detail::emit_at_slow(std::chrono::steady_clock::time_point when, event_kind kind, std::uint64_t actor,
                           std::uint64_t peer, std::uint64_t msg, std::uint32_t type, std::uint32_t arg) noexcept {
   session& s = the_session();
+#ifdef STRATA_TRACE_TSC
+  if (s.ticks_per_ns > 0) {
+    // Into the recording's time base from the counter now, back by the (short) time since `when`:
+    // `stop()` refines the tick rate over the whole session, and this stays exact under it.
+    const auto now = std::chrono::steady_clock::now();
+    const double ago = static_cast<double>(std::chrono::duration_cast<std::chrono::nanoseconds>(now - when).count());
+    const double ticks = static_cast<double>(now_ts(s)) - ago * s.ticks_per_ns;
+    record_event(s, ticks > 0 ? static_cast<std::uint64_t>(ticks) : 0, kind, actor, peer, msg, type, arg);
+    return;
+  }
+#endif
   auto since = std::chrono::duration_cast<std::chrono::nanoseconds>(when - s.start).count();
-  double ts = since > 0 ? static_cast<double>(since) : 0.0;
-  if (s.ticks_per_ns > 0) ts *= s.ticks_per_ns;  // into the recording's time base
-  record_event(s, static_cast<std::uint64_t>(ts), kind, actor, peer, msg, type, arg);
+  record_event(s, since > 0 ? static_cast<std::uint64_t>(since) : 0, kind, actor, peer, msg, type, arg);
 }
 
 std::uint64_t detail::stamp_slow() noexcept { return now_ts(the_session()); }
@@ -179,6 +208,42 @@ std::uint32_t intern(std::string_view text) {
   return id;
 }
 
+job_info job_from_environment() {
+  job_info j;
+  std::optional<std::uint64_t> rank, size;
+  for (auto [r, n] : {std::pair{"OMPI_COMM_WORLD_RANK", "OMPI_COMM_WORLD_SIZE"}, std::pair{"PMIX_RANK", ""},
+                      std::pair{"PMI_RANK", "PMI_SIZE"}}) {
+    if (!rank) rank = env_number(r);
+    if (!size && *n != '\0') size = env_number(n);
+  }
+  if (!rank) return j;  // no launcher: a world of one
+  j.rank = static_cast<std::uint32_t>(*rank);
+  j.world_size = size && *size > *rank ? static_cast<std::uint32_t>(*size) : 0;
+  for (const char* var : {"PMIX_NAMESPACE", "OMPI_MCA_ess_base_jobid"}) {
+    if (const char* v = std::getenv(var); v != nullptr && *v != '\0') {
+      j.job_id = fnv1a(v);
+      return j;
+    }
+  }
+  const char* slurm_job = std::getenv("SLURM_JOB_ID");
+  const char* slurm_step = std::getenv("SLURM_STEP_ID");
+  if (slurm_job != nullptr && *slurm_job != '\0')
+    j.job_id = fnv1a(std::string(slurm_job) + "." + (slurm_step != nullptr ? slurm_step : ""));
+  return j;
+}
+
+void set_job(const job_info& job) {
+  session& s = the_session();
+  std::lock_guard lock(s.m);
+  if (s.active) s.job = job;
+}
+
+job_info job() {
+  session& s = the_session();
+  std::lock_guard lock(s.m);
+  return s.job;
+}
+
 bool start(const options& opts) {
 #ifdef STRATA_TRACE_COMPILED_OUT
   (void)opts;
@@ -190,11 +255,23 @@ bool start(const options& opts) {
   s.active = true;
   ++s.generation;
   s.opts = opts;
+  s.job = job_from_environment();
   s.buffers.clear();
   s.total = 0;
   s.dropped = 0;
   s.next_thread = 0;
-  s.start = std::chrono::steady_clock::now();
+  // The wall clock at the same moment as the steady origin of every timestamp: strata-trace merge
+  // aligns ranks by it, so the two reads are bracketed by steady reads and retried when a
+  // preemption separated them.
+  for (int attempt = 0; attempt < 16; ++attempt) {
+    const auto before = std::chrono::steady_clock::now();
+    const auto wall = std::chrono::system_clock::now();
+    const auto after = std::chrono::steady_clock::now();
+    s.start = before + (after - before) / 2;
+    s.start_unix_ns = static_cast<std::uint64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(wall.time_since_epoch()).count());
+    if (after - before < std::chrono::microseconds(2)) break;
+  }
   s.ticks_per_ns = 0;
 #ifdef STRATA_TRACE_TSC
   {  // calibrate the time-stamp counter against the steady clock over ~2 ms
@@ -211,9 +288,6 @@ bool start(const options& opts) {
     }
   }
 #endif
-  s.start_unix_ns = static_cast<std::uint64_t>(
-      std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch())
-          .count());
   {
     std::lock_guard slock(s.strings_m);
     s.string_ids.clear();
@@ -235,8 +309,10 @@ summary stop() {
   summary out;
   std::vector<std::unique_ptr<thread_buffer>> buffers;
   std::vector<std::string> strings;
+  job_info job;
   {
     std::lock_guard lock(s.m);
+    job = s.job;
     if (!s.active) return out;
     detail::enabled_flag.store(false, std::memory_order_release);
     s.active = false;
@@ -246,6 +322,10 @@ summary stop() {
     strings = s.strings;
   }
   out.file = s.opts.file;
+  // Ranks of one job share the file name they are given: each writes its own (a world of one keeps
+  // the name, and version 1, exactly as before there were ranks).
+  const bool ranked = job.world_size != 1;
+  if (ranked) out.file += ".rank" + std::to_string(job.rank);
   out.dropped = s.dropped.load();
 
   std::vector<record> events;
@@ -258,8 +338,19 @@ summary stop() {
       events.insert(events.end(), b->chunks[c].get(), b->chunks[c].get() + used);
     }
   }
-  if (s.ticks_per_ns > 0)
-    for (auto& e : events) e.ts_ns = static_cast<std::uint64_t>(static_cast<double>(e.ts_ns) * s.ns_per_tick);
+  if (s.ticks_per_ns > 0) {
+    // The rate calibrated over 2 ms at start is off by up to ~0.1 %: 100 us after 100 ms, enough to
+    // put a message's handling on another rank before its send. Over the whole session (at least
+    // 20 ms) the steady clock's jitter is negligible.
+    double ns_per_tick = s.ns_per_tick;
+#ifdef STRATA_TRACE_TSC
+    const std::uint64_t ticks = now_ts(s);
+    const double ns = static_cast<double>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::steady_clock::now() - s.start).count());
+    if (ns > 20e6 && ticks > 0) ns_per_tick = ns / static_cast<double>(ticks);
+#endif
+    for (auto& e : events) e.ts_ns = static_cast<std::uint64_t>(static_cast<double>(e.ts_ns) * ns_per_tick);
+  }
   std::stable_sort(events.begin(), events.end(),
                    [](const record& a, const record& b) { return a.ts_ns < b.ts_ns; });
   out.events = events.size();
@@ -270,19 +361,26 @@ summary stop() {
     auto k = static_cast<event_kind>(e.kind);
     if (k == event_kind::send || k == event_kind::enqueue || k == event_kind::handler_begin ||
         k == event_kind::handler_end || k == event_kind::drop || k == event_kind::unhandled ||
-        k == event_kind::timer_fire)
+        k == event_kind::timer_fire || k == event_kind::remote_send || k == event_kind::remote_recv)
       max_type = std::max<std::uint32_t>(max_type, e.type);
   }
 
   std::string blob;
   blob.append("STRATATR", 8);
-  put<std::uint32_t>(blob, 1);                       // version
+  put<std::uint32_t>(blob, ranked ? 2 : 1);          // version
   put<std::uint32_t>(blob, sizeof(record));          // record size
   put<std::uint64_t>(blob, s.start_unix_ns);
   put<std::uint64_t>(blob, events.size());
   put<std::uint64_t>(blob, out.dropped);
   put<std::uint32_t>(blob, static_cast<std::uint32_t>(strings.size()));
   put<std::uint32_t>(blob, max_type);
+  if (ranked) {
+    put<std::uint32_t>(blob, job.rank);
+    put<std::uint32_t>(blob, job.world_size);
+    put<std::uint64_t>(blob, job.job_id);
+    put<std::int64_t>(blob, job.clock_offset_ns);
+    put<std::uint64_t>(blob, job.clock_uncertainty_ns);
+  }
   for (const auto& str : strings) {
     put<std::uint32_t>(blob, static_cast<std::uint32_t>(str.size()));
     blob.append(str);

@@ -114,7 +114,7 @@ BOOST_AUTO_TEST_CASE(a_corrupt_header_or_table_is_rejected_with_what_is_wrong) {
   std::vector<bad_case> cases = {
       {"", "the file is empty"},
       {magic, "not a strata trace"},
-      {patch32(8, 2), "trace format version 2 is not supported (this strata-trace reads version 1)"},
+      {patch32(8, 3), "trace format version 3 is not supported (this strata-trace reads versions 1 and 2)"},
       {patch32(12, 48), "record size of 48"},
       {patch64(24, 0xffffffffffffffffull), "truncated: the header announces"},
       {patch64(24, 1), "unexpected data follow"},

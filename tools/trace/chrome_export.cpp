@@ -7,6 +7,7 @@
 
 #include <algorithm>
 #include <map>
+#include <set>
 
 #include "trace_views.hpp"
 
@@ -87,8 +88,27 @@ json chrome_trace(const trace_model& m) {
   auto meta = [&](const char* what, int pid, std::uint64_t tid, json args) {
     events.push_back({{"name", what}, {"ph", "M"}, {"pid", pid}, {"tid", tid}, {"args", std::move(args)}});
   };
-  meta("process_name", actor_pid, 0, {{"name", "strata actors"}});
-  meta("process_sort_index", actor_pid, 0, {{"sort_index", 1}});
+  // A merged trace (strata-trace merge) gets one process per rank, holding that rank's actors and
+  // device streams; sends from outside actors stay on tid 0 of rank 0's process.
+  const bool merged = f.merged();
+  auto pid_of = [&](std::uint64_t actor) -> int {
+    if (!merged) return actor_pid;
+    auto it = m.actors.find(actor);
+    return it != m.actors.end() && it->second.rank >= 0 ? static_cast<int>(it->second.rank) + 1 : 1;
+  };
+  std::set<int> pids;
+  if (merged) {
+    pids.insert(1);
+    for (const auto& [id, a] : m.actors) pids.insert(pid_of(id));
+    for (const auto& [key, slices] : m.streams) pids.insert(static_cast<int>(m.device_rank(key.first)) + 1);
+    for (int pid : pids) {
+      meta("process_name", pid, 0, {{"name", "strata rank " + std::to_string(pid - 1)}});
+      meta("process_sort_index", pid, 0, {{"sort_index", pid}});
+    }
+  } else {
+    meta("process_name", actor_pid, 0, {{"name", "strata actors"}});
+    meta("process_sort_index", actor_pid, 0, {{"sort_index", 1}});
+  }
 
   // Handler slices per actor.
   std::map<std::uint64_t, std::vector<span>> tracks;
@@ -123,8 +143,8 @@ json chrome_trace(const trace_model& m) {
   for (auto& [id, spans] : tracks) {
     if (spans.empty() && id != 0 && m.actors.count(id) == 0) continue;
     std::string name = id == 0 ? "external (outside actors)" : m.actor_name(id) + " #" + std::to_string(id);
-    meta("thread_name", actor_pid, id, {{"name", name}});
-    meta("thread_sort_index", actor_pid, id, {{"sort_index", id == 0 ? 0 : ++sort_index}});
+    meta("thread_name", pid_of(id), id, {{"name", name}});
+    meta("thread_sort_index", pid_of(id), id, {{"sort_index", id == 0 ? 0 : ++sort_index}});
   }
 
   // Slices.
@@ -139,7 +159,7 @@ json chrome_trace(const trace_model& m) {
       events.push_back(std::move(e));
     }
   };
-  for (const auto& [id, spans] : tracks) emit_spans(actor_pid, id, spans);
+  for (const auto& [id, spans] : tracks) emit_spans(pid_of(id), id, spans);
 
   // Flow arrows: both ends present by construction (flows are sends whose handler_begin is in the trace).
   std::uint64_t flow_id = 0;
@@ -153,10 +173,10 @@ json chrome_trace(const trace_model& m) {
     const auto& ts = to[*f_idx];
     ++flow_id;
     std::string name = short_type_name(f.type_name(fl.type));
-    events.push_back({{"name", name}, {"cat", "message"}, {"ph", "s"}, {"id", flow_id}, {"pid", actor_pid},
+    events.push_back({{"name", name}, {"cat", "message"}, {"ph", "s"}, {"id", flow_id}, {"pid", pid_of(fl.sender)},
                       {"tid", fl.sender}, {"ts", us(inside(fl.send_ts, fs.begin, fs.end))}});
     events.push_back({{"name", name}, {"cat", "message"}, {"ph", "f"}, {"bp", "e"}, {"id", flow_id},
-                      {"pid", actor_pid}, {"tid", fl.receiver}, {"ts", us(inside(fl.handle_ts, ts.begin, ts.end))}});
+                      {"pid", pid_of(fl.receiver)}, {"tid", fl.receiver}, {"ts", us(inside(fl.handle_ts, ts.begin, ts.end))}});
   }
 
   // Mailbox depth counters.
@@ -164,36 +184,41 @@ json chrome_trace(const trace_model& m) {
     if (a.depth.empty()) continue;
     std::string name = "mailbox " + a.name + " #" + std::to_string(id);
     for (const auto& d : a.depth)
-      events.push_back({{"name", name}, {"ph", "C"}, {"pid", actor_pid}, {"tid", id}, {"ts", us(d.ts)},
+      events.push_back({{"name", name}, {"ph", "C"}, {"pid", pid_of(id)}, {"tid", id}, {"ts", us(d.ts)},
                         {"args", {{"depth", d.depth}}}});
   }
 
   // Drops and exits as instants on the receiver's track.
   for (const auto& d : m.drops) {
     if (tracks.count(d.receiver) == 0) continue;
-    events.push_back({{"name", "drop " + errc_name(d.reason)}, {"ph", "i"}, {"s", "t"}, {"pid", actor_pid},
+    events.push_back({{"name", "drop " + errc_name(d.reason)}, {"ph", "i"}, {"s", "t"}, {"pid", pid_of(d.receiver)},
                       {"tid", d.receiver}, {"ts", us(d.ts)},
                       {"args", {{"type", f.type_name(d.type)}, {"sender", m.actor_name(d.sender)}}}});
   }
   for (const auto& [id, a] : m.actors) {
     if (!a.exit_ts) continue;
-    events.push_back({{"name", "exit " + errc_name(a.exit_code)}, {"ph", "i"}, {"s", "t"}, {"pid", actor_pid},
+    events.push_back({{"name", "exit " + errc_name(a.exit_code)}, {"ph", "i"}, {"s", "t"}, {"pid", pid_of(id)},
                       {"tid", id}, {"ts", us(*a.exit_ts)}, {"args", {{"reason", a.exit_reason}}}});
   }
 
   // Device streams.
   if (!m.streams.empty()) {
-    meta("process_name", device_pid, 0, {{"name", "strata devices"}});
-    meta("process_sort_index", device_pid, 0, {{"sort_index", 2}});
-    std::uint64_t tid = 0;
+    if (!merged) {
+      meta("process_name", device_pid, 0, {{"name", "strata devices"}});
+      meta("process_sort_index", device_pid, 0, {{"sort_index", 2}});
+    }
+    // In a merged trace device tracks sit below the rank's actors (tids past every actor id).
+    std::uint64_t tid = merged ? std::uint64_t{1} << 40 : 0;
     for (const auto& [key, slices] : m.streams) {
       ++tid;
+      const int pid = merged ? static_cast<int>(m.device_rank(key.first)) + 1 : device_pid;
+      const std::uint64_t device = m.local_device(key.first);
       const std::int64_t stage = stage_of_device(key.first);
-      meta("thread_name", device_pid, tid,
-           {{"name", stage >= 0 ? "stage " + std::to_string(stage) + " device #" + std::to_string(key.first) + " stream " +
+      meta("thread_name", pid, tid,
+           {{"name", stage >= 0 ? "stage " + std::to_string(stage) + " device #" + std::to_string(device) + " stream " +
                                       std::to_string(key.second)
-                                : "device " + std::to_string(key.first) + " stream " + std::to_string(key.second)}});
-      meta("thread_sort_index", device_pid, tid, {{"sort_index", tid}});
+                                : "device " + std::to_string(device) + " stream " + std::to_string(key.second)}});
+      meta("thread_sort_index", pid, tid, {{"sort_index", tid}});
       std::vector<span> spans;
       for (const auto& s : slices) {
         json args = {{"work", s.work}};
@@ -203,7 +228,7 @@ json chrome_trace(const trace_model& m) {
         spans.push_back({s.begin, s.end, {{"name", wname.empty() ? "work" : wname}, {"cat", "device"}, {"args", args}}});
       }
       make_disjoint(spans);
-      emit_spans(device_pid, tid, spans);
+      emit_spans(pid, tid, spans);
     }
   }
 

@@ -9,7 +9,11 @@
 #include <fstream>
 #include <iostream>
 #include <string>
+#include <unistd.h>
+#include <vector>
 
+#include "strata/files.hpp"
+#include "trace_merge.hpp"
 #include "trace_model.hpp"
 #include "trace_reader.hpp"
 #include "trace_views.hpp"
@@ -39,6 +43,45 @@ std::string dump(const nlohmann::json& j, int indent) {
   return j.dump(indent, ' ', false, nlohmann::json::error_handler_t::replace);
 }
 
+/// `strata-trace merge OUT FILE...`: one sentence and exit 1 on any bad input.
+int merge_ranks(const std::string& out, const std::vector<std::string>& files) {
+  std::vector<tt::trace_file> traces;
+  for (const auto& file : files) {
+    // Replacing an input with the merge would lose that rank's recording.
+    if (std::error_code ec; std::filesystem::equivalent(file, out, ec))
+      return complain("the output " + out + " is one of the input traces; choose another OUT");
+    auto read = tt::read_trace(file);
+    if (!read.ok()) return complain(read.error);
+    traces.push_back(std::move(read.trace));
+  }
+  try {
+    auto merged = tt::merge_traces(traces);
+    if (!merged.ok()) return complain(merged.error);
+    const std::string bytes = tt::serialize_trace(merged.trace);
+    // The merge must read back under the strict reader, as every trace the runtime writes does.
+    if (auto check = tt::parse_trace(bytes, out); !check.ok())
+      return complain("the merged trace does not read back (" + check.error + "); this is a bug in strata-trace");
+    if (auto written = strata::write_file_atomically(out, bytes, out + ".tmp." + std::to_string(::getpid())); !written)
+      return complain(written.error().message());
+    const auto& n = merged.counts;
+    std::cerr << "strata-trace: merged " << n.ranks << " rank" << (n.ranks == 1 ? "" : "s") << " of a world of "
+              << merged.trace.world_size << " into " << out << " (" << n.events << " events; " << n.linked
+              << " messages between ranks linked, " << n.unmatched_sends << " sends and " << n.unmatched_receipts
+              << " receipts without their other end)\n";
+    if (n.handled_before_sent > 0)
+      std::cerr << "strata-trace: note: " << n.handled_before_sent
+                << " linked messages arrive before they were sent on the aligned clock: the ranks' clock offsets "
+                   "(measured to +/- "
+                << merged.trace.clock_uncertainty_ns << " ns) are off by more than those messages took\n";
+    if (n.unknown_events > 0)
+      std::cerr << "strata-trace: note: copied " << n.unknown_events
+                << " events of kinds this version does not know with only their time shifted\n";
+  } catch (const std::bad_alloc&) {
+    return complain("not enough memory to merge the traces");
+  }
+  return 0;
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
@@ -65,11 +108,16 @@ int main(int argc, char** argv) {
   dot->add_option("FILE", file, "Trace file")->required();
   dot->add_option("-o,--output", out, "Output .dot file")->required();
 
+  std::vector<std::string> rank_files;
+  auto* merge = app.add_subcommand("merge", "Join the per-rank traces of one mpirun job (FILE.rank<r>) into one trace");
+  merge->add_option("OUT", out, "Merged trace file to write")->required();
+  merge->add_option("FILES", rank_files, "Per-rank trace files (FILE.rank0 FILE.rank1 ...)")->required();
+
   // CLI11 would call an unknown word "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     const std::string word = argv[1];
-    if (word != "summary" && word != "export" && word != "timeline" && word != "dot")
-      return complain("unknown subcommand '" + word + "' (expected summary, export, timeline or dot)");
+    if (word != "summary" && word != "export" && word != "timeline" && word != "dot" && word != "merge")
+      return complain("unknown subcommand '" + word + "' (expected summary, export, timeline, dot or merge)");
   }
   try {
     app.parse(argc, argv);
@@ -86,6 +134,7 @@ int main(int argc, char** argv) {
     return complain(what + " (run strata-trace --help for usage)");
   }
 
+  if (*merge) return merge_ranks(out, rank_files);
   // -o naming the trace itself would replace the recording with its own export.
   if (std::error_code ec; !out.empty() && std::filesystem::equivalent(file, out, ec))
     return complain("the output " + out + " is the input trace; choose another -o");

@@ -159,6 +159,21 @@ json summary_json(const trace_model& m) {
   out["events_lost_by_recorder"] = f.dropped;
   out["unknown_events_skipped"] = m.unknown_events;
   out["span_ns"] = m.span();
+  if (f.version >= 2) {
+    out["rank"] = f.merged() ? json("all") : json(f.rank);
+    out["world_size"] = f.world_size;
+    out["job_id"] = f.job_id;
+    out["clock_offset_ns"] = f.clock_offset_ns;
+    out["clock_uncertainty_ns"] = f.clock_uncertainty_ns;
+  }
+  if (m.remote_sends + m.remote_receipts > 0) {
+    std::uint64_t linked = 0;  // sends to another rank whose handling is in this trace (merged)
+    for (const auto& fl : m.flows) {
+      auto s = m.send_by_msg.find(fl.msg);
+      if (s != m.send_by_msg.end() && m.sends[s->second].remote) ++linked;
+    }
+    out["cross_rank"] = {{"sent", m.remote_sends}, {"received", m.remote_receipts}, {"linked", linked}};
+  }
 
   // Mailbox waits per receiving actor, latencies per type.
   std::map<std::uint64_t, std::vector<std::uint64_t>> waits;
@@ -209,6 +224,7 @@ json summary_json(const trace_model& m) {
     j["handler_ns"] = quantiles(durations);
     j["mailbox_wait_ns"] = quantiles(waits[id]);
     if (a.pipeline_stage >= 0) j["pipeline_stage"] = a.pipeline_stage;
+    if (a.rank >= 0) j["rank"] = a.rank;
     actors.push_back(std::move(j));
   }
   out["actors"] = std::move(actors);
@@ -231,13 +247,14 @@ json summary_json(const trace_model& m) {
     std::uint64_t busy = union_length(slices);
     std::uint64_t first = slices.empty() ? 0 : slices.front().begin, last = 0;
     for (const auto& s : slices) last = std::max(last, s.end);
-    streams.push_back({{"device", key.first},
+    streams.push_back({{"device", m.local_device(key.first)},
                        {"stream", key.second},
                        {"work_items", slices.size()},
                        {"busy_ns", busy},
                        {"utilisation_percent", 100.0 * ratio(static_cast<double>(busy), static_cast<double>(m.span()))},
                        {"active_utilisation_percent",
                         100.0 * ratio(static_cast<double>(busy), static_cast<double>(last > first ? last - first : 0))}});
+    if (m.device_rank(key.first) >= 0) streams.back()["rank"] = m.device_rank(key.first);
   }
   out["device_streams"] = std::move(streams);
 
@@ -357,6 +374,15 @@ void print_summary(const json& s, std::ostream& out) {
     out << "; " << s["events_lost_by_recorder"] << " events lost to the recording limit";
   if (s["unknown_events_skipped"].get<std::uint64_t>() > 0)
     out << "; " << s["unknown_events_skipped"] << " events of unknown kinds skipped";
+  if (s.contains("rank")) {
+    if (s["rank"].is_string()) out << "\nmerged from the ranks of a world of " << s["world_size"];
+    else out << "\nrank " << s["rank"] << " of a world of " << s["world_size"];
+    out << ", job " << s["job_id"] << ", clock offset to rank 0 " << s["clock_offset_ns"] << " ns (+/- "
+        << s["clock_uncertainty_ns"] << " ns)";
+  }
+  if (s.contains("cross_rank"))
+    out << "\ncross-rank messages: " << s["cross_rank"]["sent"] << " sent, " << s["cross_rank"]["received"]
+        << " received, " << s["cross_rank"]["linked"] << " linked from send to handling";
   out << "\n\nactors\n";
   text_table actors({"actor", "id", "in", "handled", "out", "busy %", "depth max", "depth mean", "handler p50",
                      "handler p99", "wait p50", "wait p99", "exit"});
@@ -384,7 +410,9 @@ void print_summary(const json& s, std::ostream& out) {
     out << "\ndevice streams (utilisation over the trace span / over the stream's active window)\n";
     text_table streams({"device", "stream", "work items", "busy", "util %", "active util %"});
     for (const auto& d : s["device_streams"])
-      streams.add({std::to_string(d["device"].get<std::uint64_t>()), std::to_string(d["stream"].get<std::uint64_t>()),
+      streams.add({std::to_string(d["device"].get<std::uint64_t>()) +
+                       (d.contains("rank") ? "@r" + std::to_string(d["rank"].get<std::int64_t>()) : std::string()),
+                   std::to_string(d["stream"].get<std::uint64_t>()),
                    std::to_string(d["work_items"].get<std::uint64_t>()), format_ns(d["busy_ns"]),
                    format_fixed(d["utilisation_percent"].get<double>(), 1),
                    format_fixed(d["active_utilisation_percent"].get<double>(), 1)});

@@ -151,7 +151,8 @@ std::string timeline_svg(const trace_model& m, const timeline_options& opts) {
     const std::int64_t stage = stage_of_device(key.first);
     row r;
     r.label = stage >= 0 ? "stage " + std::to_string(stage) + " device, stream " + std::to_string(key.second)
-                         : "device " + std::to_string(key.first) + " stream " + std::to_string(key.second);
+                         : "device " + std::to_string(m.local_device(key.first)) + " stream " + std::to_string(key.second);
+    if (m.device_rank(key.first) >= 0) r.label += "@r" + std::to_string(m.device_rank(key.first));
     r.life_begin = m.begin;
     r.life_end = m.end;
     std::uint64_t busy = 0;

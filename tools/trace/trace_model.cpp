@@ -17,6 +17,14 @@ std::string trace_model::actor_name(std::uint64_t id) const {
   return "actor-" + std::to_string(id);
 }
 
+std::int64_t trace_model::device_rank(std::uint64_t device) const {
+  return file != nullptr && file->merged() ? static_cast<std::int64_t>(device >> 32) : -1;
+}
+
+std::uint64_t trace_model::local_device(std::uint64_t device) const {
+  return file != nullptr && file->merged() ? device & 0xffffffffu : device;
+}
+
 std::uint64_t percentile(std::vector<std::uint64_t>& values, double p) {
   if (values.empty()) return 0;
   if (!std::is_sorted(values.begin(), values.end())) std::sort(values.begin(), values.end());
@@ -44,12 +52,17 @@ trace_model build_model(const trace_file& file) {
   std::unordered_map<std::uint64_t, actor_state> state;
   std::unordered_map<std::uint64_t, std::uint64_t> enqueue_ts;
   std::map<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>, device_slice> open_work;
+  std::unordered_map<std::uint64_t, std::uint32_t> placement;  // actor -> rank
 
   auto actor = [&](std::uint64_t id, std::uint64_t ts) -> actor_info& {
     auto [it, inserted] = m.actors.try_emplace(id);
     if (inserted) {
       it->second.id = id;
-      it->second.name = "actor-" + std::to_string(id);
+      // A handle to an actor of another rank (strata::net's proxy ids: top bit, by-name bit,
+      // 16 bits of rank, 46 of key) sends from outside this trace's actors.
+      it->second.name = id >> 63 ? "remote r" + std::to_string((id >> 46) & 0xffff) +
+                                       ((id >> 62) & 1 ? " name#" : " #") + std::to_string(id & ((1ull << 46) - 1))
+                                 : "actor-" + std::to_string(id);
       it->second.first_ts = ts;
     }
     return it->second;
@@ -85,9 +98,13 @@ trace_model build_model(const trace_file& file) {
         }
         break;
       }
+      case event_kind::remote_send:
+        ++m.remote_sends;
+        [[fallthrough]];
       case event_kind::send: {
         m.send_by_msg[e.msg] = m.sends.size();
         send_record snd{e.ts_ns, e.actor, e.peer, e.type};
+        snd.remote = e.kind == static_cast<std::uint8_t>(event_kind::remote_send);
         if (e.actor != 0) {
           auto st = state.find(e.actor);
           if (st != state.end() && st->second.open_slice) snd.sender_slice = static_cast<std::int64_t>(*st->second.open_slice);
@@ -154,6 +171,12 @@ trace_model build_model(const trace_file& file) {
       }
       case event_kind::timer_fire:
         break;
+      case event_kind::remote_recv:
+        ++m.remote_receipts;  // the enqueue and handling that follow carry this rank's message id
+        break;
+      case event_kind::placement:
+        placement[e.actor] = e.arg32;
+        break;
       case event_kind::device_begin: {
         device_slice s;
         s.begin = s.end = e.ts_ns;
@@ -199,6 +222,8 @@ trace_model build_model(const trace_file& file) {
         break;
     }
   }
+  for (auto& [id, rank] : placement)
+    if (auto it = m.actors.find(id); it != m.actors.end()) it->second.rank = rank;
   // Close what the trace ended inside of.
   for (auto& [id, st] : state) {
     if (!st.open_slice) continue;

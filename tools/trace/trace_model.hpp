@@ -67,6 +67,7 @@ struct actor_info {
   std::uint64_t sent = 0;                 ///< Messages it sent.
   std::uint64_t unhandled = 0;            ///< Messages it had no handler for.
   std::int64_t pipeline_stage = -1;       ///< From a `pipeline.stage` tag.
+  std::int64_t rank = -1;                 ///< From a `placement` event (merged traces); -1: unknown.
   std::uint64_t lifetime_end(std::uint64_t trace_end) const { return exit_ts ? *exit_ts : trace_end; }
 };
 
@@ -87,6 +88,7 @@ struct send_record {
   std::uint64_t receiver = 0;
   std::uint32_t type = 0;
   std::int64_t sender_slice = -1;  ///< Index into the sender's slices of the handler it sent from; -1: outside any.
+  bool remote = false;             ///< A `remote_send`: the receiver is on another rank.
 };
 
 struct tag_record {
@@ -109,7 +111,9 @@ struct drop_record {
 /// recorded on device id `stage_device_base + s` (what actors/lm/src/pipeline.cpp records).
 inline constexpr std::uint64_t stage_device_base = 1'000'000'000;
 /// Stage index of a device track id, or -1 when the id is not a stage's device track.
+/// In a merged trace a device id carries its rank in the high 32 bits (docs/trace-format.md).
 inline std::int64_t stage_of_device(std::uint64_t device) {
+  device &= 0xffffffffu;
   return device >= stage_device_base && device - stage_device_base < (1u << 20)
              ? static_cast<std::int64_t>(device - stage_device_base)
              : -1;
@@ -127,11 +131,17 @@ struct trace_model {
   std::vector<drop_record> drops;
   std::vector<tag_record> tags;
   std::uint64_t unknown_events = 0;                        ///< Kinds this reader does not know (skipped).
+  std::uint64_t remote_sends = 0;                          ///< `remote_send` events: messages to other ranks.
+  std::uint64_t remote_receipts = 0;                       ///< `remote_recv` events: messages from other ranks.
   std::optional<double> ideal_bubble;                      ///< From `pipeline.ideal_bubble_ppm`.
 
   std::uint64_t span() const { return end - begin; }
   /// "name" of an actor id ("external" for 0).
   std::string actor_name(std::uint64_t id) const;
+  /// The rank a device id belongs to in a merged trace (its high 32 bits), -1 in others.
+  std::int64_t device_rank(std::uint64_t device) const;
+  /// The device id as its rank recorded it (the low 32 bits in a merged trace).
+  std::uint64_t local_device(std::uint64_t device) const;
 };
 
 /// What a piece of the critical path is (docs/trace-tools.md, "critical path").

@@ -39,6 +39,8 @@ private:
   std::size_t pos_ = 0;
 };
 
+}  // namespace
+
 bool is_message_kind(std::uint8_t k) {
   switch (static_cast<event_kind>(k)) {
     case event_kind::send:
@@ -48,11 +50,15 @@ bool is_message_kind(std::uint8_t k) {
     case event_kind::drop:
     case event_kind::unhandled:
     case event_kind::timer_fire:
+    case event_kind::remote_send:
+    case event_kind::remote_recv:
       return true;
     default:
       return false;
   }
 }
+
+namespace {
 
 read_result fail(const std::string& name, const std::string& what) {
   read_result r;
@@ -117,6 +123,9 @@ std::string kind_name(std::uint8_t kind) {
     case event_kind::device_begin: return "device_begin";
     case event_kind::device_end: return "device_end";
     case event_kind::tag: return "tag";
+    case event_kind::remote_send: return "remote_send";
+    case event_kind::remote_recv: return "remote_recv";
+    case event_kind::placement: return "placement";
   }
   return "kind " + std::to_string(kind);
 }
@@ -139,12 +148,13 @@ read_result parse_trace(std::string_view bytes, const std::string& name) {
   if (!in.take(t.version))
     return fail(name, "truncated header (" + std::to_string(bytes.size()) + " bytes; a version-1 header has " +
                           std::to_string(header_size) + ")");
-  if (t.version != supported_version)
+  if (t.version != 1 && t.version != 2)
     return fail(name, "trace format version " + std::to_string(t.version) +
-                          " is not supported (this strata-trace reads version 1)");
-  if (bytes.size() < header_size)
-    return fail(name, "truncated header (" + std::to_string(bytes.size()) + " bytes; a version-1 header has " +
-                          std::to_string(header_size) + ")");
+                          " is not supported (this strata-trace reads versions 1 and 2)");
+  const std::size_t header = t.version == 1 ? header_size : header_size_v2;
+  if (bytes.size() < header)
+    return fail(name, "truncated header (" + std::to_string(bytes.size()) + " bytes; a version-" +
+                          std::to_string(t.version) + " header has " + std::to_string(header) + ")");
   std::uint32_t record_size = 0, string_count = 0, type_count = 0;
   std::uint64_t event_count = 0;
   in.take(record_size);
@@ -153,9 +163,19 @@ read_result parse_trace(std::string_view bytes, const std::string& name) {
   in.take(t.dropped);
   in.take(string_count);
   in.take(type_count);
+  if (t.version == 2) {
+    in.take(t.rank);
+    in.take(t.world_size);
+    in.take(t.job_id);
+    in.take(t.clock_offset_ns);
+    in.take(t.clock_uncertainty_ns);
+    if (t.rank != all_ranks && t.world_size != 0 && t.rank >= t.world_size)
+      return fail(name, "the header names rank " + std::to_string(t.rank) + " of a world of " +
+                            std::to_string(t.world_size) + " ranks (the file is corrupt)");
+  }
   if (record_size != sizeof(trace::record))
     return fail(name, "the header gives an event record size of " + std::to_string(record_size) +
-                          " bytes; version 1 records are " + std::to_string(sizeof(trace::record)));
+                          " bytes; records are " + std::to_string(sizeof(trace::record)));
   std::string why;
   if (!read_table(in, string_count, "string", t.strings, why)) return fail(name, why);
   t.types.emplace_back();

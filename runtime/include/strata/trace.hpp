@@ -30,6 +30,9 @@ enum class event_kind : std::uint8_t {
   device_begin = 10,  ///< actor=device id, peer=stream id, msg=work id, arg=string id of the work name
   device_end = 11,    ///< same keys as device_begin
   tag = 12,           ///< actor, arg=user value, msg=string id of the tag name
+  remote_send = 13,   ///< actor=sender (0 outside actors), peer=receiver's handle id here, msg, type, arg=its rank
+  remote_recv = 14,   ///< actor=receiver, peer=message id on the sending rank, msg=id here, type, arg=sending rank
+  placement = 15,     ///< actor, arg=the rank it ran on (written by `strata-trace merge`)
 };
 
 /// One event, 40 bytes on disk and in memory (little-endian, no padding).
@@ -114,6 +117,29 @@ inline void emit_stamped(std::uint64_t stamp, event_kind kind, std::uint64_t act
 /// Thread-safe; takes a lock, so keep it off hot paths (intern once, reuse the id).
 std::uint32_t intern(std::string_view text);
 
+/// Where this process sits in a job of several processes (an mpirun job). A rank of a world of
+/// more than one writes `FILE.rank<r>` in format version 2, whose header records these fields so
+/// that `strata-trace merge` can align and join the ranks' files (docs/trace-format.md).
+struct job_info {
+  std::uint32_t rank = 0;
+  std::uint32_t world_size = 1;           ///< 0: a launcher started the process but did not say how many.
+  std::uint64_t job_id = 0;               ///< The same on every rank of one job; 0: unknown.
+  std::int64_t clock_offset_ns = 0;       ///< Add to this rank's wall clock to get rank 0's.
+  std::uint64_t clock_uncertainty_ns = 0; ///< Bound on the error of `clock_offset_ns`; 0: not measured.
+};
+
+/// The job of the launcher's environment: rank and size from `OMPI_COMM_WORLD_RANK`/`_SIZE`,
+/// `PMIX_RANK` or `PMI_RANK`/`PMI_SIZE`, the job id a hash of `PMIX_NAMESPACE`,
+/// `OMPI_MCA_ess_base_jobid` or `SLURM_JOB_ID`.`SLURM_STEP_ID`; rank 0 of 1 without a launcher.
+job_info job_from_environment();
+/// Replaces the job of the active session (no effect without one). The strata::net endpoint
+/// calls it once MPI has started, with MPI's rank and size and a measured clock offset; without
+/// an endpoint the session keeps what `start()` read from the environment.
+void set_job(const job_info& job);
+/// The job of the active session (`job_from_environment()` as read by `start()`, or what
+/// `set_job` gave since).
+job_info job();
+
 /// Options for one recording session.
 struct options {
   std::string file;              ///< Where `stop()` writes the trace.
@@ -131,7 +157,8 @@ struct summary {
   bool written = false;
   std::string error;        ///< Non-empty when the file could not be written.
 };
-/// Stops recording and writes the file. Call only when no thread records any more (the actor
+/// Stops recording and writes the file (`FILE.rank<r>` for a rank of a world of more than one,
+/// see `job_info`). Call only when no thread records any more (the actor
 /// system calls it after joining its threads). Returns what was written.
 summary stop();
 /// True when a session is active (started and not yet stopped).

@@ -3,11 +3,18 @@
 #include <mpi.h>
 
 #include <chrono>
+#include <cstdint>
+#include <cstring>
+#include <fstream>
+#include <limits>
+#include <random>
 #include <string>
 #include <thread>
+#include <unistd.h>
 
 #include "device/impl.hpp"
 #include "state.hpp"
+#include "strata/trace.hpp"
 
 namespace strata::net::detail {
 
@@ -58,6 +65,70 @@ std::string mpi_error_text(int code) {
   return std::string(text, static_cast<std::size_t>(len));
 }
 
+/// This machine (host name and boot id): ranks on one machine read one wall clock.
+std::int64_t machine_id() {
+  std::string id(256, '\0');
+  if (::gethostname(id.data(), id.size()) != 0) id.clear();
+  id.resize(std::strlen(id.c_str()));
+  std::ifstream boot("/proc/sys/kernel/random/boot_id");
+  std::string boot_id;
+  if (boot && std::getline(boot, boot_id)) id += "/" + boot_id;
+  std::uint64_t h = 14695981039346656037ull;
+  for (unsigned char c : id) h = (h ^ c) * 1099511628211ull;
+  return static_cast<std::int64_t>(h);
+}
+
+/// The job every rank's trace records (docs/trace-format.md, version 2): MPI's rank and size,
+/// rank 0's job id, and the offset of this rank's wall clock from rank 0's. On rank 0's machine
+/// the clock is the same (offset 0, exact); on another machine it is measured by a few ping
+/// exchanges (the one with the shortest round trip wins; half of it bounds the error).
+/// Collective over `world`; runs whether tracing is on or not, so that every rank takes part.
+trace::job_info agree_on_job(MPI_Comm world, int rank, int size) {
+  trace::job_info job = trace::job();
+  job.rank = static_cast<std::uint32_t>(rank);
+  job.world_size = static_cast<std::uint32_t>(size);
+  job.clock_offset_ns = 0;
+  job.clock_uncertainty_ns = 0;
+  MPI_Comm c = MPI_COMM_NULL;
+  MPI_Comm_dup(world, &c);  // its own tags: frames may already flow on `world`
+  constexpr int rounds_between_machines = 8;
+  auto wall = [] {
+    return static_cast<std::int64_t>(
+        std::chrono::duration_cast<std::chrono::nanoseconds>(std::chrono::system_clock::now().time_since_epoch()).count());
+  };
+  const std::int64_t here = machine_id();
+  if (rank == 0) {
+    if (job.job_id == 0) job.job_id = (std::uint64_t{std::random_device{}()} << 32) ^ static_cast<std::uint64_t>(wall());
+    for (int peer = 1; peer < size; ++peer) {
+      for (int k = 0; k < rounds_between_machines; ++k) {
+        std::int64_t machine = 0;
+        MPI_Recv(&machine, 1, MPI_INT64_T, peer, 0, c, MPI_STATUS_IGNORE);
+        std::int64_t reply[3] = {wall(), static_cast<std::int64_t>(job.job_id), here};
+        MPI_Send(reply, 3, MPI_INT64_T, peer, 0, c);
+        if (machine == here) break;  // one wall clock: nothing to measure
+      }
+    }
+  } else {
+    std::int64_t best = std::numeric_limits<std::int64_t>::max();
+    for (int k = 0; k < rounds_between_machines; ++k) {
+      std::int64_t reply[3] = {0, 0, 0};
+      const std::int64_t t1 = wall();
+      MPI_Send(&here, 1, MPI_INT64_T, 0, 0, c);
+      MPI_Recv(reply, 3, MPI_INT64_T, 0, 0, c, MPI_STATUS_IGNORE);
+      const std::int64_t t2 = wall();
+      job.job_id = static_cast<std::uint64_t>(reply[1]);
+      if (reply[2] == here) break;
+      if (t2 - t1 >= 0 && t2 - t1 < best) {
+        best = t2 - t1;
+        job.clock_offset_ns = reply[0] - (t1 + (t2 - t1) / 2);
+        job.clock_uncertainty_ns = static_cast<std::uint64_t>(best / 2 + 1);
+      }
+    }
+  }
+  MPI_Comm_free(&c);
+  return job;
+}
+
 }  // namespace
 
 bool endpoint_state::finished() {
@@ -98,6 +169,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &has_ub);
   if (has_ub && ub != nullptr) s.tag_ub = *ub;
   s.size_tables();  // before any frame can arrive
+  if (s.size > 1) trace::set_job(agree_on_job(comm, s.rank, s.size));
   started({});
 
   in_flight_requests active;

@@ -7,6 +7,7 @@
 
 #include "state.hpp"
 #include "strata/device/device_manager.hpp"
+#include "strata/trace.hpp"
 
 namespace strata::net {
 
@@ -188,7 +189,7 @@ expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
     writer w(bytes, tensors, this);
     w(frame::message, e->kind, e->urgent, to.by_name, to.key);
     w.write(e->sender);
-    w(e->request_id, c->wire_id);
+    w(e->request_id, e->msg_id, c->wire_id);
     const std::size_t tag_at = bytes.size();
     std::int32_t first_tag = 0;
     std::uint32_t chunks = 0;
@@ -206,6 +207,9 @@ expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
       in_flight.emplace(std::make_tuple(to.rank, e->sender.id(), e->request_id), e->sender);
     }
     chunks_owed.fetch_add(static_cast<std::int64_t>(n), std::memory_order_relaxed);
+    // Stamped before the push: the receiving rank may handle the message before this thread
+    // records anything.
+    const std::uint64_t sent_at = trace::stamp();
     if (!push_frame(to.rank, std::move(bytes))) {
       chunks_owed.fetch_sub(static_cast<std::int64_t>(n), std::memory_order_relaxed);
       if (request) {
@@ -215,6 +219,8 @@ expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
       return refuse(rank_down_error(to.rank));
     }
     frames_sent.fetch_add(1, std::memory_order_relaxed);
+    trace::emit_stamped(sent_at, trace::event_kind::remote_send, e->sender.id(), to.id, e->msg_id,
+                        e->type ? e->type->id : 0, static_cast<std::uint32_t>(to.rank));
     int tag = first_tag;
     auto self = shared_from_this();
     for (auto& t : tensors) {

@@ -5,6 +5,7 @@
 #include "device/impl.hpp"
 #include "state.hpp"
 #include "strata/device/device_manager.hpp"
+#include "strata/trace.hpp"
 
 namespace strata::net::detail {
 
@@ -92,10 +93,10 @@ void endpoint_state::handle_frame(int src, const std::byte* data, std::size_t n)
       message_kind mk{};
       bool urgent = false;
       actor_ref sender;
-      std::uint64_t request_id = 0, wire = 0;
+      std::uint64_t request_id = 0, remote_msg = 0, wire = 0;
       std::int32_t first_tag = 0;
       std::uint32_t chunks = 0;
-      r(mk, urgent, by_name, key, sender, request_id, wire, first_tag, chunks);
+      r(mk, urgent, by_name, key, sender, request_id, remote_msg, wire, first_tag, chunks);
       decode_tag = first_tag;
       const codec* c = find_codec(wire);
       envelope* e = nullptr;
@@ -130,8 +131,12 @@ void endpoint_state::handle_frame(int src, const std::byte* data, std::size_t n)
       }
       auto owner = std::make_shared<envelope_owner>(e);
       const int me = rank;
-      with_target(src, by_name, key, [owner, notifier, link, me, key](const actor_ref& target) {
+      with_target(src, by_name, key, [owner, notifier, link, me, key, src, remote_msg](const actor_ref& target) {
         envelope* env = std::exchange(owner->e, nullptr);
+        // Links this rank's id of the message to the sender's (strata-trace merge joins them).
+        if (target)
+          trace::emit(trace::event_kind::remote_recv, target.id(), remote_msg, env->msg_id, env->type ? env->type->id : 0,
+                      static_cast<std::uint32_t>(src));
         if (!target) {
           strata::detail::reject(env, error(errc::target_terminated, "rank " + std::to_string(me) +
                                                                         " has no actor with id " + std::to_string(key)));

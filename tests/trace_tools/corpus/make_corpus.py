@@ -2,6 +2,10 @@
 """Derives the invalid seed traces (and the valid unknown-kinds.seed) from valid-small.seed (itself written by
 `make_sample_trace valid-small.seed --small` from a real actor_system run).
 
+rank0-of-2.seed and rank1-of-2.seed are the two ranks' traces (format version 2) of a real
+`mpirun -np 2 rank_ping_pong 3` with STRATA_TRACE set; rank1-other-job.seed is rank 1's with
+another job id, for the bad-input tests of `strata-trace merge`.
+
 Run from this folder: python3 make_corpus.py. The files are checked in; the bad-input tests in
 ../CMakeLists.txt and tools/trace/fuzz.sh use them."""
 import struct
@@ -53,6 +57,11 @@ def with_unknown_kinds(kinds):
     extra = b"".join(struct.pack("<QQQQIHBB", last_ts, 1, 0, 0, 0, 0, k, 0) for k in kinds)
     return patch(good, 24, "<Q", count + len(kinds)) + extra
 
+
+# Rank 1's trace claiming another job (version 2 header: rank u32 at 48, world size at 52, job id at 56).
+rank1 = open("rank1-of-2.seed", "rb").read()
+assert struct.unpack_from("<8sIII", rank1, 0)[1] == 2 and struct.unpack_from("<I", rank1, 48)[0] == 1
+files["rank1-other-job.seed"] = patch(rank1, 56, "<Q", struct.unpack_from("<Q", rank1, 56)[0] ^ 1)
 
 # Valid: three events of kinds 200 and 201 that readers skip and count (docs/trace-format.md).
 files["unknown-kinds.seed"] = with_unknown_kinds([200, 201, 200])

@@ -1,0 +1,89 @@
+// Two ranks exchange ROUNDS pings and pongs and one request with its response, with tracing on
+// (STRATA_TRACE=FILE: each rank writes FILE.rank<r>). Run under mpirun by
+// tests/trace_tools/merge_ranks.sh; trace_merge_test.cpp checks the merged trace.
+//
+//   rank_ping_pong ROUNDS
+//
+// Rank 1 publishes "ponger" (answers each ping with a pong to its sender, and `add` requests);
+// rank 0's pinger sends one ping at a time and, after the last pong, one request. Each rank thus
+// sends ROUNDS + 1 messages to the other.
+#include <chrono>
+#include <cstdio>
+#include <cstdlib>
+#include <future>
+#include <string>
+
+#include "../net/messages.hpp"  // ping, pong and add, declared for strata::net
+#include "strata/actor_system.hpp"
+#include "strata/net/endpoint.hpp"
+
+using namespace std::chrono_literals;
+
+using nettest::add;
+using nettest::ping;
+using nettest::pong;
+
+int main(int argc, char** argv) {
+  char* end = nullptr;
+  const long rounds = argc == 2 ? std::strtol(argv[1], &end, 10) : 0;
+  if (argc != 2 || end == argv[1] || *end != '\0' || rounds < 1 || rounds > 1'000'000) {
+    std::fprintf(stderr, "rank_ping_pong: expected one argument, the number of rounds (1 to 1000000)\n");
+    return 2;
+  }
+  strata::actor_system sys(strata::system_config{.worker_threads = 1});
+  strata::net::endpoint net(sys);
+  if (net.size() != 2) {
+    std::fprintf(stderr, "rank_ping_pong: run it with mpirun -np 2 (this world has %d ranks)\n", net.size());
+    return 2;
+  }
+  std::promise<std::string> finished;
+  auto result = finished.get_future();
+  if (net.rank() == 1) {
+    (void)net.publish(sys.spawn_fn_with(
+                          strata::spawn_options{.name = "ponger"},
+                          [&finished](strata::actor& self) -> strata::behavior {
+                            return {[&self](const ping& p) { self.send(self.current_sender(), pong{p.seq}); },
+                                    [&self, &finished](const add& a) {
+                                      finished.set_value("rank 1 answered the request");
+                                      self.quit();
+                                      return a.a + a.b;
+                                    }};
+                          }),
+                      "ponger");
+  } else {
+    auto ponger = net.remote(1, "ponger").value();
+    sys.spawn_fn_with(
+        strata::spawn_options{.name = "pinger"},
+        [&finished, ponger, rounds](strata::actor& self) -> strata::behavior {
+          self.send(ponger, ping{1, ""});
+          return {[&self, &finished, ponger, rounds](const pong& p) {
+            if (p.seq < rounds) {
+              self.send(ponger, ping{p.seq + 1, ""});
+              return;
+            }
+            self.request<int>(ponger, 30s, add{static_cast<std::int32_t>(p.seq), 1}).then(
+                [&self, &finished](int sum) {
+                  finished.set_value("rank 0 got " + std::to_string(sum));
+                  self.quit();
+                },
+                [&self, &finished](const strata::error& e) {
+                  finished.set_value("rank 0's request failed: " + e.message());
+                  self.quit();
+                });
+          }};
+        });
+  }
+  if (result.wait_for(60s) != std::future_status::ready) {
+    std::fprintf(stderr, "rank_ping_pong: rank %d did not finish within 60 s\n", net.rank());
+    return 1;
+  }
+  std::printf("%s\n", result.get().c_str());
+  net.shutdown();
+  const auto report = sys.shutdown();
+  if (!report.trace_error.empty()) {
+    std::fprintf(stderr, "rank_ping_pong: %s\n", report.trace_error.c_str());
+    return 1;
+  }
+  if (!report.trace_file.empty()) std::printf("rank %d wrote %s\n", net.rank(), report.trace_file.c_str());
+  return 0;
+}
