@@ -5,6 +5,7 @@
 
 #include <unistd.h>
 
+#include <chrono>
 #include <algorithm>
 #include <cerrno>
 #include <cmath>
@@ -21,6 +22,7 @@
 #include <nlohmann/json.hpp>
 
 #include "mpi.hpp"
+#include "traces.hpp"
 #include "report.hpp"
 #include "strata/kernels/blas.hpp"
 #include "strata/lm/checkpoint.hpp"
@@ -173,6 +175,8 @@ int run_train(lm::trainer_options o) {
     ev = {};
     o.report.clear();
   }
+  const bool ranked_trace = !o.trace.empty() && o.ranks && o.ranks->size() > 1;
+  if (ranked_trace && o.ranks->rank() == 0) lstm_lm::remove_rank_traces(o.trace, o.ranks->size());
   lm::training_result r;
   try {
     r = lm::train(o, ev);
@@ -180,7 +184,12 @@ int run_train(lm::trainer_options o) {
     throw usage_error(e.what());
   }
   if (bar) bar->finish();
-  if (o.ranks && o.ranks->rank() != 0) return r.interrupted ? 130 : 0;
+  if (o.ranks && o.ranks->rank() != 0) {
+    // Every rank's trace is the run's: a rank that cannot write its own says so and fails.
+    if (ranked_trace && !r.trace_error.empty())
+      throw std::runtime_error("--trace on rank " + std::to_string(o.ranks->rank()) + ": " + r.trace_error);
+    return r.interrupted ? 130 : 0;
+  }
   if (r.interrupted) {
     std::cerr << "lstm_lm: interrupted after step " << r.steps
               << (o.checkpoint.empty() ? std::string(" (no --checkpoint: nothing saved)")
@@ -203,7 +212,8 @@ int run_train(lm::trainer_options o) {
     std::cerr << "lstm_lm: report in " << lstm_lm::write_report(r, o.report) << "\n";
   if (!o.trace.empty()) {  // the trace is written at shutdown: its failure is the run's
     if (!r.trace_error.empty()) throw std::runtime_error("--trace: " + r.trace_error);
-    std::cerr << "lstm_lm: trace of " << r.trace_events << " events in " << o.trace << "\n";
+    if (ranked_trace) std::cerr << lstm_lm::join_rank_traces(o.trace, o.ranks->size(), std::chrono::seconds(60)) << "\n";
+    else std::cerr << "lstm_lm: trace of " << r.trace_events << " events in " << o.trace << "\n";
   }
   return 0;
 }

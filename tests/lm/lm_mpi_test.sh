@@ -1,11 +1,13 @@
 #!/bin/sh
 # lstm_lm under mpirun against one process (ctest lm_mpi_*; docs/lstm_lm.md, "Under mpirun").
 #
-#   lm_mpi_test.sh MODE MPIRUN BTL LSTM_LM CORPUS WORKDIR
+#   lm_mpi_test.sh MODE MPIRUN BTL LSTM_LM CORPUS WORKDIR STRATA_TRACE_TOOL
 #
 # MODE matches: a 2-rank run (one stage per rank, cpu:1 each) logs the same per-step losses, bit
 #   for bit, as one process with the same two stages (cpu:2); the summary says ranks 2, stages 2,
-#   replicas 1 (one process: ranks 1).
+#   replicas 1 (one process: ranks 1). Its --trace is one file joined from both ranks (no
+#   per-rank file left), which strata-trace reads with both ranks' actors and every message
+#   between the ranks received.
 # MODE crash: rank 1 kills itself (SIGKILL) after step 5 of 8; the job exits non-zero within
 #   60 s and leaves no lstm_lm process behind; the same command relaunched resumes from the
 #   checkpoint of step 4 and logs steps 5-8 with the losses of the uninterrupted one-process run.
@@ -16,7 +18,7 @@
 #   steps); a missing or doubled replica's gradient would change the loss by far more.
 # Both ranks and the one process use one thread per device, so every kernel sums in one order.
 set -u
-mode=$1 mpirun=$2 btl=$3 exe=$4 corpus=$5 dir=$6
+mode=$1 mpirun=$2 btl=$3 exe=$4 corpus=$5 dir=$6 trace_tool=$7
 rm -rf "$dir" && mkdir -p "$dir" && cd "$dir" || exit 1
 common="--corpus $corpus --layers 4 --hidden 16 --embed 8 --batch 4 --seq 8 --val-tokens 400 --steps 8
         --cpu-threads 1 --schedule 1f1b --partition even"
@@ -31,13 +33,25 @@ losses() { grep -o '"step":[0-9]*,"epoch":[0-9]*,"loss":[^,]*' "$1"; }
 grep -q '"ranks":1,"stages":2,"replicas":1' one.jsonl || fail "the one-process summary lacks ranks 1, stages 2, replicas 1"
 
 if [ "$mode" = matches ]; then
-  $launch -np 2 "$exe" train $common --devices cpu:1 --log two.jsonl 2>two.err || { cat two.err; fail "the 2-rank run failed"; }
+  $launch -np 2 "$exe" train $common --devices cpu:1 --log two.jsonl --trace two.strace 2>two.err ||
+    { cat two.err; fail "the 2-rank run failed"; }
   grep -q '"ranks":2,"stages":2,"replicas":1' two.jsonl || fail "the 2-rank summary lacks ranks 2, stages 2, replicas 1"
   [ "$(grep -c 'validation loss' two.err)" -eq 1 ] || fail "the validation line was not printed once (by rank 0 only)"
   losses one.jsonl >one.loss
   losses two.jsonl >two.loss
   diff one.loss two.loss || fail "the 2-rank losses differ from one process's"
   echo "2 ranks: the 8 losses equal one process's bit for bit"
+  grep -q "lstm_lm: merged 2 ranks of a world of 2 into two.strace" two.err || { cat two.err; fail "no line says the ranks' traces were joined"; }
+  [ -f two.strace ] || fail "no joined trace two.strace"
+  ! ls two.strace.rank* >/dev/null 2>&1 || fail "per-rank trace files were left beside the joined one"
+  "$trace_tool" summary two.strace >summary.txt 2>&1 || { cat summary.txt; fail "strata-trace cannot read the joined trace"; }
+  grep -q "merged from the ranks of a world of 2" summary.txt || fail "the joined trace does not say it holds 2 ranks"
+  grep -q "@r0 " summary.txt && grep -q "@r1 " summary.txt || fail "the joined trace lacks one rank's actors"
+  counts=$(sed -n 's/^cross-rank messages: \([0-9]*\) sent, \([0-9]*\) received, \([0-9]*\) linked.*/\1 \2 \3/p' summary.txt)
+  set -- $counts
+  [ $# -eq 3 ] && [ "$1" -gt 0 ] && [ "$1" -eq "$2" ] && [ "$3" -gt 0 ] ||
+    { cat summary.txt | head -5; fail "the joined trace's messages between ranks do not add up: '$counts'"; }
+  echo "2 ranks: one joined trace, $1 messages between the ranks sent and received, $3 linked to their handling"
   exit 0
 fi
 

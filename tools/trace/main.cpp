@@ -9,10 +9,8 @@
 #include <fstream>
 #include <iostream>
 #include <string>
-#include <unistd.h>
 #include <vector>
 
-#include "strata/files.hpp"
 #include "trace_merge.hpp"
 #include "trace_model.hpp"
 #include "trace_reader.hpp"
@@ -45,40 +43,9 @@ std::string dump(const nlohmann::json& j, int indent) {
 
 /// `strata-trace merge OUT FILE...`: one sentence and exit 1 on any bad input.
 int merge_ranks(const std::string& out, const std::vector<std::string>& files) {
-  std::vector<tt::trace_file> traces;
-  for (const auto& file : files) {
-    // Replacing an input with the merge would lose that rank's recording.
-    if (std::error_code ec; std::filesystem::equivalent(file, out, ec))
-      return complain("the output " + out + " is one of the input traces; choose another OUT");
-    auto read = tt::read_trace(file);
-    if (!read.ok()) return complain(read.error);
-    traces.push_back(std::move(read.trace));
-  }
-  try {
-    auto merged = tt::merge_traces(traces);
-    if (!merged.ok()) return complain(merged.error);
-    const std::string bytes = tt::serialize_trace(merged.trace);
-    // The merge must read back under the strict reader, as every trace the runtime writes does.
-    if (auto check = tt::parse_trace(bytes, out); !check.ok())
-      return complain("the merged trace does not read back (" + check.error + "); this is a bug in strata-trace");
-    if (auto written = strata::write_file_atomically(out, bytes, out + ".tmp." + std::to_string(::getpid())); !written)
-      return complain(written.error().message());
-    const auto& n = merged.counts;
-    std::cerr << "strata-trace: merged " << n.ranks << " rank" << (n.ranks == 1 ? "" : "s") << " of a world of "
-              << merged.trace.world_size << " into " << out << " (" << n.events << " events; " << n.linked
-              << " messages between ranks linked, " << n.unmatched_sends << " sends and " << n.unmatched_receipts
-              << " receipts without their other end)\n";
-    if (n.handled_before_sent > 0)
-      std::cerr << "strata-trace: note: " << n.handled_before_sent
-                << " linked messages arrive before they were sent on the aligned clock: the ranks' clock offsets "
-                   "(measured to +/- "
-                << merged.trace.clock_uncertainty_ns << " ns) are off by more than those messages took\n";
-    if (n.unknown_events > 0)
-      std::cerr << "strata-trace: note: copied " << n.unknown_events
-                << " events of kinds this version does not know with only their time shifted\n";
-  } catch (const std::bad_alloc&) {
-    return complain("not enough memory to merge the traces");
-  }
+  const auto merged = tt::merge_trace_files(out, files);
+  if (!merged.ok()) return complain(merged.error);
+  std::cerr << tt::describe_merge("strata-trace", out, merged) << '\n';
   return 0;
 }
 

@@ -1,6 +1,12 @@
 #include "trace_merge.hpp"
 
 #include <algorithm>
+#include <filesystem>
+#include <new>
+#include <string>
+#include <unistd.h>
+
+#include "strata/files.hpp"
 #include <cstring>
 #include <map>
 #include <set>
@@ -284,6 +290,63 @@ std::string serialize_trace(const trace_file& t) {
   }
   blob.append(reinterpret_cast<const char*>(t.events.data()), t.events.size() * sizeof(trace::record));
   return blob;
+}
+
+merge_files_result merge_trace_files(const std::string& out, const std::vector<std::string>& files) {
+  merge_files_result result;
+  std::vector<trace_file> traces;
+  for (const auto& file : files) {
+    // Replacing an input with the merge would lose that rank's recording.
+    if (std::error_code ec; std::filesystem::equivalent(file, out, ec)) {
+      result.error = "the output " + out + " is one of the input traces; choose another OUT";
+      return result;
+    }
+    auto read = read_trace(file);
+    if (!read.ok()) {
+      result.error = read.error;
+      return result;
+    }
+    traces.push_back(std::move(read.trace));
+  }
+  try {
+    auto merged = merge_traces(traces);
+    if (!merged.ok()) {
+      result.error = merged.error;
+      return result;
+    }
+    const std::string bytes = serialize_trace(merged.trace);
+    // The merge must read back under the strict reader, as every trace the runtime writes does.
+    if (auto check = parse_trace(bytes, out); !check.ok()) {
+      result.error = "the merged trace does not read back (" + check.error + "); this is a bug in strata-trace";
+      return result;
+    }
+    if (auto written = write_file_atomically(out, bytes, out + ".tmp." + std::to_string(::getpid())); !written) {
+      result.error = written.error().message();
+      return result;
+    }
+    result.counts = merged.counts;
+    result.world_size = merged.trace.world_size;
+    result.clock_uncertainty_ns = merged.trace.clock_uncertainty_ns;
+  } catch (const std::bad_alloc&) {
+    result.error = "not enough memory to merge the traces";
+  }
+  return result;
+}
+
+std::string describe_merge(const std::string& who, const std::string& out, const merge_files_result& r) {
+  const auto& n = r.counts;
+  std::string line = who + ": merged " + std::to_string(n.ranks) + " rank" + (n.ranks == 1 ? "" : "s") + " of a world of " +
+                     std::to_string(r.world_size) + " into " + out + " (" + std::to_string(n.events) + " events; " +
+                     std::to_string(n.linked) + " messages between ranks linked, " + std::to_string(n.unmatched_sends) +
+                     " sends and " + std::to_string(n.unmatched_receipts) + " receipts without their other end)";
+  if (n.handled_before_sent > 0)
+    line += "\n" + who + ": note: " + std::to_string(n.handled_before_sent) +
+            " linked messages arrive before they were sent on the aligned clock: the ranks' clock offsets (measured to +/- " +
+            std::to_string(r.clock_uncertainty_ns) + " ns) are off by more than those messages took";
+  if (n.unknown_events > 0)
+    line += "\n" + who + ": note: copied " + std::to_string(n.unknown_events) +
+            " events of kinds this version does not know with only their time shifted";
+  return line;
 }
 
 }  // namespace strata::trace_tools

@@ -46,4 +46,23 @@ merge_result merge_traces(const std::vector<trace_file>& ranks);
 /// else version 1). `t.events` must be sorted by time.
 std::string serialize_trace(const trace_file& t);
 
+/// What `merge_trace_files` did: the merge's counts and the merged trace's header figures, or
+/// one sentence.
+struct merge_files_result {
+  merge_counts counts;
+  std::uint32_t world_size = 0;
+  std::uint64_t clock_uncertainty_ns = 0;
+  std::string error;  ///< Empty on success.
+  bool ok() const noexcept { return error.empty(); }
+};
+
+/// Reads the per-rank trace files `files` (strictly), merges them and writes the result to `out`
+/// atomically (through `out.tmp.<pid>`, after it read back under the strict reader). `out` must
+/// not be one of `files`. What `strata-trace merge` and `lstm_lm train --trace` under mpirun do.
+merge_files_result merge_trace_files(const std::string& out, const std::vector<std::string>& files);
+
+/// The line `strata-trace merge` prints for `r` (and notes about clock offsets or unknown
+/// kinds on further lines), without a trailing newline; `who` starts it ("strata-trace").
+std::string describe_merge(const std::string& who, const std::string& out, const merge_files_result& r);
+
 }  // namespace strata::trace_tools

@@ -148,7 +148,7 @@ training_result train(const trainer_options& o, const trainer_events& events) {
   // ---- the pipeline ------------------------------------------------------------------------
   system_config sc;
   sc.worker_threads = 2;
-  sc.trace_file = !o.ranks || o.ranks->rank() == 0 ? o.trace : std::string();  // across ranks: rank 0's
+  sc.trace_file = o.trace;  // across ranks each writes FILE.rank<r>; the program joins them (lstm_lm)
   actor_system system(sc);
   if (!o.ranks) return run_training(o, events, run, std::move(result), system);
   // Across ranks a failure ends this process at once (the MPI job with it): the other ranks wait

@@ -103,7 +103,9 @@ struct trainer_options {
   double sample_temperature = 0.8;
   std::size_t val_tokens = 20000;  ///< validation predictions at most (0: all)
   std::size_t save_every = 0;      ///< also save every N steps (0: only per epoch and at the end)
-  std::string trace;               ///< strata trace file (empty: none)
+  /// strata trace file (empty: none). With `ranks`, each rank writes `trace.rank<r>` (the
+  /// runtime's rule under mpirun) for the program to join (lstm_lm does: docs/lstm_lm.md).
+  std::string trace;
   std::string checkpoint;          ///< checkpoint directory (empty: none)
   std::string log;                 ///< JSON-lines log (empty: none); appended to on resume
   std::string report;              ///< a directory the caller writes a report to: checked writable up front
@@ -116,7 +118,8 @@ struct trainer_options {
   std::optional<bool> carry_state;
   /// Stages on several MPI ranks, one per rank (strata/lm/ranks.hpp; strata::lm_net makes one
   /// over an MPI endpoint). Every rank calls train() with the same options except `devices`
-  /// (each rank's one local device); the log, checkpoints and trace come from rank 0 only.
+  /// (each rank's one local device); the log and checkpoints come from rank 0 only, the trace
+  /// from every rank (`trace`).
   /// Empty: one process.
   std::shared_ptr<rank_group> ranks;
   /// With `ranks`: data parallel replicas of the pipeline (lm_pipeline_options::replicas); the
