@@ -104,6 +104,8 @@ BOOST_AUTO_TEST_CASE(cpu_costs_follow_the_chunking_and_memory_follows_the_buffer
   BOOST_TEST(mem.embedding.memory_bytes == 2u * 4u * 50u * 8u);
   BOOST_TEST(mem.embedding.activation_bytes == 4u * 6u * 2u * 8u);  // T x Bm x E per micro-batch
   BOOST_TEST(mem.decoder.activation_bytes == 4u * 6u * 2u * 16u);   // dh of the top layer
+  for (const auto& l : mem.lstm) BOOST_TEST(l.output_bytes == 4u * 6u * 2u * 16u);  // h: T x Bm x H to a next stage
+  BOOST_TEST(m.lstm[1].output_bytes == mem.lstm[1].output_bytes);
 }
 
 BOOST_AUTO_TEST_CASE(sim_costs_are_the_modelled_durations_of_the_stage_work_items) {

@@ -298,6 +298,7 @@ pipeline::model_costs layer_memory_costs(const config& c) {
     pipeline::layer_cost lc;
     lc.memory_bytes = 2 * f32 * lstm_weights(c, in);
     lc.activation_bytes = f32 * lstm_activation_floats(c, in);
+    lc.output_bytes = f32 * T * bm * H;  // h of every timestep: what a cut after it sends on
     m.lstm.push_back(lc);
   }
   m.decoder.memory_bytes = 2 * f32 * (V * H + V) + f32 * k::linear_cross_entropy_workspace_size({c.chunk_steps() * bm, c.hidden, c.vocab}, ce_block_rows(c));
