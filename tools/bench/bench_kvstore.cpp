@@ -18,6 +18,9 @@
 //
 // instead compares 2bit and 1bit compressed dist_sync pushes with uncompressed ones: bytes each
 // worker sends and time per round (bench_kvstore_compression.cpp; builds with strata::net).
+//   mpirun -np 2 strata-bench-kvstore --split-only [--split-mib 64] [--reps 7] [--json]
+// times a dist_sync pushpull of one big key split over the ranks against the same key whole
+// (bench_kvstore_split.cpp).
 
 #include <algorithm>
 #include <chrono>
@@ -281,7 +284,25 @@ int main(int argc, char** argv) {
                "only compare compressed (2bit, 1bit) with uncompressed dist_sync pushes; run under mpirun -np 2");
   app.add_option("--compression-mib", compression_mib, "MiB of float32 gradient each worker pushes per round")
       ->check(CLI::Range(0.001, 4096.0));
+  bool split_only = false;
+  double split_mib = 64;
+  app.add_flag("--split-only", split_only,
+               "only compare one key split over the ranks with the same key whole (dist_sync pushpull); run under mpirun -np 2");
+  app.add_option("--split-mib", split_mib, "MiB of float32 in the one key of --split-only")->check(CLI::Range(0.001, 4096.0));
   CLI11_PARSE(app, argc, argv);
+  if (std::isnan(split_mib)) {
+    std::fprintf(stderr, "strata-bench-kvstore: --split-mib must be a number from 0.001 to 4096, not nan.\n");
+    return 2;
+  }
+  if (split_only) {
+#ifdef STRATA_BENCH_HAVE_KVSTORE_DIST
+    return run_split_bench(split_mib, reps, json);
+#else
+    std::fprintf(stderr, "strata-bench-kvstore: --split-only needs strata::kvstore_dist, which this build lacks "
+                         "(configure with STRATA_MPI=ON).\n");
+    return 2;
+#endif
+  }
   if (std::isnan(compression_mib)) {
     std::fprintf(stderr, "strata-bench-kvstore: --compression-mib must be a number from 0.001 to 4096, not nan.\n");
     return 2;

@@ -47,14 +47,8 @@ std::vector<strata::kvstore::key> one_key_per_rank(const kvd::store& kv) {
   return {keys.begin(), keys.end()};
 }
 
-template <class T>
-T value_or_throw(strata::expected<T> r, const std::string& what) {
-  if (!r) throw std::runtime_error(what + ": " + r.error().message());
-  return std::move(*r);
-}
-void ok_or_throw(strata::expected<void> r, const std::string& what) {
-  if (!r) throw std::runtime_error(what + ": " + r.error().message());
-}
+using bench_dist::ok_or_throw;
+using bench_dist::value_or_throw;
 
 /// `rounds` timed rounds (after one warm-up) of pushes into a fresh dist_sync store compressed
 /// with `type` ("none": not compressed).
