@@ -290,32 +290,23 @@ int main(int argc, char** argv) {
                "only compare one key split over the ranks with the same key whole (dist_sync pushpull); run under mpirun -np 2");
   app.add_option("--split-mib", split_mib, "MiB of float32 in the one key of --split-only")->check(CLI::Range(0.001, 4096.0));
   CLI11_PARSE(app, argc, argv);
-  if (std::isnan(split_mib)) {
-    std::fprintf(stderr, "strata-bench-kvstore: --split-mib must be a number from 0.001 to 4096, not nan.\n");
-    return 2;
-  }
-  if (split_only) {
+  // The figures of the distributed store (under mpirun): --split-only and --compression-only.
+  auto dist_figure = [&](const char* flag, double figure_mib, bool split) -> int {
+    if (std::isnan(figure_mib)) {
+      std::fprintf(stderr, "strata-bench-kvstore: --%s-mib must be a number from 0.001 to 4096, not nan.\n", flag);
+      return 2;
+    }
 #ifdef STRATA_BENCH_HAVE_KVSTORE_DIST
-    return run_split_bench(split_mib, reps, json);
+    return split ? run_split_bench(figure_mib, reps, json) : run_compression_bench(figure_mib, reps, json);
 #else
-    std::fprintf(stderr, "strata-bench-kvstore: --split-only needs strata::kvstore_dist, which this build lacks "
-                         "(configure with STRATA_MPI=ON).\n");
+    (void)split;
+    std::fprintf(stderr, "strata-bench-kvstore: --%s-only needs strata::kvstore_dist, which this build lacks "
+                         "(configure with STRATA_MPI=ON).\n", flag);
     return 2;
 #endif
-  }
-  if (std::isnan(compression_mib)) {
-    std::fprintf(stderr, "strata-bench-kvstore: --compression-mib must be a number from 0.001 to 4096, not nan.\n");
-    return 2;
-  }
-  if (compression_only) {
-#ifdef STRATA_BENCH_HAVE_KVSTORE_DIST
-    return run_compression_bench(compression_mib, reps, json);
-#else
-    std::fprintf(stderr, "strata-bench-kvstore: --compression-only needs strata::kvstore_dist, which this build lacks "
-                         "(configure with STRATA_MPI=ON).\n");
-    return 2;
-#endif
-  }
+  };
+  if (split_only || std::isnan(split_mib)) return dist_figure("split", split_mib, true);
+  if (compression_only || std::isnan(compression_mib)) return dist_figure("compression", compression_mib, false);
   if (std::isnan(sparse_fraction)) {
     std::fprintf(stderr, "strata-bench-kvstore: --sparse-fraction must be a number above 0 and at most 1, not nan.\n");
     return 2;

@@ -57,37 +57,22 @@ double time_pushpulls(strata::actor_system& sys, strata::net::endpoint& net, str
 }  // namespace
 
 int run_split_bench(double mib, int rounds, bool json) {
-  strata::actor_system sys(strata::system_config{.worker_threads = 1});
-  strata::device cpu = strata::make_devices("cpu:1").front();
-  strata::net::endpoint net(sys, strata::net::endpoint_config{.receive_device = cpu});
-  int code = 0;
-  if (net.size() < 2) {
-    std::fprintf(stderr, "strata-bench-kvstore: --split-only needs a job of 2 or more ranks (mpirun -np 2); this one has 1.\n");
-    code = 2;
-  } else {
-    try {
-      const auto floats = std::max<std::size_t>(2, static_cast<std::size_t>(mib * 1024 * 1024 / sizeof(float)));
-      const double whole = time_pushpulls(sys, net, cpu, false, floats, rounds);
-      const double split = time_pushpulls(sys, net, cpu, true, floats, rounds);
-      if (net.rank() == 0 && json) {
-        std::printf("%s\n", nlohmann::json{{"split", {{"ranks", net.size()}, {"mib", mib}, {"rounds", rounds},
-                                                      {"whole_ms", whole}, {"split_ms", split}, {"speedup", whole / split}}}}
-                                .dump()
-                                .c_str());
-      } else if (net.rank() == 0) {
-        std::printf("strata-bench-kvstore: dist_sync pushpull of one %.3g MiB float32 key per worker and round (SGD), "
-                    "%d ranks, median of %d rounds\n\n",
-                    mib, net.size(), rounds);
-        std::printf("%-32s %12s %10s\n", "key", "ms/round", "speedup");
-        std::printf("%-32s %12.2f %10.2f\n", "whole (on one rank)", whole, 1.0);
-        std::printf("%-32s %12.2f %10.2f\n", ("split (" + std::to_string(net.size()) + " parts)").c_str(), split, whole / split);
-      }
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "strata-bench-kvstore: rank %d: %s\n", net.rank(), e.what());
-      code = 1;
+  return bench_dist::on_every_rank("--split-only", [&](strata::actor_system& sys, strata::net::endpoint& net, strata::device& cpu) {
+    const auto floats = std::max<std::size_t>(2, static_cast<std::size_t>(mib * 1024 * 1024 / sizeof(float)));
+    const double whole = time_pushpulls(sys, net, cpu, false, floats, rounds);
+    const double split = time_pushpulls(sys, net, cpu, true, floats, rounds);
+    if (net.rank() == 0 && json) {
+      std::printf("%s\n", nlohmann::json{{"split", {{"ranks", net.size()}, {"mib", mib}, {"rounds", rounds},
+                                                    {"whole_ms", whole}, {"split_ms", split}, {"speedup", whole / split}}}}
+                              .dump()
+                              .c_str());
+    } else if (net.rank() == 0) {
+      std::printf("strata-bench-kvstore: dist_sync pushpull of one %.3g MiB float32 key per worker and round (SGD), "
+                  "%d ranks, median of %d rounds\n\n",
+                  mib, net.size(), rounds);
+      std::printf("%-32s %12s %10s\n", "key", "ms/round", "speedup");
+      std::printf("%-32s %12.2f %10.2f\n", "whole (on one rank)", whole, 1.0);
+      std::printf("%-32s %12.2f %10.2f\n", ("split (" + std::to_string(net.size()) + " parts)").c_str(), split, whole / split);
     }
-  }
-  net.shutdown();
-  sys.shutdown();
-  return code;
+  });
 }
