@@ -18,6 +18,9 @@
 //
 // instead compares 2bit and 1bit compressed dist_sync pushes with uncompressed ones: bytes each
 // worker sends and time per round (bench_kvstore_compression.cpp; builds with strata::net).
+//   mpirun -np 2 strata-bench-kvstore --split-only [--split-mib 64] [--reps 7] [--json]
+// times a dist_sync pushpull of one big key split over the ranks against the same key whole
+// (bench_kvstore_split.cpp).
 
 #include <algorithm>
 #include <chrono>
@@ -281,20 +284,29 @@ int main(int argc, char** argv) {
                "only compare compressed (2bit, 1bit) with uncompressed dist_sync pushes; run under mpirun -np 2");
   app.add_option("--compression-mib", compression_mib, "MiB of float32 gradient each worker pushes per round")
       ->check(CLI::Range(0.001, 4096.0));
+  bool split_only = false;
+  double split_mib = 64;
+  app.add_flag("--split-only", split_only,
+               "only compare one key split over the ranks with the same key whole (dist_sync pushpull); run under mpirun -np 2");
+  app.add_option("--split-mib", split_mib, "MiB of float32 in the one key of --split-only")->check(CLI::Range(0.001, 4096.0));
   CLI11_PARSE(app, argc, argv);
-  if (std::isnan(compression_mib)) {
-    std::fprintf(stderr, "strata-bench-kvstore: --compression-mib must be a number from 0.001 to 4096, not nan.\n");
-    return 2;
-  }
-  if (compression_only) {
+  // The figures of the distributed store (under mpirun): --split-only and --compression-only.
+  auto dist_figure = [&](const char* flag, double figure_mib, bool split) -> int {
+    if (std::isnan(figure_mib)) {
+      std::fprintf(stderr, "strata-bench-kvstore: --%s-mib must be a number from 0.001 to 4096, not nan.\n", flag);
+      return 2;
+    }
 #ifdef STRATA_BENCH_HAVE_KVSTORE_DIST
-    return run_compression_bench(compression_mib, reps, json);
+    return split ? run_split_bench(figure_mib, reps, json) : run_compression_bench(figure_mib, reps, json);
 #else
-    std::fprintf(stderr, "strata-bench-kvstore: --compression-only needs strata::kvstore_dist, which this build lacks "
-                         "(configure with STRATA_MPI=ON).\n");
+    (void)split;
+    std::fprintf(stderr, "strata-bench-kvstore: --%s-only needs strata::kvstore_dist, which this build lacks "
+                         "(configure with STRATA_MPI=ON).\n", flag);
     return 2;
 #endif
-  }
+  };
+  if (split_only || std::isnan(split_mib)) return dist_figure("split", split_mib, true);
+  if (compression_only || std::isnan(compression_mib)) return dist_figure("compression", compression_mib, false);
   if (std::isnan(sparse_fraction)) {
     std::fprintf(stderr, "strata-bench-kvstore: --sparse-fraction must be a number above 0 and at most 1, not nan.\n");
     return 2;

@@ -47,14 +47,8 @@ std::vector<strata::kvstore::key> one_key_per_rank(const kvd::store& kv) {
   return {keys.begin(), keys.end()};
 }
 
-template <class T>
-T value_or_throw(strata::expected<T> r, const std::string& what) {
-  if (!r) throw std::runtime_error(what + ": " + r.error().message());
-  return std::move(*r);
-}
-void ok_or_throw(strata::expected<void> r, const std::string& what) {
-  if (!r) throw std::runtime_error(what + ": " + r.error().message());
-}
+using bench_dist::ok_or_throw;
+using bench_dist::value_or_throw;
 
 /// `rounds` timed rounds (after one warm-up) of pushes into a fresh dist_sync store compressed
 /// with `type` ("none": not compressed).
@@ -100,47 +94,31 @@ figure time_pushes(strata::actor_system& sys, strata::net::endpoint& net, strata
 }  // namespace
 
 int run_compression_bench(double mib, int rounds, bool json) {
-  strata::actor_system sys(strata::system_config{.worker_threads = 1});
-  strata::device cpu = strata::make_devices("cpu:1").front();
-  strata::net::endpoint net(sys, strata::net::endpoint_config{.receive_device = cpu});
-  int code = 0;
-  if (net.size() < 2) {
-    std::fprintf(stderr, "strata-bench-kvstore: --compression-only needs a job of 2 or more ranks (mpirun -np 2); "
-                         "this one has 1.\n");
-    code = 2;
-  } else {
-    try {
-      const auto floats = std::max<std::size_t>(1, static_cast<std::size_t>(mib * 1024 * 1024 / sizeof(float)));
-      std::vector<figure> figures;
-      for (const char* type : {"none", "2bit", "1bit"}) figures.push_back(time_pushes(sys, net, cpu, type, floats, rounds));
-      const figure& plain = figures.front();
-      if (net.rank() == 0 && json) {
-        nlohmann::json rows = nlohmann::json::array();
-        for (const auto& f : figures)
-          rows.push_back({{"type", f.name},
-                          {"bytes_per_round", f.bytes_per_round},
-                          {"ms_per_round", f.ms_per_round},
-                          {"bytes_ratio", plain.bytes_per_round / f.bytes_per_round},
-                          {"speedup", plain.ms_per_round / f.ms_per_round}});
-        std::printf("%s\n", nlohmann::json{{"compression", {{"ranks", net.size()}, {"mib", mib}, {"rounds", rounds}, {"rows", rows}}}}
-                                .dump()
-                                .c_str());
-      } else if (net.rank() == 0) {
-        std::printf("strata-bench-kvstore: dist_sync push of %.3g MiB float32 per worker and round, %d ranks, "
-                    "median of %d rounds\n\n",
-                    mib, net.size(), rounds);
-        std::printf("%-28s %16s %12s %12s %10s\n", "push", "bytes/worker", "ms/round", "bytes ratio", "speedup");
-        for (const auto& f : figures)
-          std::printf("%-28s %16.0f %12.2f %12.1f %10.2f\n",
-                      (f.name == "none" ? std::string("uncompressed") : f.name + " compressed").c_str(), f.bytes_per_round,
-                      f.ms_per_round, plain.bytes_per_round / f.bytes_per_round, plain.ms_per_round / f.ms_per_round);
-      }
-    } catch (const std::exception& e) {
-      std::fprintf(stderr, "strata-bench-kvstore: rank %d: %s\n", net.rank(), e.what());
-      code = 1;
+  return bench_dist::on_every_rank("--compression-only", [&](strata::actor_system& sys, strata::net::endpoint& net, strata::device& cpu) {
+    const auto floats = std::max<std::size_t>(1, static_cast<std::size_t>(mib * 1024 * 1024 / sizeof(float)));
+    std::vector<figure> figures;
+    for (const char* type : {"none", "2bit", "1bit"}) figures.push_back(time_pushes(sys, net, cpu, type, floats, rounds));
+    const figure& plain = figures.front();
+    if (net.rank() == 0 && json) {
+      nlohmann::json rows = nlohmann::json::array();
+      for (const auto& f : figures)
+        rows.push_back({{"type", f.name},
+                        {"bytes_per_round", f.bytes_per_round},
+                        {"ms_per_round", f.ms_per_round},
+                        {"bytes_ratio", plain.bytes_per_round / f.bytes_per_round},
+                        {"speedup", plain.ms_per_round / f.ms_per_round}});
+      std::printf("%s\n", nlohmann::json{{"compression", {{"ranks", net.size()}, {"mib", mib}, {"rounds", rounds}, {"rows", rows}}}}
+                              .dump()
+                              .c_str());
+    } else if (net.rank() == 0) {
+      std::printf("strata-bench-kvstore: dist_sync push of %.3g MiB float32 per worker and round, %d ranks, "
+                  "median of %d rounds\n\n",
+                  mib, net.size(), rounds);
+      std::printf("%-28s %16s %12s %12s %10s\n", "push", "bytes/worker", "ms/round", "bytes ratio", "speedup");
+      for (const auto& f : figures)
+        std::printf("%-28s %16.0f %12.2f %12.1f %10.2f\n",
+                    (f.name == "none" ? std::string("uncompressed") : f.name + " compressed").c_str(), f.bytes_per_round,
+                    f.ms_per_round, plain.bytes_per_round / f.bytes_per_round, plain.ms_per_round / f.ms_per_round);
     }
-  }
-  net.shutdown();
-  sys.shutdown();
-  return code;
+  });
 }

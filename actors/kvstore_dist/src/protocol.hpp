@@ -32,23 +32,25 @@ void serialize(A& a, wire_key& k) {
 wire_key to_wire(const kvstore::key& key);
 kvstore::key from_wire(const wire_key& key);
 
-/// Rank 0's initial value of a key. Reply: unit.
+/// Rank 0's initial value of a key (of a split key's part: a slice of rank 0's tensor, 1-D).
+/// Reply: unit.
 struct init_msg {
   wire_key key;
-  tensor value;
+  net::tensor_slice value;
 };
 template <class A>
 void serialize(A& a, init_msg& m) {
   a(m.key, m.value);
 }
 
-/// One worker's contribution: its `seq`-th push of the key (dist_sync versions count from 1).
+/// One worker's contribution: its `seq`-th push of the key (dist_sync versions count from 1); for
+/// a split key's part, the part's slice of the worker's tensor, sent from it without a copy (1-D).
 /// Reply: unit once the owner has taken it (dist_async: once the update has run).
 struct push_msg {
   wire_key key;
   std::int32_t rank = 0;
   std::uint64_t seq = 0;
-  tensor value;
+  net::tensor_slice value;
 };
 template <class A>
 void serialize(A& a, push_msg& m) {

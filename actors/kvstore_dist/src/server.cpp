@@ -2,6 +2,7 @@
 // the workers' pushes into versions (dist_sync) or forwards each at once (dist_async), parks
 // pulls until their version, and coordinates barriers (rank 0's shard).
 
+#include <cstring>
 #include <map>
 #include <optional>
 #include <span>
@@ -32,6 +33,23 @@ kvstore::key from_wire(const wire_key& key) {
 }
 
 namespace {
+
+/// A slice's elements as a tensor of their own: the base itself when the slice is all of it (a
+/// message from another rank always is: the slice crossed as a tensor); else (from this rank's own
+/// worker, delivered without serialization) a copy of the part, enqueued on `s` after the base.
+tensor part_of(net::tensor_slice& slice, device& dev, stream& s) {
+  if (!slice.base.valid() || (slice.offset == 0 && slice.base.shape() == slice.shape)) return std::move(slice.base);
+  tensor part = tensor::empty(slice.shape, slice.base.dtype(), dev, s);
+  s.wait(slice.base.ready_event());
+  const std::size_t element = size_of(part.dtype());
+  s.launch({.name = "kvstore_dist.part",
+            .bytes = static_cast<double>(part.bytes()),
+            .cpu = [to = part.raw_data(), from = static_cast<const std::byte*>(slice.base.raw_data()) +
+                                                 static_cast<std::size_t>(slice.offset) * element,
+                    n = part.bytes(), hold = slice.base] { std::memcpy(to, from, n); }});
+  part.set_ready_event(s.record());
+  return part;
+}
 
 class server final : public actor {
 public:
@@ -85,8 +103,9 @@ private:
       reply.deliver(error(errc::invalid_argument, "kvstore dist init: key " + key.to_string() + " exists already."));
       return;
     }
-    auto shape = m.value.shape();
-    request<void>(store_, timeout_, kvstore::init{{key}, {std::move(m.value)}})
+    tensor value = part_of(m.value, dev_, stream_);
+    auto shape = value.shape();
+    request<void>(store_, timeout_, kvstore::init{{key}, {std::move(value)}})
         .then(
             [this, key, shape, reply]() mutable {
               keys_[key].shape = shape;
@@ -98,9 +117,9 @@ private:
   void on_push(push_msg& m) {
     auto key = from_wire(m.key);
     auto reply = make_response_promise<unit_t>();
-    key_state* st = pushable(key, m.value.shape(), m.value.dtype(), reply);
+    key_state* st = pushable(key, m.value.shape, m.value.base.dtype(), reply);
     if (st == nullptr) return;
-    take(key, *st, m.rank, m.seq, std::move(m.value), reply);
+    take(key, *st, m.rank, m.seq, part_of(m.value, dev_, stream_), reply);
   }
 
   // A worker's compressed push: its codes become the floats they stand for, then as a push.

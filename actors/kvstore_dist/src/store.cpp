@@ -1,52 +1,22 @@
 // The worker's side of a distributed store: blocking calls that reach the owner's server shard.
 
 #include <algorithm>
-#include <cstdio>
 #include <atomic>
+#include <cstdio>
+#include <future>
 #include <map>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <utility>
 
-#include "protocol.hpp"
+#include "worker.hpp"
 #include "strata/checksum.hpp"
 #include "strata/device/shape.hpp"
 
 namespace strata::kvstore_dist {
 
-namespace internal {
-
-struct worker_state {
-  actor_system* sys = nullptr;
-  net::endpoint* net = nullptr;
-  store_options options;
-  device dev;
-  stream s;
-  actor_ref server;
-  std::vector<actor_ref> servers;  // by rank
-  std::map<kvstore::key, std::uint64_t> pushes;
-  std::uint64_t barriers = 0;
-  int rank = 0;
-  int world = 1;
-  std::string name;
-  // dist_sync_allreduce: this rank's replica of every key, and the keys' shapes.
-  std::unique_ptr<kvstore::client> replica;
-  std::map<kvstore::key, std::vector<std::int64_t>> shapes;
-  // set_gradient_compression: the setting and this worker's residual of each key it pushed.
-  kvstore::compression_type compression = kvstore::compression_type::none;
-  float threshold = 0.5f;
-  std::map<kvstore::key, std::vector<float>> residuals;
-  std::uint64_t bytes_pushed = 0;
-};
-
-}  // namespace internal
-
 namespace {
-
-template <class R, class M>
-expected<R> ask(internal::worker_state& w, const actor_ref& to, M msg) {
-  return w.sys->request<R>(to, w.options.timeout, std::move(msg)).get();
-}
 
 error never_initialised(const char* call, const kvstore::key& key) {
   return error(errc::invalid_argument, std::string("kvstore dist ") + call + ": key " + key.to_string() +
@@ -60,6 +30,29 @@ expected<void> done(expected<unit_t> r) {
 
 }  // namespace
 
+namespace internal {
+
+expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key,
+                                       const std::vector<tensor>& values, const std::vector<std::int64_t>* shape) {
+  if (values.empty()) return error(errc::invalid_argument, "kvstore dist push: no values for key " + key.to_string() + ".");
+  for (const auto& v : values) {
+    if (v.dtype() != dtype::float32 || v.shape() != values.front().shape() || v.get_device().kind() != device_kind::cpu)
+      return error(errc::invalid_argument, "kvstore dist push: the values for key " + key.to_string() +
+                                               " must be float32 cpu tensors of one shape.");
+    if (shape != nullptr && v.shape() != *shape)
+      return error(errc::invalid_argument, "kvstore dist push: the value for key " + key.to_string() + " is " +
+                                               shape_text(v.shape()) + ", expected float32 " + shape_text(*shape) + ".");
+  }
+  std::vector<float> sum = values.front().to_host<float>(w.s);
+  for (std::size_t i = 1; i < values.size(); ++i) {
+    std::vector<float> next = values[i].to_host<float>(w.s);
+    for (std::size_t j = 0; j < sum.size(); ++j) sum[j] += next[j];
+  }
+  return sum;
+}
+
+}  // namespace internal
+
 store::store(actor_system& system, net::endpoint& endpoint, store_options options)
     : state_(std::make_unique<internal::worker_state>()) {
   auto& w = *state_;
@@ -71,6 +64,9 @@ store::store(actor_system& system, net::endpoint& endpoint, store_options option
   w.dev = w.options.value_device ? w.options.value_device : make_devices("cpu:1").front();
   if (w.dev.kind() != device_kind::cpu)
     throw std::invalid_argument("kvstore_dist::store: value_device is " + w.dev.name() + "; expected a cpu device.");
+  if (w.options.big_array_bound < 0)
+    throw std::invalid_argument("kvstore_dist::store: big_array_bound is " + std::to_string(w.options.big_array_bound) +
+                                "; expected 0 or more elements (keys with more elements than it are split over the ranks).");
   w.s = w.dev.create_stream();
   if (w.options.mode == mode::allreduce) {
     w.replica = std::make_unique<kvstore::client>(system, kvstore::spawn(system, kvstore::options{.name = "kvstore_dist.replica"}),
@@ -115,10 +111,28 @@ std::string store::type() const {
 int store::rank() const noexcept { return state_->rank; }
 int store::num_workers() const noexcept { return state_->world; }
 
-int store::owner(const kvstore::key& key) const {
-  // FNV-1a of the key's kind and text: the same on every rank of one build.
+namespace {
+
+/// The rank that keeps `key` whole: FNV-1a of the key's kind and text, the same on every rank of
+/// one build.
+int home_of(const kvstore::key& key, int world) {
   const std::string text = (key.is_int() ? "i:" : "s:") + key.to_string();
-  return static_cast<int>(fnv1a64(text) % static_cast<std::uint64_t>(state_->world));
+  return static_cast<int>(fnv1a64(text) % static_cast<std::uint64_t>(world));
+}
+
+}  // namespace
+
+int store::owner(const kvstore::key& key) const {
+  if (state_->splits.count(key) != 0) return -1;
+  return home_of(key, state_->world);
+}
+
+std::vector<int> store::owners(const kvstore::key& key) const {
+  auto split = state_->splits.find(key);
+  if (split == state_->splits.end()) return {home_of(key, state_->world)};
+  std::vector<int> ranks;
+  for (int p = 0; p < split->second.parts(); ++p) ranks.push_back(p);
+  return ranks;
 }
 
 namespace {
@@ -128,25 +142,34 @@ expected<void> allreduce(internal::worker_state& w, std::vector<float>& host) {
   return w.net->allreduce_sum(std::span<float>(host)).get();
 }
 
-/// `values` summed on this worker, in the order given, as host floats.
-expected<std::vector<float>> local_sum(internal::worker_state& w, const kvstore::key& key,
-                                       const std::vector<tensor>& values, const std::vector<std::int64_t>* shape) {
-  if (values.empty()) return error(errc::invalid_argument, "kvstore dist push: no values for key " + key.to_string() + ".");
-  for (const auto& v : values) {
-    if (v.dtype() != dtype::float32 || v.shape() != values.front().shape() || v.get_device().kind() != device_kind::cpu)
-      return error(errc::invalid_argument, "kvstore dist push: the values for key " + key.to_string() +
-                                               " must be float32 cpu tensors of one shape.");
-    if (shape != nullptr && v.shape() != *shape)
-      return error(errc::invalid_argument, "kvstore dist push: the value for key " + key.to_string() + " is " +
-                                               shape_text(v.shape()) + ", expected float32 " + shape_text(*shape) + ".");
-  }
-  std::vector<float> sum = values.front().to_host<float>(w.s);
-  for (std::size_t i = 1; i < values.size(); ++i) {
-    std::vector<float> next = values[i].to_host<float>(w.s);
-    for (std::size_t j = 0; j < sum.size(); ++j) sum[j] += next[j];
-  }
-  return sum;
+/// Collective: true on every rank when `ok` on every rank (an allreduce of the failures).
+bool all_ok(internal::worker_state& w, bool ok) {
+  std::vector<float> failures{ok ? 0.0f : 1.0f};
+  auto summed = allreduce(w, failures);
+  return summed && failures[0] == 0.0f;
 }
+
+/// Collective: rank 0's `shape` on every rank when `ok` on rank 0, else none (the other ranks'
+/// arguments are ignored). An allreduce to which the others add zeros; each dimension travels as
+/// four 16-bit pieces, exact in float.
+expected<std::optional<std::vector<std::int64_t>>> shape_of_rank0(internal::worker_state& w, bool ok,
+                                                                  const std::vector<std::int64_t>& shape) {
+  std::vector<float> head{0.0f, 0.0f};
+  if (w.rank == 0) head = {ok ? 1.0f : 0.0f, static_cast<float>(shape.size())};
+  if (auto summed = allreduce(w, head); !summed) return summed.error();
+  if (head[0] == 0.0f) return std::optional<std::vector<std::int64_t>>{};
+  std::vector<float> pieces(static_cast<std::size_t>(head[1]) * 4, 0.0f);
+  if (w.rank == 0)
+    for (std::size_t i = 0; i < pieces.size(); ++i)
+      pieces[i] = static_cast<float>((static_cast<std::uint64_t>(shape[i / 4]) >> (16 * (i % 4))) & 0xffffu);
+  if (auto summed = allreduce(w, pieces); !summed) return summed.error();
+  std::vector<std::int64_t> dims(pieces.size() / 4, 0);
+  for (std::size_t i = 0; i < pieces.size(); ++i)
+    dims[i / 4] = static_cast<std::int64_t>(static_cast<std::uint64_t>(dims[i / 4]) |
+                                            (static_cast<std::uint64_t>(pieces[i]) << (16 * (i % 4))));
+  return std::optional<std::vector<std::int64_t>>(std::move(dims));
+}
+
 
 /// dist_sync_allreduce: `sums[i]` (this worker's value of `keys[i]`, a key of the replica) summed
 /// over the ranks by one allreduce, packed in key order; then the same update on every replica.
@@ -214,13 +237,48 @@ expected<void> store::init(const kvstore::key& key, const tensor& value) {
     w.shapes[key] = value.shape();
     return {};
   }
-  expected<void> result;
-  if (w.rank == 0) result = done(ask<unit_t>(w, w.servers[static_cast<std::size_t>(owner(key))],
-                                             internal::init_msg{internal::to_wire(key), value}));
+  // Every rank knows the keys (init and load are collectives), so all refuse an existing one.
+  if (w.known.count(key) != 0)
+    return error(errc::invalid_argument, "kvstore dist init: key " + key.to_string() + " exists already.");
+  expected<void> mine;
+  if (w.rank == 0) {
+    if (!value.valid())
+      mine = error(errc::invalid_argument, "kvstore dist init: the value for key " + key.to_string() + " is no tensor.");
+    else if (internal::split_of(value.shape(), w.options.big_array_bound, w.world) &&
+             (value.dtype() != dtype::float32 || value.get_device().kind() != device_kind::cpu))
+      mine = error(errc::invalid_argument, "kvstore dist init: key " + key.to_string() + " has " +
+                                               std::to_string(value.numel()) + " elements, more than big_array_bound " +
+                                               std::to_string(w.options.big_array_bound) +
+                                               ", so it is split over the ranks and must be a float32 cpu tensor.");
+  }
+  // Rank 0's shape decides on every rank whether the key is split (the others' values are
+  // ignored, as in MXNet).
+  auto shape = shape_of_rank0(w, static_cast<bool>(mine), w.rank == 0 ? value.shape() : std::vector<std::int64_t>{});
+  if (!shape) return shape.error();
+  if (!*shape) {
+    if (!mine) return mine;
+    return error(errc::invalid_argument, "kvstore dist init of key " + key.to_string() + ": rank 0's value was refused; nothing was stored.");
+  }
+  auto layout = internal::split_of(**shape, w.options.big_array_bound, w.world);
+  if (w.rank == 0) {
+    if (!layout) {
+      mine = done(ask<unit_t>(w, w.servers[static_cast<std::size_t>(home_of(key, w.world))],
+                              internal::init_msg{internal::to_wire(key), net::tensor_slice{value, 0, value.shape()}}));
+    } else {
+      std::vector<std::future<expected<unit_t>>> replies;
+      for (int p = 0; p < layout->parts(); ++p)
+        replies.push_back(w.sys->request<unit_t>(
+            w.servers[static_cast<std::size_t>(p)], w.options.timeout,
+            internal::init_msg{internal::to_wire(key), net::tensor_slice{value, layout->offset(p), {layout->size(p)}}}));
+      mine = internal::all_replies(replies);
+    }
+  }
   // Everyone waits for rank 0's init, failed or not, so that the job stays in step.
-  auto passed = barrier();
-  if (!result) return result;
-  if (!passed) return passed;
+  const bool everyone = all_ok(w, static_cast<bool>(mine));
+  if (!mine) return mine;
+  if (!everyone) return error(errc::runtime_failure, "kvstore dist init of key " + key.to_string() + " failed on rank 0.");
+  w.known.insert(key);
+  if (layout) w.splits[key] = std::move(*layout);
   return {};
 }
 
@@ -230,7 +288,14 @@ expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& v
     return error(errc::invalid_argument, "kvstore dist_sync_allreduce push of key " + key.to_string() +
                                              ": this store type supports pushpull only (push and pull in one call).");
   const std::uint64_t seq = w.pushes[key] + 1;
-  const actor_ref& to = w.servers[static_cast<std::size_t>(owner(key))];
+  if (auto split = w.splits.find(key); split != w.splits.end()) {
+    auto bytes = internal::push_parts(w, key, split->second, values, seq);
+    if (!bytes) return bytes.error();
+    w.pushes[key] = seq;
+    w.bytes_pushed += *bytes;
+    return {};
+  }
+  const actor_ref& to = w.servers[static_cast<std::size_t>(home_of(key, w.world))];
   expected<void> sent;
   std::uint64_t bytes = 0;
   if (w.compression != kvstore::compression_type::none) {
@@ -259,7 +324,7 @@ expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& v
       value = tensor::from_host<float>(std::span<const float>(*sum), value.shape(), w.dev, w.s);
     }
     bytes = static_cast<std::uint64_t>(value.numel()) * sizeof(float);
-    sent = done(ask<unit_t>(w, to, internal::push_msg{internal::to_wire(key), w.rank, seq, std::move(value)}));
+    sent = done(ask<unit_t>(w, to, internal::push_msg{internal::to_wire(key), w.rank, seq, net::tensor_slice{value, 0, value.shape()}}));
   }
   if (!sent) return sent;
   w.pushes[key] = seq;
@@ -277,7 +342,8 @@ expected<tensor> store::pull(const kvstore::key& key) {
     return std::move(got->front());
   }
   const std::uint64_t min_version = w.options.mode == mode::sync ? w.pushes[key] : 0;
-  return ask<tensor>(w, w.servers[static_cast<std::size_t>(owner(key))],
+  if (auto split = w.splits.find(key); split != w.splits.end()) return internal::pull_parts(w, key, split->second, min_version);
+  return ask<tensor>(w, w.servers[static_cast<std::size_t>(home_of(key, w.world))],
                      internal::pull_msg{internal::to_wire(key), min_version});
 }
 
@@ -328,13 +394,6 @@ expected<std::vector<tensor>> store::pushpull(const std::vector<kvstore::key>& k
 
 namespace {
 
-/// Collective: true on every rank when `ok` on every rank (an allreduce of the failures).
-bool all_ok(internal::worker_state& w, bool ok) {
-  std::vector<float> failures{ok ? 0.0f : 1.0f};
-  auto summed = allreduce(w, failures);
-  return summed && failures[0] == 0.0f;
-}
-
 std::string part_path(const std::string& path, int rank, int world) {
   return path + ".part" + std::to_string(rank) + "of" + std::to_string(world);
 }
@@ -354,14 +413,27 @@ expected<void> store::save(const std::string& path) {
     mine = done(ask<unit_t>(w, w.server, internal::save_msg{part_path(path, w.rank, w.world)}));
     if (all_ok(w, static_cast<bool>(mine)) && w.rank == 0) {
       // Rank 0 joins the parts into one file: the commit of the whole save.
+      // A split key's parts come from ranks 0, 1, ... in part order and become one entry.
       std::vector<kvstore::checkpoint_entry> entries;
+      std::map<kvstore::key, std::vector<kvstore::checkpoint_entry>> parts;
       for (int r = 0; r < w.world && mine; ++r) {
         auto part = kvstore::read_checkpoint(part_path(path, r, w.world));
         if (!part) {
           mine = part.error();
           break;
         }
-        for (auto& e : part->entries) entries.push_back(std::move(e));
+        for (auto& e : part->entries)
+          (w.splits.count(e.key) != 0 ? parts[e.key] : entries).push_back(std::move(e));
+      }
+      for (auto& [key, got] : parts) {
+        const auto& layout = w.splits.at(key);
+        if (!mine) break;
+        if (static_cast<int>(got.size()) != layout.parts())
+          mine = error(errc::runtime_failure, "kvstore dist save of \"" + path + "\": the shards hold " +
+                                                  std::to_string(got.size()) + " of the " + std::to_string(layout.parts()) +
+                                                  " parts of key " + key.to_string() + "; the file was not written.");
+        else
+          entries.push_back(internal::join_parts(std::move(got), layout));
       }
       if (mine) {
         std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
@@ -398,8 +470,18 @@ expected<void> store::load(const std::string& path) {
     std::vector<internal::loaded_key> keys;
     std::map<kvstore::key, std::uint64_t> versions;
     for (const auto& e : file->entries) versions[e.key] = e.version;
+    // Keys larger than today's bound are cut for today's ranks, whatever cut them when saved.
+    std::map<kvstore::key, internal::split_layout> splits;
     for (auto& e : file->entries) {
-      if (owner(e.key) != w.rank) continue;
+      if (auto layout = internal::split_of(e.shape, w.options.big_array_bound, w.world)) {
+        if (w.rank < layout->parts()) {
+          owned.push_back(internal::cut_part(e, *layout, w.rank));
+          keys.push_back(internal::loaded_key{e.key, owned.back().shape, e.version});
+        }
+        splits[e.key] = std::move(*layout);
+        continue;
+      }
+      if (home_of(e.key, w.world) != w.rank) continue;
       keys.push_back(internal::loaded_key{e.key, e.shape, e.version});
       owned.push_back(std::move(e));
     }
@@ -408,7 +490,10 @@ expected<void> store::load(const std::string& path) {
     if (mine) mine = done(ask<unit_t>(w, w.server, internal::load_msg{mine_path, std::move(keys)}));
     std::remove(mine_path.c_str());
     if (mine) {
+      w.known.clear();
+      for (const auto& [key, version] : versions) w.known.insert(key);
       w.pushes = std::move(versions);
+      w.splits = std::move(splits);
       w.residuals.clear();  // the keys start again from the file's values
     }
   }

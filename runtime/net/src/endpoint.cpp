@@ -147,9 +147,8 @@ bool endpoint_state::push_frame(int dst, std::vector<std::byte> bytes) {
   return true;
 }
 
-void endpoint_state::push_chunks(int dst, const tensor& t, int first_tag) {
-  const std::size_t total = t.bytes();
-  const auto* base = static_cast<const std::byte*>(t.raw_data());
+void endpoint_state::push_chunks(int dst, const tensor& t, std::size_t offset, std::size_t total, int first_tag) {
+  const auto* base = static_cast<const std::byte*>(t.raw_data()) + offset;
   std::size_t n = chunk_count(total);
   std::lock_guard lock(out_mu);
   for (std::size_t i = 0; i < n; ++i) {
@@ -196,7 +195,8 @@ expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
     w(first_tag, chunks);
     c->encode(w, e->payload());
     std::size_t n = 0;
-    for (auto& t : tensors) n += chunk_count(t.bytes());
+    const auto& ranges = w.tensor_ranges();
+    for (const auto& r : ranges) n += chunk_count(r.size);
     first_tag = allocate_tags(to.rank, n);
     chunks = static_cast<std::uint32_t>(n);
     std::memcpy(bytes.data() + tag_at, &first_tag, sizeof first_tag);
@@ -223,12 +223,16 @@ expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
                         e->type ? e->type->id : 0, static_cast<std::uint32_t>(to.rank));
     int tag = first_tag;
     auto self = shared_from_this();
-    for (auto& t : tensors) {
-      const std::size_t k = chunk_count(t.bytes());
+    for (std::size_t i = 0; i < tensors.size(); ++i) {
+      const tensor& t = tensors[i];
+      const auto [offset, bytes_sent] = ranges[i];
+      const std::size_t k = chunk_count(bytes_sent);
       if (k == 0) continue;
-      tensor_bytes_sent.fetch_add(t.bytes(), std::memory_order_relaxed);
+      tensor_bytes_sent.fetch_add(bytes_sent, std::memory_order_relaxed);
       // The data leaves from the tensor's own buffer once the producer's work is done.
-      t.ready_event().then([self, dst = to.rank, t, tag](std::exception_ptr) { self->push_chunks(dst, t, tag); });
+      t.ready_event().then([self, dst = to.rank, t, offset, bytes_sent, tag](std::exception_ptr) {
+        self->push_chunks(dst, t, offset, bytes_sent, tag);
+      });
       tag = static_cast<int>(1 + (static_cast<std::uint64_t>(tag - 1) + k) % static_cast<std::uint64_t>(tag_ub - 1));
     }
   } catch (const error_exception& ex) {

@@ -69,6 +69,25 @@ actor_ref reader::read_ref() {
 }
 
 void writer::write_tensor(const tensor& t) {
+  write_tensor_bytes(t, t.shape(), 0, t.bytes());
+}
+
+void writer::write_slice(const tensor_slice& t) {
+  if (!t.base.valid()) return write_tensor(t.base);  // no tensor, as a tensor() travels
+  std::int64_t n = 1;
+  for (auto d : t.shape) n = d < 0 || n < 0 ? -1 : n * d;
+  if (n < 0 || t.offset < 0 || t.offset > t.base.numel() - n)
+    throw error_exception(strata::error(errc::invalid_argument, "a tensor slice of " + std::to_string(n) +
+                                                                    " elements at offset " + std::to_string(t.offset) +
+                                                                    " does not fit in its tensor of " +
+                                                                    std::to_string(t.base.numel()) +
+                                                                    " elements"));
+  const std::size_t element = size_of(t.base.dtype());
+  write_tensor_bytes(t.base, t.shape, static_cast<std::size_t>(t.offset) * element, static_cast<std::size_t>(n) * element);
+}
+
+void writer::write_tensor_bytes(const tensor& t, const std::vector<std::int64_t>& shape, std::size_t offset,
+                                std::size_t size) {
   if (t.valid() && t.storage().kind() != device_kind::cpu)
     throw error_exception(strata::error(
         errc::invalid_argument, "only cpu tensors can cross ranks for now (this one is on " +
@@ -77,8 +96,9 @@ void writer::write_tensor(const tensor& t) {
   write(valid);
   if (!valid) return;
   write(t.dtype());
-  write(t.shape());
+  write(shape);
   tensors_.push_back(t);
+  ranges_.push_back(detail::tensor_bytes{offset, size});
 }
 
 tensor reader::read_tensor() {

@@ -137,7 +137,7 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   expected<void> forward(proxy_cell& to, strata::detail::envelope* e) noexcept;
   /// Queues a control frame for `dst`; false (frame dropped) once this rank said goodbye to it.
   bool push_frame(int dst, std::vector<std::byte> bytes);
-  void push_chunks(int dst, const tensor& t, int first_tag);
+  void push_chunks(int dst, const tensor& t, std::size_t offset, std::size_t bytes, int first_tag);
   void wake_locked() { if (sleeping) out_cv.notify_one(); }
   /// The wire address of `ref` (rank -1 for an empty handle); exports local actors.
   std::tuple<int, bool, std::uint64_t> address_of(const actor_ref& ref);

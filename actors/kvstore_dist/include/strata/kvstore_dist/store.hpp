@@ -5,6 +5,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <limits>
 #include <memory>
 #include <string>
 #include <vector>
@@ -43,6 +44,15 @@ struct store_options {
   /// A cpu device for this worker's local sums (several values in one push) and for the values
   /// its server shard answers with. Empty: a one-thread cpu device made by the store.
   device value_device;
+  /// MXNet's `MXNET_KVSTORE_BIGARRAY_BOUND`: a key with more elements than this is split over the
+  /// servers (`dist_sync`, `dist_async`; never in `allreduce` mode, where every rank keeps a
+  /// replica): cut along its flattened elements into min(num_workers, elements) contiguous parts
+  /// whose sizes differ by at most one element, part i kept by rank i's shard. Every update rule
+  /// and compression here is per element, so a split key gives the same results, bit for bit, as
+  /// a whole one. 0 splits every key of two or more elements; `never_split` none. A negative bound
+  /// makes the constructor throw. (MXNet splits at `>=` the bound; here only above it.)
+  std::int64_t big_array_bound = 1'000'000;
+  static constexpr std::int64_t never_split = std::numeric_limits<std::int64_t>::max();
 };
 
 namespace internal {
@@ -52,6 +62,10 @@ struct worker_state;
 /// One per worker (every rank of the job constructs one, with the same options: it is a
 /// collective, like MXNet's `kv.create('dist_sync')`). Each rank also runs one server shard
 /// (a kvstore actor, published on the endpoint); key k lives on rank `owner(k)`.
+///
+/// A key larger than `store_options::big_array_bound` is split: its parts live on ranks 0, 1, ...,
+/// a push sends every part at once (each straight from its slice of the caller's tensor) and a
+/// pull gathers them; checkpoints hold the key whole.
 ///
 /// Every call blocks until its reply (a push until the owner has taken it, a pull until the
 /// value is there) and returns an error with one sentence instead of throwing. `init` and
@@ -79,14 +93,20 @@ public:
   /// This worker's rank and the number of workers (MXNet's `rank`, `num_workers`).
   int rank() const noexcept;
   int num_workers() const noexcept;
-  /// The rank whose server shard keeps `key` (the same on every rank).
+  /// The rank whose server shard keeps `key` whole (the same on every rank), or -1 for a key
+  /// split over several ranks (`store_options::big_array_bound`; see `owners`). Before its init a
+  /// key is not known to be split and this answers where it would be kept whole.
   int owner(const kvstore::key& key) const;
+  /// The ranks that keep `key`'s parts, part i on `owners(key)[i]` (0, 1, ... for a split key),
+  /// or the one rank `owner(key)`.
+  std::vector<int> owners(const kvstore::key& key) const;
 
   /// Returns once every worker has called it as often as this one.
   expected<void> barrier();
 
   /// Collective: rank 0's `value` becomes the key's initial value (the others' are ignored, as
-  /// in MXNet's distributed stores), then a barrier. Fails for a key that exists.
+  /// in MXNet's distributed stores; rank 0's shape decides whether the key is split), then a
+  /// barrier. Fails on every rank for a key that exists, and for a split key that is not float32.
   expected<void> init(const kvstore::key& key, const tensor& value);
 
   /// Pushes this worker's contribution for `key`: `values` (float32 cpu tensors of the key's
@@ -113,7 +133,8 @@ public:
   /// parts into `path` atomically (the one commit) and removes them. Ranks share a file system.
   expected<void> save(const std::string& path);
   /// Collective: replaces every key with those of the checkpoint `path` (written by `save` on any
-  /// number of ranks, or by a kvstore of one process); each shard takes the keys it owns now.
+  /// number of ranks, or by a kvstore of one process); each shard takes the keys it owns now, and
+  /// keys above today's `big_array_bound` are cut for today's ranks.
   /// In dist_sync each worker's push count of a key becomes the key's saved version. The update
   /// rule is not saved: call `set_optimizer` before `load`. A missing or corrupt file fails on
   /// every rank with one sentence, and nothing changes.

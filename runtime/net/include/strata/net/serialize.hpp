@@ -25,8 +25,24 @@ namespace strata::net {
 class writer;
 class reader;
 
+/// Elements [`offset`, `offset` + numel(`shape`)) of a cpu tensor, sent across ranks straight from
+/// `base`'s buffer (no copy); the receiver reads it as a tensor of `shape` of its own (`base` that
+/// tensor, `offset` 0). For senders that cut one tensor into parts for several ranks.
+/// A slice that does not fit in `base`, or a `base` of another device, fails the send with one
+/// sentence; a slice of no tensor (`base` invalid) travels as `tensor()` does.
+struct tensor_slice {
+  tensor base;
+  std::int64_t offset = 0;
+  std::vector<std::int64_t> shape;
+};
+
 namespace detail {
 struct endpoint_state;
+/// The bytes of the `i`-th tensor a writer collected that travel: from `offset`, `size` bytes.
+struct tensor_bytes {
+  std::size_t offset = 0;
+  std::size_t size = 0;
+};
 template <class T>
 struct is_vector : std::false_type {};
 template <class T, class A>
@@ -55,7 +71,7 @@ constexpr bool is_wire() {
   if constexpr (std::is_arithmetic_v<T> || std::is_enum_v<T>) return true;
   else if constexpr (std::is_same_v<T, std::string> || std::is_same_v<T, actor_ref> ||
                      std::is_same_v<T, strata::error> || std::is_same_v<T, tensor> ||
-                     std::is_same_v<T, unit_t> || std::is_same_v<T, down_msg> || std::is_same_v<T, exit_msg>)
+                     std::is_same_v<T, tensor_slice> || std::is_same_v<T, unit_t> || std::is_same_v<T, down_msg> || std::is_same_v<T, exit_msg>)
     return true;
   else if constexpr (strata::detail::is_typed_actor<T>::value) return true;
   else if constexpr (is_vector<T>::value || is_array<T>::value || is_optional<T>::value)
@@ -67,7 +83,7 @@ constexpr bool is_wire() {
 
 /// A type that may cross ranks: arithmetic and enum types, `std::string`, `std::vector`,
 /// `std::array`, `std::pair`, `std::optional` of wire types, actor handles, `error`, `tensor`
-/// (cpu), `down_msg`, `exit_msg`, `unit_t`, and every default-constructible type with a free
+/// (cpu), `tensor_slice`, `down_msg`, `exit_msg`, `unit_t`, and every default-constructible type with a free
 /// function `serialize(Archive& a, T& v)` found by argument-dependent lookup, which lists the
 /// members once for both directions:
 /// \code
@@ -121,6 +137,8 @@ public:
       write(v.message());
     } else if constexpr (std::is_same_v<T, tensor>) {
       write_tensor(v);
+    } else if constexpr (std::is_same_v<T, tensor_slice>) {
+      write_slice(v);
     } else if constexpr (std::is_same_v<T, unit_t>) {
     } else if constexpr (std::is_same_v<T, down_msg> || std::is_same_v<T, exit_msg>) {
       write(v.source);
@@ -130,11 +148,17 @@ public:
     }
   }
 
+  /// Which bytes of each collected tensor travel (all of them, but for a `tensor_slice`).
+  const std::vector<detail::tensor_bytes>& tensor_ranges() const noexcept { return ranges_; }
+
 private:
   void write_ref(const actor_ref& ref);
   void write_tensor(const tensor& t);
+  void write_slice(const tensor_slice& t);
+  void write_tensor_bytes(const tensor& t, const std::vector<std::int64_t>& shape, std::size_t offset, std::size_t size);
   std::vector<std::byte>& out_;
   std::vector<tensor>& tensors_;
+  std::vector<detail::tensor_bytes> ranges_;
   detail::endpoint_state* ep_;
 };
 
@@ -195,6 +219,10 @@ public:
       v = strata::error(code, std::move(text));
     } else if constexpr (std::is_same_v<T, tensor>) {
       v = read_tensor();
+    } else if constexpr (std::is_same_v<T, tensor_slice>) {
+      v.base = read_tensor();
+      v.offset = 0;
+      v.shape = v.base.shape();
     } else if constexpr (std::is_same_v<T, unit_t>) {
     } else if constexpr (std::is_same_v<T, down_msg> || std::is_same_v<T, exit_msg>) {
       read(v.source);

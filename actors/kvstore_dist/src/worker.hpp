@@ -1,0 +1,77 @@
+#pragma once
+// A worker's state (one per store and rank) and what the files of the worker's side share.
+
+#include <atomic>
+#include <future>
+#include <map>
+#include <memory>
+#include <set>
+#include <string>
+#include <vector>
+
+#include "protocol.hpp"
+#include "split.hpp"
+
+namespace strata::kvstore_dist::internal {
+
+struct worker_state {
+  actor_system* sys = nullptr;
+  net::endpoint* net = nullptr;
+  store_options options;
+  device dev;
+  stream s;
+  actor_ref server;
+  std::vector<actor_ref> servers;  // by rank
+  std::map<kvstore::key, std::uint64_t> pushes;
+  std::uint64_t barriers = 0;
+  int rank = 0;
+  int world = 1;
+  std::string name;
+  // dist_sync / dist_async: the keys initialised or loaded, and how those split over the ranks
+  // are cut (the same on every rank: init and load are collectives).
+  std::set<kvstore::key> known;
+  std::map<kvstore::key, split_layout> splits;
+  // dist_sync_allreduce: this rank's replica of every key, and the keys' shapes.
+  std::unique_ptr<kvstore::client> replica;
+  std::map<kvstore::key, std::vector<std::int64_t>> shapes;
+  // set_gradient_compression: the setting and this worker's residual of each key it pushed (the
+  // whole key's; a split key's parts use their slices of it).
+  kvstore::compression_type compression = kvstore::compression_type::none;
+  float threshold = 0.5f;
+  std::map<kvstore::key, std::vector<float>> residuals;
+  std::uint64_t bytes_pushed = 0;
+};
+
+template <class R, class M>
+expected<R> ask(worker_state& w, const actor_ref& to, M msg) {
+  return w.sys->request<R>(to, w.options.timeout, std::move(msg)).get();
+}
+
+/// Waits for every reply: the first failure (in the order given), or nothing.
+template <class T>
+expected<void> all_replies(std::vector<std::future<expected<T>>>& replies) {
+  expected<void> first;
+  for (auto& r : replies) {
+    auto got = r.get();
+    if (!got && first) first = got.error();
+  }
+  return first;
+}
+
+/// `values` summed on this worker, in the order given, as host floats; each must be a float32
+/// cpu tensor of one shape (`*shape` when given).
+expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key, const std::vector<tensor>& values,
+                                       const std::vector<std::int64_t>* shape);
+
+/// This worker's `seq`-th push of the split key `key`: each part sent to its rank at once
+/// (straight from a slice of the caller's tensor, or compressed with its slice of the residual),
+/// then every reply awaited. Answers the payload bytes sent.
+expected<std::uint64_t> push_parts(worker_state& w, const kvstore::key& key, const split_layout& layout,
+                                   const std::vector<tensor>& values, std::uint64_t seq);
+
+/// The split key's value: every part asked for at once (after `min_version` updates each), then
+/// gathered into one tensor of the key's shape.
+expected<tensor> pull_parts(worker_state& w, const kvstore::key& key, const split_layout& layout,
+                            std::uint64_t min_version);
+
+}  // namespace strata::kvstore_dist::internal
