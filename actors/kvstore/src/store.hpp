@@ -17,6 +17,7 @@
 #include "checkpoint_file.hpp"
 #include "merge.hpp"
 #include "shard_protocol.hpp"
+#include "sparse_rows.hpp"
 #include "strata/actor.hpp"
 #include "strata/device/device.hpp"
 #include "strata/device/device_manager.hpp"
@@ -63,6 +64,8 @@ private:
     std::int64_t step = 0;
     kvstore::key label = 0;  // the caller's key (a shard's chunk keys differ from it)
     tensor master;           // multi_precision: the float32 master copy of a 16-bit value
+    bool sparse_round = false;              // sync mode: the values received so far are row-sparse
+    std::vector<row_piece> sparse_received;  // ... their pieces, copied into store tensors
   };
   using key_map = std::map<kvstore::key, key_state>;
   struct parked_pull {
@@ -103,8 +106,9 @@ private:
   expected<void> on_load(kvstore::load& m, response_promise<unit_t>& p);
   expected<void> on_push_row_sparse(kvstore::push_row_sparse& m, response_promise<unit_t>& p);
   expected<void> on_row_sparse_pull(kvstore::row_sparse_pull& m, response_promise<std::vector<tensor>>& p);
-  /// Whether this store takes row-sparse pushes (cpu, asynchronous, no compression).
-  expected<void> row_sparse_supported(const char* op) const;
+  expected<void> on_shard_row_sparse(shard_row_sparse& m, response_promise<std::vector<std::uint64_t>>& p);
+  /// Synchronous mode: a version collects dense values or row-sparse ones (`sparse`), not both.
+  expected<void> check_round_kind(const char* op, const std::vector<kvstore::key>& keys, bool sparse) const;
   expected<void> on_save_optimizer_states(kvstore::save_optimizer_states& m, response_promise<unit_t>& p);
   expected<void> on_load_optimizer_states(kvstore::load_optimizer_states& m, response_promise<unit_t>& p);
   expected<void> on_shard_load_optimizer_states(shard_load_optimizer_states& m, response_promise<unit_t>& p);
@@ -160,6 +164,16 @@ private:
   void merge(key_state& state, const std::vector<slice_ref>& values, bool with_accumulator, bool complete,
              const std::shared_ptr<work_status>& status);
   void run_user_updater(const merge_work& work, work_status& status);
+  /// Row-sparse pushes (store_sparse.cpp): `values[i]` are the pieces of one value of `keys[i]`;
+  /// asynchronous, a call's values make one update; synchronous, each value is a contribution.
+  void enqueue_row_sparse_push(const std::vector<kvstore::key>& keys, const std::vector<std::vector<row_piece>>& values,
+                               const std::shared_ptr<work_status>& status);
+  /// Sums `pieces` by id and runs the rule on those rows of `state` (a version).
+  void update_rows(key_state& state, std::vector<row_piece> pieces, const std::shared_ptr<work_status>& status);
+  /// `pieces` with their data copied (on the stream) into a tensor of this store.
+  std::vector<row_piece> kept_copy(const std::vector<row_piece>& pieces);
+  /// Copies the pieces of each key into the outputs they name; returns the event marking it done.
+  event enqueue_row_pull(const std::vector<kvstore::key>& keys, const std::vector<std::vector<row_piece>>& outs);
   event enqueue_pull(const std::vector<kvstore::key>& keys, const std::vector<slice_ref>& outs,
                      const std::shared_ptr<work_status>& status);
   void reply_when_done(response_promise<unit_t> promise, std::shared_ptr<work_status> status);
