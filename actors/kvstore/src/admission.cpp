@@ -98,8 +98,7 @@ admission_ticket ticket_of(const shard_request& m) {
 admission_ticket ticket_of(const shard_row_sparse& m) {
   std::vector<const void*> uses;
   for (const auto* lists : {&m.values, &m.outs})
-    for (const auto& pieces : *lists)
-      for (const auto& piece : pieces) uses.push_back(allocation_of(piece.data.t));
+    for (const auto& list : *lists) uses.push_back(allocation_of(list.data));
   return {m.push_keys.empty() ? "row_sparse_pull" : "push", m.priority, false, joined(m.push_keys, m.pull_keys),
           std::move(uses), m.origin};
 }

@@ -164,6 +164,7 @@ bool kvstore_router::on_load(kvstore::load& m, response_promise<unit_t>& p, std:
     if (!e) {
       keys_ = std::move(loaded);
       int_keys_ = kind;
+      rounds_.clear();  // the shards' keys start afresh: nothing accumulated
     }
     e ? p.deliver(*e) : p.deliver(unit);
     resume();

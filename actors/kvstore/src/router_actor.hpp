@@ -206,6 +206,7 @@ private:
     if (conflicts(uses_of(m.values, false))) return false;
     if (auto r = check_existing("push", "value", m.keys, m.values, int_keys_, shape_of(), place_); !r)
       return p.deliver(r.error()), true;
+    if (auto r = count_round("push", m.keys, false); !r) return p.deliver(r.error()), true;
     auto j = std::make_shared<job>();
     j->steps.push_back(make_step(entries(m.keys, m.values, false), m.priority, origin, 0));
     j->done = answer(p);
@@ -231,6 +232,7 @@ private:
       return p.deliver(r.error()), true;
     if (auto r = check_existing("pushpull", "output", m.pull.keys, m.pull.outs, int_keys_, shape_of(), place_); !r)
       return p.deliver(r.error()), true;
+    if (auto r = count_round("pushpull", m.push.keys, false); !r) return p.deliver(r.error()), true;
     auto pushed = entries(m.push.keys, m.push.values, false);
     auto pulled = entries(m.pull.keys, m.pull.outs, true);
     auto j = std::make_shared<job>();
@@ -294,9 +296,13 @@ private:
   bool on_push_row_sparse(kvstore::push_row_sparse& m, response_promise<unit_t>& p, std::uint64_t origin);
   /// The shards copy their pieces of the rows straight into the caller's outputs, in its order.
   bool on_row_sparse_pull(kvstore::row_sparse_pull& m, response_promise<std::vector<tensor>>& p, std::uint64_t origin);
+  /// Synchronous mode: a version collects dense or row-sparse (`sparse`) values, not both. The
+  /// router counts each key's values in the order it sends them and refuses a request that
+  /// would mix them before any shard sees it (the shards check too).
+  expected<void> count_round(const char* op, const std::vector<kvstore::key>& keys, bool sparse);
   /// The pieces of rows `ids` (stacked in `t`) of a key placed as `pl`, one list per chunk.
-  static std::vector<std::vector<row_piece>> pieces_by_chunk(const placement& pl, const tensor& t,
-                                                             const std::vector<std::int64_t>& ids);
+  static std::vector<row_pieces> pieces_by_chunk(const placement& pl, const tensor& t,
+                                                 const std::vector<std::int64_t>& ids);
 
   // ---- checkpoints and optimizer states (router.cpp) ----
   /// Every shard's snapshot (chunk keys), joined into the caller's keys and written as one store would.
@@ -530,6 +536,11 @@ private:
   std::optional<bool> int_keys_;
   bool checkpointing_ = false;              // a save or load is in progress
   bool compressed_ = false;                 // gradient compression is on (set_gradient_compression)
+  struct round_count {
+    std::size_t values = 0;  // sent towards the key's next version (synchronous mode)
+    bool sparse = false;     // ... and they are row-sparse
+  };
+  std::map<kvstore::key, round_count> rounds_;
   std::optional<optimizer_setting> optimizer_;  // the last set_optimizer forwarded (for save_optimizer_states)
   std::size_t steps_holding_ = 0;           // requests in steps that hold every other request
   std::deque<std::function<bool()>> held_;  // requests not started yet, in arrival order

@@ -9,10 +9,10 @@
 // results equal one store's bit for bit.
 namespace strata::kvstore::internal {
 
-std::vector<std::vector<row_piece>> kvstore_router::pieces_by_chunk(const placement& pl, const tensor& t,
-                                                                   const std::vector<std::int64_t>& ids) {
+std::vector<row_pieces> kvstore_router::pieces_by_chunk(const placement& pl, const tensor& t,
+                                                        const std::vector<std::int64_t>& ids) {
   const std::size_t cols = row_length(pl.shape);
-  std::vector<std::vector<row_piece>> out(pl.chunks.size());
+  std::vector<row_pieces> out(pl.chunks.size(), row_pieces{t, {}});
   for (std::size_t r = 0; r < ids.size(); ++r) {
     const std::size_t begin = static_cast<std::size_t>(ids[r]) * cols, end = begin + cols;
     // The last chunk starting at or before the row's first element, then those after it that
@@ -23,10 +23,25 @@ std::vector<std::vector<row_piece>> kvstore_router::pieces_by_chunk(const placem
          c < pl.chunks.size() && pl.chunks[c].offset < end; ++c) {
       const chunk& ch = pl.chunks[c];
       const std::size_t lo = std::max(begin, ch.offset), hi = std::min(end, ch.offset + ch.length);
-      if (lo < hi) out[c].push_back({ids[r], lo - ch.offset, hi - lo, slice_ref{t, r * cols + (lo - begin)}});
+      if (lo < hi) out[c].pieces.push_back({ids[r], lo - ch.offset, hi - lo, r * cols + (lo - begin)});
     }
   }
   return out;
+}
+
+expected<void> kvstore_router::count_round(const char* op, const std::vector<kvstore::key>& keys, bool sparse) {
+  const std::size_t need = options_.contributions_per_version;
+  if (need == 0) return {};
+  for (const auto& key : keys)
+    if (auto it = rounds_.find(key); it != rounds_.end() && it->second.values > 0 && it->second.sparse != sparse)
+      return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " has " + (sparse ? "dense" : "row-sparse") +
+                 " values towards its next version; a version collects dense or row-sparse values, not both.");
+  for (const auto& key : keys) {
+    auto& r = rounds_[key];
+    r.sparse = sparse;
+    if (++r.values == need) r.values = 0;
+  }
+  return {};
 }
 
 bool kvstore_router::on_push_row_sparse(kvstore::push_row_sparse& m, response_promise<unit_t>& p,
@@ -36,6 +51,7 @@ bool kvstore_router::on_push_row_sparse(kvstore::push_row_sparse& m, response_pr
   if (conflicts(st.uses)) return false;
   if (auto r = row_sparse_supported("push", place_, compressed_); !r) return p.deliver(r.error()), true;
   if (auto r = check_row_sparse_push(m, shape_of(), place_); !r) return p.deliver(r.error()), true;
+  if (auto r = count_round("push", m.keys, true); !r) return p.deliver(r.error()), true;
   st.sparse_parts.resize(shards_.size(), shard_row_sparse{.priority = m.priority, .origin = origin});
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
     const placement& pl = keys_.at(m.keys[i]);
@@ -78,7 +94,7 @@ bool kvstore_router::on_row_sparse_pull(kvstore::row_sparse_pull& m, response_pr
     auto pieces = pieces_by_chunk(pl, m.outs[i], m.row_ids[i]);
     for (std::size_t c = 0; c < pl.chunks.size(); ++c) {
       // A pull asks only the chunks its rows reach (and, to wait for a version, the first).
-      if (pieces[c].empty() && (c > 0 || m.min_version == 0)) continue;
+      if (pieces[c].pieces.empty() && (c > 0 || m.min_version == 0)) continue;
       auto& part = st.sparse_parts[pl.chunks[c].shard];
       part.pull_keys.emplace_back(pl.chunks[c].sub_key);
       part.outs.push_back(std::move(pieces[c]));

@@ -48,9 +48,9 @@ struct shard_request {
 /// `min_version` updates. Reply as `shard_request`.
 struct shard_row_sparse {
   std::vector<kvstore::key> push_keys;
-  std::vector<std::vector<row_piece>> values;
+  std::vector<row_pieces> values;
   std::vector<kvstore::key> pull_keys;
-  std::vector<std::vector<row_piece>> outs;
+  std::vector<row_pieces> outs;
   std::uint64_t min_version = 0;
   int priority = 0;
   std::uint64_t origin = 0;

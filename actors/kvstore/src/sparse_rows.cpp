@@ -15,15 +15,15 @@ std::size_t row_length(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
-std::vector<row_piece> pieces_within(const tensor& t, const std::vector<std::int64_t>& row_ids, std::size_t cols,
-                                     std::size_t begin, std::size_t end) {
-  std::vector<row_piece> pieces;
+row_pieces pieces_within(const tensor& t, const std::vector<std::int64_t>& row_ids, std::size_t cols, std::size_t begin,
+                         std::size_t end) {
+  row_pieces out{t, {}};
   for (std::size_t r = 0; r < row_ids.size(); ++r) {
     const std::size_t row_begin = static_cast<std::size_t>(row_ids[r]) * cols;
     const std::size_t lo = std::max(row_begin, begin), hi = std::min(row_begin + cols, end);
-    if (lo < hi) pieces.push_back({row_ids[r], lo - begin, hi - lo, slice_ref{t, r * cols + (lo - row_begin)}});
+    if (lo < hi) out.pieces.push_back({row_ids[r], lo - begin, hi - lo, r * cols + (lo - row_begin)});
   }
-  return pieces;
+  return out;
 }
 
 namespace {
@@ -112,19 +112,28 @@ expected<void> check_row_sparse_pull(const kvstore::row_sparse_pull& m, const sh
   return {};
 }
 
-summed_rows sum_by_id(const std::vector<row_piece>& pieces) {
-  std::vector<const row_piece*> order;
-  order.reserve(pieces.size());
-  for (const auto& p : pieces) order.push_back(&p);
-  std::stable_sort(order.begin(), order.end(), [](const row_piece* a, const row_piece* b) { return a->id < b->id; });
-  summed_rows out;
+summed_rows sum_by_id(const std::vector<row_pieces>& lists) {
+  struct part {
+    std::int64_t id;
+    const row_piece* piece;
+    const float* from;
+  };
+  std::vector<part> order;
   std::size_t total = 0;
-  for (const auto* p : order) total += p->length;
+  for (const auto& list : lists) {
+    const float* data = list.pieces.empty() ? nullptr : list.data.device_data<float>();
+    for (const auto& p : list.pieces) {
+      order.push_back({p.id, &p, data + p.at});
+      total += p.length;
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [](const part& a, const part& b) { return a.id < b.id; });
+  summed_rows out;
   out.data.reserve(total);
   for (std::size_t i = 0; i < order.size(); ++i) {
-    const row_piece& p = *order[i];
-    const float* from = p.data.t.device_data<float>() + p.data.offset;
-    if (i == 0 || order[i - 1]->id != p.id) {
+    const row_piece& p = *order[i].piece;
+    const float* from = order[i].from;
+    if (i == 0 || order[i - 1].id != p.id) {
       out.offsets.push_back(p.offset);
       out.lengths.push_back(p.length);
       out.at.push_back(out.data.size());

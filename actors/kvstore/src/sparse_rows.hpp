@@ -15,15 +15,19 @@ namespace strata::kvstore::internal {
 
 /// A piece of one row of a key held by a store: elements [offset, offset + length) of the
 /// stored value (the whole key on one store, a chunk of it on a shard), read from or written to
-/// `data` (a caller's rows or output, or a store's staging copy) from element `data.offset`. On
-/// one store a piece is a whole row; on a sharded store a row that crosses a chunk boundary is
-/// one piece per chunk, each sent to the chunk's shard. Pieces of one id in one stored value
-/// cover the same elements.
+/// the elements from `at` of its list's tensor. On one store a piece is a whole row; on a
+/// sharded store a row that crosses a chunk boundary is one piece per chunk, each sent to the
+/// chunk's shard. Pieces of one id in one stored value cover the same elements.
 struct row_piece {
   std::int64_t id = 0;  // the caller's row id: pushed pieces are summed by it
   std::size_t offset = 0;
   std::size_t length = 0;
-  slice_ref data;
+  std::size_t at = 0;
+};
+/// Pieces whose data is in one tensor: a caller's rows or output, or a store's staging copy.
+struct row_pieces {
+  tensor data;
+  std::vector<row_piece> pieces;
 };
 
 /// Elements per row of a key of `shape`: the product of `shape[1...]`.
@@ -31,7 +35,7 @@ std::size_t row_length(const std::vector<std::int64_t>& shape);
 
 /// The pieces of `row_ids` (the rows of `t`, stacked in order) within elements [begin, end) of
 /// their key, of `cols` elements per row; offsets relative to `begin`.
-std::vector<row_piece> pieces_within(const tensor& t, const std::vector<std::int64_t>& row_ids, std::size_t cols,
+row_pieces pieces_within(const tensor& t, const std::vector<std::int64_t>& row_ids, std::size_t cols,
                                      std::size_t begin, std::size_t end);
 
 /// A row-sparse push against the keys held (`shape_of`) on a store at `place`: one value per
@@ -55,8 +59,9 @@ struct summed_rows {
   std::vector<std::size_t> at;  // where each sum starts in `data`
   std::vector<float> data;
 };
-/// Sums `pieces` (float32 cpu data) by id, pieces of one id added in the order given: the same
-/// order, element for element, as one store adding whole rows, so sharded sums are bit for bit.
-summed_rows sum_by_id(const std::vector<row_piece>& pieces);
+/// Sums the pieces of `lists` (float32 cpu data) by id, pieces of one id added in the order given:
+/// the same order, element for element, as one store adding whole rows, so sharded sums are bit
+/// for bit.
+summed_rows sum_by_id(const std::vector<row_pieces>& lists);
 
 }  // namespace strata::kvstore::internal

@@ -65,7 +65,7 @@ private:
     kvstore::key label = 0;  // the caller's key (a shard's chunk keys differ from it)
     tensor master;           // multi_precision: the float32 master copy of a 16-bit value
     bool sparse_round = false;              // sync mode: the values received so far are row-sparse
-    std::vector<row_piece> sparse_received;  // ... their pieces, copied into store tensors
+    std::vector<row_pieces> sparse_received;  // ... their pieces, copied into store tensors
   };
   using key_map = std::map<kvstore::key, key_state>;
   struct parked_pull {
@@ -166,14 +166,14 @@ private:
   void run_user_updater(const merge_work& work, work_status& status);
   /// Row-sparse pushes (store_sparse.cpp): `values[i]` are the pieces of one value of `keys[i]`;
   /// asynchronous, a call's values make one update; synchronous, each value is a contribution.
-  void enqueue_row_sparse_push(const std::vector<kvstore::key>& keys, const std::vector<std::vector<row_piece>>& values,
+  void enqueue_row_sparse_push(const std::vector<kvstore::key>& keys, const std::vector<row_pieces>& values,
                                const std::shared_ptr<work_status>& status);
-  /// Sums `pieces` by id and runs the rule on those rows of `state` (a version).
-  void update_rows(key_state& state, std::vector<row_piece> pieces, const std::shared_ptr<work_status>& status);
-  /// `pieces` with their data copied (on the stream) into a tensor of this store.
-  std::vector<row_piece> kept_copy(const std::vector<row_piece>& pieces);
+  /// Sums the pieces by id and runs the rule on those rows of `state` (a version).
+  void update_rows(key_state& state, std::vector<row_pieces> lists, const std::shared_ptr<work_status>& status);
+  /// The pieces of `lists` with their data copied (on the stream) into one tensor of this store.
+  row_pieces kept_copy(const std::vector<row_pieces>& lists);
   /// Copies the pieces of each key into the outputs they name; returns the event marking it done.
-  event enqueue_row_pull(const std::vector<kvstore::key>& keys, const std::vector<std::vector<row_piece>>& outs);
+  event enqueue_row_pull(const std::vector<kvstore::key>& keys, const std::vector<row_pieces>& outs);
   event enqueue_pull(const std::vector<kvstore::key>& keys, const std::vector<slice_ref>& outs,
                      const std::shared_ptr<work_status>& status);
   void reply_when_done(response_promise<unit_t> promise, std::shared_ptr<work_status> status);

@@ -14,22 +14,11 @@ namespace strata::kvstore::internal {
 
 namespace {
 
-/// Makes the stream wait for the tensors the pieces read or write (once per run of pieces of one
-/// tensor: a value's pieces come from one tensor).
-void wait_for(stream& s, const std::vector<row_piece>& pieces) {
-  const void* last = nullptr;
-  for (const auto& p : pieces)
-    if (const void* a = allocation_of(p.data.t); a != last) {
-      s.wait(p.data.t.ready_event());
-      last = a;
-    }
-}
-
 /// The pieces of each key's rows: `tensors[i]` holds the rows `ids[i]` of the whole key `keys[i]`.
 template <class Ids>
-std::vector<std::vector<row_piece>> whole_key_pieces(const std::vector<kvstore::key>& keys, const Ids& ids_of,
+std::vector<row_pieces> whole_key_pieces(const std::vector<kvstore::key>& keys, const Ids& ids_of,
                                                      const std::vector<tensor>& tensors, const shape_lookup& shape_of) {
-  std::vector<std::vector<row_piece>> out;
+  std::vector<row_pieces> out;
   out.reserve(keys.size());
   for (std::size_t i = 0; i < keys.size(); ++i) {
     const auto& shape = *shape_of(keys[i]).shape;
@@ -119,67 +108,64 @@ expected<void> kvstore_actor::on_shard_row_sparse(shard_row_sparse& m, response_
 }
 
 void kvstore_actor::enqueue_row_sparse_push(const std::vector<kvstore::key>& keys,
-                                            const std::vector<std::vector<row_piece>>& values,
+                                            const std::vector<row_pieces>& values,
                                             const std::shared_ptr<work_status>& status) {
   const std::size_t need = options_.contributions_per_version;
   for (auto& [key, group] : group_by_key(keys, values)) {
     key_state& state = keys_.at(key);
-    for (const auto& pieces : group) wait_for(stream_, pieces);
+    for (const auto& list : group) stream_.wait(list.data.ready_event());
     if (need == 0) {  // asynchronous: this call's values make one update
-      std::vector<row_piece> all;
-      for (const auto& pieces : group) all.insert(all.end(), pieces.begin(), pieces.end());
-      update_rows(state, std::move(all), status);
+      update_rows(state, std::move(group), status);
       continue;
     }
     // Synchronous: each value is a contribution. Pieces of a version this call completes are read
     // in place by its update; those left waiting for later contributions are copied, since the
     // caller may reuse its tensors once the push is answered.
-    std::vector<row_piece> fresh;
-    for (const auto& pieces : group) {
+    std::vector<row_pieces> fresh;
+    for (auto& list : group) {
       state.sparse_round = true;
-      fresh.insert(fresh.end(), pieces.begin(), pieces.end());
+      fresh.push_back(std::move(list));
       if (++state.received < need) continue;
-      std::vector<row_piece> all = std::move(state.sparse_received);
-      all.insert(all.end(), fresh.begin(), fresh.end());
+      std::vector<row_pieces> all = std::move(state.sparse_received);
+      all.insert(all.end(), std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()));
       update_rows(state, std::move(all), status);
       fresh.clear();
       state.sparse_received.clear();
       state.received = 0;
       state.sparse_round = false;
     }
-    if (!fresh.empty()) {
-      auto kept = kept_copy(fresh);
-      state.sparse_received.insert(state.sparse_received.end(), kept.begin(), kept.end());
-    }
+    if (!fresh.empty()) state.sparse_received.push_back(kept_copy(fresh));
   }
 }
 
-std::vector<row_piece> kvstore_actor::kept_copy(const std::vector<row_piece>& pieces) {
+row_pieces kvstore_actor::kept_copy(const std::vector<row_pieces>& lists) {
+  row_pieces kept;
   std::size_t total = 0;
-  for (const auto& p : pieces) total += p.length;
-  tensor copy = tensor::empty({static_cast<std::int64_t>(total)}, dtype::float32, device_, stream_);
-  std::vector<row_piece> kept;
-  kept.reserve(pieces.size());
-  std::size_t at = 0;
-  for (const auto& p : pieces) {
-    kept.push_back({p.id, p.offset, p.length, slice_ref{copy, at}});
-    at += p.length;
-  }
+  for (const auto& list : lists)
+    for (const auto& p : list.pieces) {
+      kept.pieces.push_back({p.id, p.offset, p.length, total});
+      total += p.length;
+    }
+  kept.data = tensor::empty({static_cast<std::int64_t>(total)}, dtype::float32, device_, stream_);
   kernels::on_stream(stream_,
                      {.name = "kvstore_row_sparse_keep", .kind = work_kind::copy, .bytes = 8.0 * static_cast<double>(total)},
-                     [pieces, copy](auto target) {
+                     [lists, copy = kept.data](auto target) {
                        if constexpr (!kernels::is_cuda_target<decltype(target)>) {  // cpu stores only
                          float* to = copy.template device_data<float>();
-                         for (const auto& p : pieces) {
-                           std::memcpy(to, p.data.t.template device_data<float>() + p.data.offset, p.length * sizeof(float));
-                           to += p.length;
+                         for (const auto& list : lists) {
+                           if (list.pieces.empty()) continue;
+                           const float* from = list.data.template device_data<float>();
+                           for (const auto& p : list.pieces) {
+                             std::memcpy(to, from + p.at, p.length * sizeof(float));
+                             to += p.length;
+                           }
                          }
                        }
                      });
   return kept;
 }
 
-void kvstore_actor::update_rows(key_state& state, std::vector<row_piece> pieces, const std::shared_ptr<work_status>& status) {
+void kvstore_actor::update_rows(key_state& state, std::vector<row_pieces> lists, const std::shared_ptr<work_status>& status) {
   update_rule rule = rule_;
   bool fresh = false;
   if (const auto* sgd = std::get_if<kernels::sgd_options>(&rule); sgd && sgd->momentum != 0.0 && state.optimizer_state.empty()) {
@@ -204,14 +190,14 @@ void kvstore_actor::update_rows(key_state& state, std::vector<row_piece> pieces,
                      : tensor{};
   kernels::on_stream(
       stream_, {.name = "kvstore_row_sparse_update", .kind = work_kind::pointwise},
-      [pieces = std::move(pieces), stored = state.value, opt = state.optimizer_state, dense, rule, fresh, step, status,
+      [lists = std::move(lists), stored = state.value, opt = state.optimizer_state, dense, rule, fresh, step, status,
        label = work_label{"push: the row-sparse update", state.label}](auto target) {
         if constexpr (kernels::is_cuda_target<decltype(target)>) {
           status->fail("kvstore push: row-sparse values have no cuda kernel.");  // refused before
         } else {
           run_guarded(*status, label, [&] {
             // The sum by id, in id order (repeated ids add up, in the order pushed).
-            const summed_rows sums = sum_by_id(pieces);
+            const summed_rows sums = sum_by_id(lists);
             auto each_row = [&](auto&& f) {
               for (std::size_t i = 0; i < sums.offsets.size(); ++i)
                 f(sums.offsets[i], sums.lengths[i], sums.data.data() + sums.at[i]);
@@ -250,18 +236,18 @@ void kvstore_actor::update_rows(key_state& state, std::vector<row_piece> pieces,
       });
 }
 
-event kvstore_actor::enqueue_row_pull(const std::vector<kvstore::key>& keys, const std::vector<std::vector<row_piece>>& outs) {
+event kvstore_actor::enqueue_row_pull(const std::vector<kvstore::key>& keys, const std::vector<row_pieces>& outs) {
   for (std::size_t i = 0; i < keys.size(); ++i) {
-    wait_for(stream_, outs[i]);
+    if (outs[i].pieces.empty()) continue;
+    stream_.wait(outs[i].data.ready_event());  // whatever the caller queued on the output comes first
     kernels::on_stream(stream_, {.name = "kvstore_row_sparse_pull", .kind = work_kind::copy},
-                       [stored = keys_.at(keys[i]).value, pieces = outs[i]](auto target) {
+                       [stored = keys_.at(keys[i]).value, list = outs[i]](auto target) {
                          if constexpr (!kernels::is_cuda_target<decltype(target)>) {
                            const float* from = stored.template device_data<float>();
+                           float* to = list.data.template device_data<float>();
                            const auto n = static_cast<std::size_t>(stored.numel());
-                           for (const auto& p : pieces)  // a load may have replaced the key meanwhile
-                             if (p.offset + p.length <= n)
-                               std::memcpy(p.data.t.template device_data<float>() + p.data.offset, from + p.offset,
-                                           p.length * sizeof(float));
+                           for (const auto& p : list.pieces)  // a load may have replaced the key meanwhile
+                             if (p.offset + p.length <= n) std::memcpy(to + p.at, from + p.offset, p.length * sizeof(float));
                          }
                        });
   }
