@@ -34,8 +34,7 @@ expected<void> kvstore_router::count_round(const char* op, const std::vector<kvs
   if (need == 0) return {};
   for (const auto& key : keys)
     if (auto it = rounds_.find(key); it != rounds_.end() && it->second.values > 0 && it->second.sparse != sparse)
-      return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " has " + (sparse ? "dense" : "row-sparse") +
-                 " values towards its next version; a version collects dense or row-sparse values, not both.");
+      return mixed_round(op, key, sparse);
   for (const auto& key : keys) {
     auto& r = rounds_[key];
     r.sparse = sparse;

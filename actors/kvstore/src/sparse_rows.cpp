@@ -79,6 +79,11 @@ expected<void> row_sparse_supported(const char* op, const store_place& place, bo
   return {};
 }
 
+error mixed_round(const char* op, const kvstore::key& key, bool sparse) {
+  return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " has " + (sparse ? "dense" : "row-sparse") +
+             " values towards its next version; a version collects dense or row-sparse values, not both.");
+}
+
 expected<void> check_row_sparse_push(const kvstore::push_row_sparse& m, const shape_lookup& shape_of,
                                      const store_place& place) {
   if (place.kind != device_kind::cpu) return row_sparse_supported("push", place, false);

@@ -51,6 +51,10 @@ expected<void> check_row_sparse_pull(const kvstore::row_sparse_pull& m, const sh
 /// as MXNet, which refuses compression of row_sparse pushes.
 expected<void> row_sparse_supported(const char* op, const store_place& place, bool compressed);
 
+/// The refusal of a `sparse` (else dense) value for `key` whose next synchronous version has
+/// values of the other kind.
+error mixed_round(const char* op, const kvstore::key& key, bool sparse);
+
 /// Row-sparse rows summed by id: for each distinct id in increasing order, the elements of the
 /// stored value its pieces cover and their sum.
 struct summed_rows {

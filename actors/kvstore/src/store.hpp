@@ -107,6 +107,8 @@ private:
   expected<void> on_push_row_sparse(kvstore::push_row_sparse& m, response_promise<unit_t>& p);
   expected<void> on_row_sparse_pull(kvstore::row_sparse_pull& m, response_promise<std::vector<tensor>>& p);
   expected<void> on_shard_row_sparse(shard_row_sparse& m, response_promise<std::vector<std::uint64_t>>& p);
+  /// The chunk keys of a shard request, still held (else one sentence).
+  expected<void> still_held(const std::vector<kvstore::key>& pushed, const std::vector<kvstore::key>& pulled) const;
   /// Synchronous mode: a version collects dense values or row-sparse ones (`sparse`), not both.
   expected<void> check_round_kind(const char* op, const std::vector<kvstore::key>& keys, bool sparse) const;
   expected<void> on_save_optimizer_states(kvstore::save_optimizer_states& m, response_promise<unit_t>& p);

@@ -35,9 +35,7 @@ expected<void> kvstore_actor::check_round_kind(const char* op, const std::vector
   for (const auto& key : keys) {
     const key_state& state = keys_.at(key);
     if (state.received > 0 && state.sparse_round != sparse)
-      return bad(std::string("kvstore ") + op + ": key " + state.label.to_string() + " has " +
-                 (sparse ? "dense" : "row-sparse") +
-                 " values towards its next version; a version collects dense or row-sparse values, not both.");
+      return mixed_round(op, state.label, sparse);
   }
   return {};
 }
@@ -75,11 +73,7 @@ expected<void> kvstore_actor::on_row_sparse_pull(kvstore::row_sparse_pull& m, re
 /// The router checked the request against the caller's keys and cut its rows into the pieces of
 /// this shard's chunk keys.
 expected<void> kvstore_actor::on_shard_row_sparse(shard_row_sparse& m, response_promise<std::vector<std::uint64_t>>& p) {
-  for (const auto* keys : {&m.push_keys, &m.pull_keys})
-    for (const auto& key : *keys)
-      if (!keys_.contains(key))
-        return bad("kvstore request: key " + key.to_string() +
-                   " is no longer in the store; a load replaced the store's keys while the request was in flight.");
+  if (auto r = still_held(m.push_keys, m.pull_keys); !r) return r;
   if (m.push_keys.size() != m.values.size() || m.pull_keys.size() != m.outs.size() ||
       (!m.push_keys.empty() && !m.pull_keys.empty()))
     return bad("kvstore shard request: a row-sparse request needs one piece list per key, and a push or a pull, "
