@@ -1,7 +1,7 @@
 // Row-sparse values on sharded and synchronous stores, on random data: sharded stores (2, 3 and
 // 4 shards, keys split into chunks whose boundaries fall inside rows) against one store bit for
 // bit after rounds of pushes and pulls with repeated and out-of-order ids, under assign, SGD with
-// momentum and weight decay, and Adam; synchronous versions of three contributions from three
+// momentum and weight decay, and Adam, and with pulls of higher priority sent without waiting; synchronous versions of three contributions from three
 // clients (one store and three shards) against a dense reference of the same rule on the union
 // of the rows; bad input on sharded, synchronous, compressed and sim stores, one sentence each.
 
@@ -67,6 +67,14 @@ struct fixture : strata::test::one_device {
     for (auto& x : v) x = static_cast<float>(d(rng)) / 64.f;
     return v;
   }
+  /// Options of a store of `shards` shards whose keys split into chunks of `chunk_bytes`.
+  static kv::options sharded(std::size_t shards, std::size_t chunk_bytes, std::size_t contributions = 0) {
+    kv::options o;
+    o.shards = shards;
+    o.chunk_bytes = chunk_bytes;
+    o.contributions_per_version = contributions;
+    return o;
+  }
   static void install(kv::client& store, const optimizer& rule) {
     if (const auto* sgd = std::get_if<strata::kernels::sgd_options>(&rule))
       BOOST_REQUIRE(await(store.set_optimizer(*sgd)).has_value());
@@ -90,10 +98,8 @@ BOOST_FIXTURE_TEST_CASE(sharded_row_sparse_pushes_and_pulls_equal_one_store_bit_
     for (std::size_t shards : {2, 3, 4}) {
       BOOST_TEST_CONTEXT("rule " << rule.index() << ", " << shards << " shards") {
         kv::client one(sys, kv::spawn(sys));
-        kv::options options;
-        options.shards = shards;
-        options.chunk_bytes = 92;  // 23 floats: most chunk boundaries fall inside rows of 7 and of 5
-        kv::client split(sys, kv::spawn(sys, options));
+        // 23 floats a chunk: most chunk boundaries fall inside rows of 7 and of 5.
+        kv::client split(sys, kv::spawn(sys, sharded(shards, 92)));
         for (const auto& k : keys) {
           const auto w = random(count(k.shape));
           BOOST_REQUIRE(await(one.init(k.key, make(w, k.shape))).has_value());
@@ -140,6 +146,38 @@ BOOST_FIXTURE_TEST_CASE(sharded_row_sparse_pushes_and_pulls_equal_one_store_bit_
     }
 }
 
+BOOST_FIXTURE_TEST_CASE(a_senders_row_sparse_pull_sees_its_earlier_push_whatever_the_priority_on_a_sharded_store, fixture) {
+  // Pushes and high-priority pulls sent without waiting: each pull must see the push before it,
+  // on one store and on three shards alike (SGD with momentum, so every step's state differs).
+  const std::vector<std::int64_t> shape{37, 7};
+  const auto w = random(count(shape));
+  kv::client one(sys, kv::spawn(sys));
+  kv::client split(sys, kv::spawn(sys, sharded(3, 92)));
+  for (auto* store : {&one, &split}) {
+    BOOST_REQUIRE(await(store->init("emb", make(w, shape))).has_value());
+    install(*store, strata::kernels::sgd_options{.lr = 0.1, .momentum = 0.9});
+  }
+  std::vector<kv::client::done> pushes;
+  std::vector<kv::client::tensors> pulls;
+  for (int step = 0; step < 6; ++step) {
+    auto ids = some_ids(shape[0], 5);
+    const auto data = random(ids.size() * 7);
+    const auto watched = some_ids(shape[0], 8);
+    for (auto* store : {&one, &split}) {
+      pushes.push_back(store->send(kv::push_row_sparse{{"emb"}, {sparse(shape, ids, data)}, 0}));
+      pulls.push_back(store->send(kv::row_sparse_pull{{"emb"}, {watched}, {filled({8, 7}, 0.f)}, 0, 9}));
+    }
+  }
+  for (auto& f : pushes) BOOST_REQUIRE(await(f).has_value());
+  for (std::size_t i = 0; i < pulls.size(); i += 2) {
+    auto a = await(pulls[i]);
+    auto b = await(pulls[i + 1]);
+    BOOST_REQUIRE(a.has_value());
+    BOOST_REQUIRE(b.has_value());
+    BOOST_TEST(bits(a->at(0).to_host<float>(strm)) == bits(b->at(0).to_host<float>(strm)), boost::test_tools::per_element());
+  }
+}
+
 BOOST_FIXTURE_TEST_CASE(synchronous_row_sparse_versions_sum_three_contributions_and_update_the_union_of_their_rows,
                         fixture) {
   constexpr std::size_t workers = 3;
@@ -148,11 +186,7 @@ BOOST_FIXTURE_TEST_CASE(synchronous_row_sparse_versions_sum_three_contributions_
   for (const auto& rule : rules)
     for (std::size_t shards : {1, 3}) {
       BOOST_TEST_CONTEXT("rule " << rule.index() << ", " << shards << " shard(s)") {
-        kv::options options;
-        options.contributions_per_version = workers;
-        options.shards = shards;
-        options.chunk_bytes = 100;  // 25 floats: boundaries inside rows of 6
-        auto store = kv::spawn(sys, options);
+        auto store = kv::spawn(sys, sharded(shards, 100, workers));  // 25 floats: boundaries inside rows of 6
         std::vector<std::unique_ptr<kv::client>> clients;
         for (std::size_t w = 0; w < workers; ++w) clients.push_back(std::make_unique<kv::client>(sys, store));
         std::vector<float> value = random(n), momentum(n, 0.f), exp_avg(n, 0.f), exp_avg_sq(n, 0.f);
@@ -207,10 +241,7 @@ BOOST_FIXTURE_TEST_CASE(bad_row_sparse_requests_on_sharded_synchronous_and_sim_s
   const std::vector<std::int64_t> shape{37, 7};
   const auto w = random(count(shape));
   kv::client one(sys, kv::spawn(sys));
-  kv::options options;
-  options.shards = 3;
-  options.chunk_bytes = 64;
-  kv::client split(sys, kv::spawn(sys, options));
+  kv::client split(sys, kv::spawn(sys, sharded(3, 64)));
   for (auto* store : {&one, &split}) BOOST_REQUIRE(await(store->init("emb", make(w, shape))).has_value());
   for (auto* store : {&one, &split}) {  // the same sentences as one store's
     refused(await(store->push("emb", {sparse(shape, {3, 37}, random(14))})),
@@ -232,11 +263,7 @@ BOOST_FIXTURE_TEST_CASE(bad_row_sparse_requests_on_sharded_synchronous_and_sim_s
 
   // Synchronous: a version collects dense or row-sparse values, not both.
   for (std::size_t shards : {1, 2}) {
-    kv::options sync;
-    sync.contributions_per_version = 2;
-    sync.shards = shards;
-    sync.chunk_bytes = 64;
-    kv::client store(sys, kv::spawn(sys, sync));
+    kv::client store(sys, kv::spawn(sys, sharded(shards, 64, 2)));
     BOOST_REQUIRE(await(store.init("emb", make(w, shape))).has_value());
     BOOST_REQUIRE(await(store.push("emb", make(random(count(shape)), shape))).has_value());
     refused(await(store.push("emb", {sparse(shape, {1}, random(7))})),
