@@ -186,13 +186,14 @@ double chunked_push_seconds(strata::actor_system& sys, std::size_t chunks, int r
 
 /// Milliseconds (medians of `reps`) of a push and a pull of `fraction` of the rows of a
 /// `rows` x `dim` embedding under SGD: row-sparse (push_row_sparse + row_sparse_pull) and dense
-/// (the same gradient as a full tensor, zeros elsewhere, and a full pull), on one store.
+/// (the same gradient as a full tensor, zeros elsewhere, and a full pull), on one store or on
+/// `shards` shards (each on a one-thread cpu device of its own; the key split in 4 MiB chunks).
 std::pair<double, double> row_sparse_vs_dense_ms(strata::actor_system& sys, std::int64_t rows, std::int64_t dim,
-                                                 double fraction, int reps) {
+                                                 double fraction, int reps, std::size_t shards = 1) {
   auto devices = strata::make_devices("cpu:1");
   auto& dev = devices[0];
   auto s = dev.create_stream();
-  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys), std::chrono::minutes(30));
+  strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, {.shards = shards}), std::chrono::minutes(30));
   const auto n = static_cast<std::size_t>(rows * dim);
   const auto k = std::max<std::int64_t>(1, static_cast<std::int64_t>(static_cast<double>(rows) * fraction));
   auto full = [&](float v) {
@@ -263,10 +264,13 @@ int main(int argc, char** argv) {
   bool json = false;
   std::int64_t sparse_rows = 1'000'000, sparse_dim = 64;
   double sparse_fraction = 0.01;
+  std::size_t sparse_shards = 2;
   app.add_option("--sparse-rows", sparse_rows, "rows of the row-sparse figure's embedding")
       ->check(CLI::Range(std::int64_t{1}, std::int64_t{100'000'000}));
   app.add_option("--sparse-dim", sparse_dim, "floats per row of that embedding")->check(CLI::Range(std::int64_t{1}, std::int64_t{65536}));
   app.add_option("--sparse-fraction", sparse_fraction, "fraction of its rows pushed and pulled")->check(CLI::Range(1e-9, 1.0));
+  app.add_option("--sparse-shards", sparse_shards, "shards of the sharded row-sparse figure (0: skip it)")
+      ->check(CLI::Range(std::size_t{0}, std::size_t{64}));
   app.add_option("--mib", mib, "MiB per pushed array (float32)")->check(CLI::Range(0.001, 4096.0));
   app.add_option("--pushers", pushers, "arrays pushed into the key per push")->check(CLI::Range(1, 64));
   app.add_option("--keys", keys, "keys per round trip (latency)")->check(CLI::Range(1, 1000000));
@@ -359,6 +363,10 @@ int main(int argc, char** argv) {
     const double base = sharded.empty() ? 0.0 : sharded.front().second;
     // (d) row-sparse push+pull of a fraction of an embedding's rows against the dense push+pull.
     const auto [sparse_ms, dense_ms] = row_sparse_vs_dense_ms(sys, sparse_rows, sparse_dim, sparse_fraction, reps);
+    //     and on `sparse_shards` shards, rows routed to the shards holding them.
+    const auto [sharded_sparse_ms, sharded_dense_ms] =
+        sparse_shards > 0 ? row_sparse_vs_dense_ms(sys, sparse_rows, sparse_dim, sparse_fraction, reps, sparse_shards)
+                          : std::pair<double, double>{0.0, 0.0};
 
     if (json) {
       nlohmann::json j;
@@ -383,6 +391,14 @@ int main(int argc, char** argv) {
                          {"row_sparse_push_pull_ms", sparse_ms},
                          {"dense_push_pull_ms", dense_ms},
                          {"speedup", dense_ms / sparse_ms}};
+      if (sparse_shards > 0)
+        j["row_sparse_sharded"] = {{"shards", sparse_shards},
+                                   {"rows", sparse_rows},
+                                   {"dim", sparse_dim},
+                                   {"fraction", sparse_fraction},
+                                   {"row_sparse_push_pull_ms", sharded_sparse_ms},
+                                   {"dense_push_pull_ms", sharded_dense_ms},
+                                   {"speedup", sharded_dense_ms / sharded_sparse_ms}};
       std::printf("%s\n", j.dump().c_str());
       return 0;
     }
@@ -408,6 +424,10 @@ int main(int argc, char** argv) {
                  std::to_string(sparse_rows) + " x " + std::to_string(sparse_dim) + " (anchor: dense)")
                     .c_str(),
                 sparse_ms, dense_ms, dense_ms / sparse_ms);
+    if (sparse_shards > 0)
+      std::printf("%-44s %10.2f ms %11.2f ms %8.1f\n",
+                  ("  the same on " + std::to_string(sparse_shards) + " shards").c_str(), sharded_sparse_ms,
+                  sharded_dense_ms, sharded_dense_ms / sharded_sparse_ms);
   } catch (const std::exception& e) {
     std::fprintf(stderr, "strata-bench-kvstore: %s\n", e.what());
     return 1;

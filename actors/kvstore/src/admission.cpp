@@ -95,6 +95,13 @@ admission_ticket ticket_of(const shard_request& m) {
   return {op, m.priority, false, joined(m.push_keys, m.pull_keys), joined(allocations(m.values), allocations(m.outs)),
           m.origin};
 }
+admission_ticket ticket_of(const shard_row_sparse& m) {
+  std::vector<const void*> uses;
+  for (const auto* lists : {&m.values, &m.outs})
+    for (const auto& list : *lists) uses.push_back(allocation_of(list.data));
+  return {m.push_keys.empty() ? "row_sparse_pull" : "push", m.priority, false, joined(m.push_keys, m.pull_keys),
+          std::move(uses), m.origin};
+}
 admission_ticket ticket_of(const shard_save&) { return {"save", 0, true, {}, {}, {}}; }
 admission_ticket ticket_of(const shard_load&) { return {"load", 0, true, {}, {}, {}}; }
 

@@ -47,6 +47,7 @@ admission_ticket ticket_of(const kvstore::load_optimizer_states& m);
 admission_ticket ticket_of(const shard_load_optimizer_states& m);
 admission_ticket ticket_of(const shard_init& m);
 admission_ticket ticket_of(const shard_request& m);
+admission_ticket ticket_of(const shard_row_sparse& m);
 admission_ticket ticket_of(const shard_save& m);
 admission_ticket ticket_of(const shard_load& m);
 

@@ -79,8 +79,10 @@ client::done client::push(kvstore::key key, std::vector<kvstore::row_sparse> val
   std::vector<kvstore::key> keys(values.size(), key);
   return call<unit_t>(kvstore::push_row_sparse{std::move(keys), std::move(values)});
 }
-client::tensors client::row_sparse_pull(kvstore::key key, tensor out, std::vector<std::int64_t> row_ids) {
-  return call<std::vector<tensor>>(kvstore::row_sparse_pull{{std::move(key)}, {std::move(row_ids)}, {std::move(out)}});
+client::tensors client::row_sparse_pull(kvstore::key key, tensor out, std::vector<std::int64_t> row_ids,
+                                        std::uint64_t min_version) {
+  return call<std::vector<tensor>>(
+      kvstore::row_sparse_pull{{std::move(key)}, {std::move(row_ids)}, {std::move(out)}, min_version});
 }
 client::done client::save_optimizer_states(std::string path) {
   return call<unit_t>(kvstore::save_optimizer_states{std::move(path)});

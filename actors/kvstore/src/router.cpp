@@ -1,7 +1,8 @@
 #include "router_actor.hpp"
 
-// A sharded store's router: its spawn, saves, loads and optimizer states (the class and its
-// request handling are in router_actor.hpp).
+// A sharded store's router: its spawn, placement of keys, the check for shards sharing a caller
+// tensor, saves, loads and optimizer states (the class and its request handling are in
+// router_actor.hpp; row-sparse requests in router_sparse.cpp).
 namespace strata::kvstore::internal {
 
 actor_ref spawn_router(actor_system& system, kvstore::options options, std::vector<actor_ref> shards,
@@ -9,6 +10,67 @@ actor_ref spawn_router(actor_system& system, kvstore::options options, std::vect
   auto name = options.name;
   return system.spawn_with<kvstore_router>(spawn_options{.name = std::move(name)}, std::move(options), std::move(shards),
                                            std::move(place));
+}
+
+const kvstore_router::placement& kvstore_router::place_key(placements& into, const kvstore::key& key,
+                                                          const std::vector<std::int64_t>& shape, strata::dtype type) {
+  std::size_t numel = 1;
+  for (auto d : shape) numel *= static_cast<std::size_t>(d);
+  const std::size_t bytes = numel * size_of(type);
+  std::size_t pieces = 1;
+  if (options_.chunk_bytes > 0 && bytes > options_.chunk_bytes)
+    pieces = std::min(numel, (bytes + options_.chunk_bytes - 1) / options_.chunk_bytes);
+  placement pl{shape, type, {}};
+  std::size_t offset = 0;
+  for (std::size_t c = 0; c < pieces; ++c) {
+    const std::size_t length = numel / pieces + (c < numel % pieces ? 1 : 0);
+    pl.chunks.push_back(chunk{next_shard_ % shards_.size(), next_sub_key_++, offset, length});
+    ++next_shard_;
+    offset += length;
+  }
+  return into.emplace(key, std::move(pl)).first->second;
+}
+
+/// True when elements of one caller tensor are written by one shard and read or written by
+/// another, so that the shards' accesses need an order. O(n log n) in the chunks named.
+bool kvstore_router::crosses_shards(const std::vector<entry>& es) const {
+  if (shards_.size() < 2) return false;
+  struct range {
+    const void* allocation;
+    std::size_t begin, end, shard;
+    bool write;
+  };
+  std::vector<range> ranges;
+  bool any_write = false;
+  for (const auto& e : es) {
+    any_write = any_write || e.write;
+    for (const auto& c : keys_.at(e.key).chunks)
+      ranges.push_back({allocation_of(e.t), c.offset, c.offset + c.length, c.shard, e.write});
+  }
+  if (!any_write) return false;
+  std::sort(ranges.begin(), ranges.end(), [](const range& a, const range& b) {
+    return a.allocation != b.allocation ? std::less<const void*>{}(a.allocation, b.allocation) : a.begin < b.begin;
+  });
+  // Sorted by start, a range overlaps an earlier one exactly when that one ends after its start:
+  // the largest end seen on any shard but its own says whether one does.
+  struct largest_ends {
+    std::size_t end = 0, shard = static_cast<std::size_t>(-1), other_end = 0;  // other_end: largest end on another shard than `shard`
+    void add(std::size_t e, std::size_t s) {
+      if (s == shard) end = std::max(end, e);
+      else if (e > end) other_end = std::exchange(end, e), shard = s;
+      else other_end = std::max(other_end, e);
+    }
+    std::size_t beside(std::size_t s) const { return s == shard ? other_end : end; }
+  };
+  largest_ends all, written;
+  for (std::size_t i = 0; i < ranges.size(); ++i) {
+    const range& r = ranges[i];
+    if (i > 0 && ranges[i - 1].allocation != r.allocation) all = written = largest_ends{};
+    if ((r.write ? all : written).beside(r.shard) > r.begin) return true;
+    all.add(r.end, r.shard);
+    if (r.write) written.add(r.end, r.shard);
+  }
+  return false;
 }
 
 /// Every shard's snapshot (chunk keys), joined into the caller's keys and written as one store would.
@@ -102,6 +164,7 @@ bool kvstore_router::on_load(kvstore::load& m, response_promise<unit_t>& p, std:
     if (!e) {
       keys_ = std::move(loaded);
       int_keys_ = kind;
+      rounds_.clear();  // the shards' keys start afresh: nothing accumulated
     }
     e ? p.deliver(*e) : p.deliver(unit);
     resume();

@@ -17,6 +17,7 @@
 #include "optimizer_states.hpp"
 #include "router.hpp"
 #include "shard_protocol.hpp"
+#include "sparse_rows.hpp"
 #include "strata/actor.hpp"
 
 namespace strata::kvstore::internal {
@@ -33,10 +34,6 @@ namespace strata::kvstore::internal {
 /// caller's keys, chunks joined, in one store's format; a load checks the whole file, then stages
 /// each shard's part and commits on every shard only when all have staged it. While a save or
 /// load is in progress the router holds the requests that arrive and serves them afterwards.
-inline std::string row_sparse_unsharded(const char* op) {
-  return std::string("kvstore ") + op + ": row-sparse values run on stores of one shard only so far.";
-}
-
 class kvstore_router final : public actor {
 public:
   kvstore_router(kvstore::options options, std::vector<actor_ref> shards, store_place place)
@@ -112,10 +109,8 @@ public:
         serve(&kvstore_router::on_version),
         serve(&kvstore_router::on_save),
         serve(&kvstore_router::on_load),
-        [](const kvstore::push_row_sparse&) -> expected<unit_t> { return bad(row_sparse_unsharded("push")); },
-        [](const kvstore::row_sparse_pull&) -> expected<std::vector<tensor>> {
-          return bad(row_sparse_unsharded("row_sparse_pull"));
-        },
+        serve(&kvstore_router::on_push_row_sparse),
+        serve(&kvstore_router::on_row_sparse_pull),
         serve(&kvstore_router::on_save_optimizer_states),
         serve(&kvstore_router::on_load_optimizer_states),
         [](const kvstore::is_capable& m) -> expected<bool> { return has_capability(m.capability); },
@@ -211,6 +206,7 @@ private:
     if (conflicts(uses_of(m.values, false))) return false;
     if (auto r = check_existing("push", "value", m.keys, m.values, int_keys_, shape_of(), place_); !r)
       return p.deliver(r.error()), true;
+    if (auto r = count_round("push", m.keys, false); !r) return p.deliver(r.error()), true;
     auto j = std::make_shared<job>();
     j->steps.push_back(make_step(entries(m.keys, m.values, false), m.priority, origin, 0));
     j->done = answer(p);
@@ -236,6 +232,7 @@ private:
       return p.deliver(r.error()), true;
     if (auto r = check_existing("pushpull", "output", m.pull.keys, m.pull.outs, int_keys_, shape_of(), place_); !r)
       return p.deliver(r.error()), true;
+    if (auto r = count_round("pushpull", m.push.keys, false); !r) return p.deliver(r.error()), true;
     auto pushed = entries(m.push.keys, m.push.values, false);
     auto pulled = entries(m.pull.keys, m.pull.outs, true);
     auto j = std::make_shared<job>();
@@ -268,7 +265,15 @@ private:
       if (auto r = check_learning_rate(m.lr, optimizer_.has_value(), scheduled); !r) return p.deliver(r.error()), true;
       std::visit([&m](auto& o) { o.lr = m.lr; }, optimizer_->options);
     }
-    auto g = gather(answer(p));
+    auto done = answer(p);
+    if constexpr (std::is_same_v<M, kvstore::set_gradient_compression>) {  // refuses row-sparse pushes once on
+      const auto type = parse_compression(m.type, m.threshold);
+      done = [this, on = type && *type != compression_type::none, done = std::move(done)](const error* e) {
+        if (!e) compressed_ = on;
+        done(e);
+      };
+    }
+    auto g = gather(std::move(done));
     for (std::size_t s = 0; s < shards_.size(); ++s) ask(s, m, g);
     g->start();
     return true;
@@ -284,6 +289,20 @@ private:
   }
 
 
+
+  // ---- row-sparse values (router_sparse.cpp) ----
+  /// Each row goes to the shards holding its elements (a row across a chunk boundary in pieces);
+  /// a push names every chunk of its keys, so that each counts it as one store counts the key.
+  bool on_push_row_sparse(kvstore::push_row_sparse& m, response_promise<unit_t>& p, std::uint64_t origin);
+  /// The shards copy their pieces of the rows straight into the caller's outputs, in its order.
+  bool on_row_sparse_pull(kvstore::row_sparse_pull& m, response_promise<std::vector<tensor>>& p, std::uint64_t origin);
+  /// Synchronous mode: a version collects dense or row-sparse (`sparse`) values, not both. The
+  /// router counts each key's values in the order it sends them and refuses a request that
+  /// would mix them before any shard sees it (the shards check too).
+  expected<void> count_round(const char* op, const std::vector<kvstore::key>& keys, bool sparse);
+  /// The pieces of rows `ids` (stacked in `t`) of a key placed as `pl`, one list per chunk.
+  static std::vector<row_pieces> pieces_by_chunk(const placement& pl, const tensor& t,
+                                                 const std::vector<std::int64_t>& ids);
 
   // ---- checkpoints and optimizer states (router.cpp) ----
   /// Every shard's snapshot (chunk keys), joined into the caller's keys and written as one store would.
@@ -344,23 +363,7 @@ private:
 
   /// Places `key` in `into`: its chunks on the next shards, under new chunk keys.
   const placement& place_key(placements& into, const kvstore::key& key, const std::vector<std::int64_t>& shape,
-                             strata::dtype type) {
-    std::size_t numel = 1;
-    for (auto d : shape) numel *= static_cast<std::size_t>(d);
-    const std::size_t bytes = numel * size_of(type);
-    std::size_t pieces = 1;
-    if (options_.chunk_bytes > 0 && bytes > options_.chunk_bytes)
-      pieces = std::min(numel, (bytes + options_.chunk_bytes - 1) / options_.chunk_bytes);
-    placement pl{shape, type, {}};
-    std::size_t offset = 0;
-    for (std::size_t c = 0; c < pieces; ++c) {
-      const std::size_t length = numel / pieces + (c < numel % pieces ? 1 : 0);
-      pl.chunks.push_back(chunk{next_shard_ % shards_.size(), next_sub_key_++, offset, length});
-      ++next_shard_;
-      offset += length;
-    }
-    return into.emplace(key, std::move(pl)).first->second;
-  }
+                             strata::dtype type);
 
   // ---- requests in steps, ordered by the caller tensors they use ------------------------------
   //
@@ -389,6 +392,7 @@ private:
   /// What is sent to the shards at once: one part per shard (empty ones are not sent).
   struct step {
     std::vector<shard_request> parts;
+    std::vector<shard_row_sparse> sparse_parts;  // a row-sparse request's, or empty
     std::vector<tensor_use> uses;
     bool waits = false;             // its pulls may wait for a version: not counted in `in_use_`
     bool pulls_own_rounds = false;  // synchronous pushpull: pull the versions the first step pushed
@@ -443,45 +447,7 @@ private:
 
   /// True when elements of one caller tensor are written by one shard and read or written by
   /// another, so that the shards' accesses need an order. O(n log n) in the chunks named.
-  bool crosses_shards(const std::vector<entry>& es) const {
-    if (shards_.size() < 2) return false;
-    struct range {
-      const void* allocation;
-      std::size_t begin, end, shard;
-      bool write;
-    };
-    std::vector<range> ranges;
-    bool any_write = false;
-    for (const auto& e : es) {
-      any_write = any_write || e.write;
-      for (const auto& c : keys_.at(e.key).chunks)
-        ranges.push_back({allocation_of(e.t), c.offset, c.offset + c.length, c.shard, e.write});
-    }
-    if (!any_write) return false;
-    std::sort(ranges.begin(), ranges.end(), [](const range& a, const range& b) {
-      return a.allocation != b.allocation ? std::less<const void*>{}(a.allocation, b.allocation) : a.begin < b.begin;
-    });
-    // Sorted by start, a range overlaps an earlier one exactly when that one ends after its start:
-    // the largest end seen on any shard but its own says whether one does.
-    struct largest_ends {
-      std::size_t end = 0, shard = static_cast<std::size_t>(-1), other_end = 0;  // other_end: largest end on another shard than `shard`
-      void add(std::size_t e, std::size_t s) {
-        if (s == shard) end = std::max(end, e);
-        else if (e > end) other_end = std::exchange(end, e), shard = s;
-        else other_end = std::max(other_end, e);
-      }
-      std::size_t beside(std::size_t s) const { return s == shard ? other_end : end; }
-    };
-    largest_ends all, written;
-    for (std::size_t i = 0; i < ranges.size(); ++i) {
-      const range& r = ranges[i];
-      if (i > 0 && ranges[i - 1].allocation != r.allocation) all = written = largest_ends{};
-      if ((r.write ? all : written).beside(r.shard) > r.begin) return true;
-      all.add(r.end, r.shard);
-      if (r.write) written.add(r.end, r.shard);
-    }
-    return false;
-  }
+  bool crosses_shards(const std::vector<entry>& es) const;
 
   /// The parts of `es` for each shard: values as push keys, outputs as pull keys.
   step make_step(const std::vector<entry>& es, int priority, std::uint64_t origin, std::uint64_t min_version) const {
@@ -545,9 +511,8 @@ private:
       }
       pump();
     });
-    for (std::size_t s = 0; s < st.parts.size(); ++s) {
-      auto& part = st.parts[s];
-      if (part.push_keys.empty() && part.pull_keys.empty()) continue;
+    auto send = [&](std::size_t s, auto& part) {
+      if (part.push_keys.empty() && part.pull_keys.empty()) return;
       ++g->waiting;
       std::vector<kvstore::key> pushed = part.push_keys;  // the reply has the versions of these keys
       request<std::vector<std::uint64_t>>(shards_[s], shard_timeout, std::move(part))
@@ -558,7 +523,9 @@ private:
                 g->arrive(nullptr);
               },
               [g](const error& e) { g->arrive(&e); });
-    }
+    };
+    for (std::size_t s = 0; s < st.parts.size(); ++s) send(s, st.parts[s]);
+    for (std::size_t s = 0; s < st.sparse_parts.size(); ++s) send(s, st.sparse_parts[s]);
     g->start();
   }
 
@@ -568,6 +535,12 @@ private:
   placements keys_;
   std::optional<bool> int_keys_;
   bool checkpointing_ = false;              // a save or load is in progress
+  bool compressed_ = false;                 // gradient compression is on (set_gradient_compression)
+  struct round_count {
+    std::size_t values = 0;  // sent towards the key's next version (synchronous mode)
+    bool sparse = false;     // ... and they are row-sparse
+  };
+  std::map<kvstore::key, round_count> rounds_;
   std::optional<optimizer_setting> optimizer_;  // the last set_optimizer forwarded (for save_optimizer_states)
   std::size_t steps_holding_ = 0;           // requests in steps that hold every other request
   std::deque<std::function<bool()>> held_;  // requests not started yet, in arrival order

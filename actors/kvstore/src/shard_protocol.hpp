@@ -10,6 +10,7 @@
 #include "checkpoint_file.hpp"
 #include "merge.hpp"
 #include "optimizer_states.hpp"
+#include "sparse_rows.hpp"
 #include "strata/kvstore/kvstore.hpp"
 
 namespace strata::kvstore::internal {
@@ -33,6 +34,23 @@ struct shard_request {
   std::vector<kvstore::key> pull_keys;
   std::vector<slice_ref> outs;
   std::vector<std::uint64_t> pull_versions;
+  std::uint64_t min_version = 0;
+  int priority = 0;
+  std::uint64_t origin = 0;
+};
+
+/// A row-sparse push or row_sparse_pull of chunk keys for the caller `origin` (one of the two:
+/// the router sends them apart). `values[i]`: the pieces of one pushed row-sparse value that lie
+/// in chunk key `push_keys[i]`; every chunk of a pushed key is named, with no pieces when no row
+/// reaches it, so that each chunk counts the push (versions, Adam's step, synchronous rounds)
+/// as one store counts it for the key. `outs[i]`: the pieces of pulled rows in chunk key
+/// `pull_keys[i]`, written into the caller's output. The pull waits until each key has had
+/// `min_version` updates. Reply as `shard_request`.
+struct shard_row_sparse {
+  std::vector<kvstore::key> push_keys;
+  std::vector<row_pieces> values;
+  std::vector<kvstore::key> pull_keys;
+  std::vector<row_pieces> outs;
   std::uint64_t min_version = 0;
   int priority = 0;
   std::uint64_t origin = 0;

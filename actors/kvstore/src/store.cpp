@@ -46,6 +46,7 @@ behavior kvstore_actor::make_behavior() {
       // From a sharded store's router.
       admitted(&kvstore_actor::on_shard_init),
       admitted(&kvstore_actor::on_shard_request),
+      admitted(&kvstore_actor::on_shard_row_sparse),
       admitted(&kvstore_actor::on_shard_save),
       admitted(&kvstore_actor::on_shard_load),
       admitted(&kvstore_actor::on_shard_load_optimizer_states),
@@ -129,6 +130,7 @@ expected<void> kvstore_actor::on_broadcast(kvstore::broadcast& m, response_promi
 
 expected<void> kvstore_actor::on_push(kvstore::push& m, response_promise<unit_t>& p) {
   if (auto r = check_existing("push", "value", m.keys, m.values, int_keys_, shape_of(), place_); !r) return r;
+  if (auto r = check_round_kind("push", m.keys, false); !r) return r;
   auto status = std::make_shared<work_status>();
   enqueue_push(m.keys, whole(m.values), status);
   reply_when_done(p, status);
@@ -156,6 +158,7 @@ expected<void> kvstore_actor::on_pushpull(kvstore::pushpull& m, response_promise
     return r;
   if (auto r = check_existing("pushpull", "output", m.pull.keys, m.pull.outs, int_keys_, shape_of(), place_); !r)
     return r;
+  if (auto r = check_round_kind("pushpull", m.push.keys, false); !r) return r;
   auto status = std::make_shared<work_status>();
   enqueue_push(m.push.keys, whole(m.push.values), status);
   // Synchronous mode: the pull waits for the version this push contributes to, and answers with
@@ -318,15 +321,11 @@ expected<void> kvstore_actor::on_shard_init(shard_init& m, response_promise<unit
 /// The reply: for each pushed chunk key, the version its value belongs to (`round_of`), which a
 /// router passes as `pull_versions` when it pulls in a later step.
 expected<void> kvstore_actor::on_shard_request(shard_request& m, response_promise<std::vector<std::uint64_t>>& p) {
-  // A load between two steps of one request may have replaced the shard's keys.
-  for (const auto* keys : {&m.push_keys, &m.pull_keys})
-    for (const auto& key : *keys)
-      if (!keys_.contains(key))
-        return bad("kvstore request: key " + key.to_string() +
-                   " is no longer in the store; a load replaced the store's keys while the request was in flight.");
+  if (auto r = still_held(m.push_keys, m.pull_keys); !r) return r;
   if (!m.pull_versions.empty() && m.pull_versions.size() != m.pull_keys.size())
     return bad("kvstore shard request: " + std::to_string(m.pull_versions.size()) + " versions for " +
                std::to_string(m.pull_keys.size()) + " pulled keys; expected one per key.");
+  if (auto r = check_round_kind("push", m.push_keys, false); !r) return r;
   auto status = std::make_shared<work_status>();
   std::vector<std::uint64_t> rounds;
   if (!m.push_keys.empty()) {
@@ -362,6 +361,18 @@ expected<void> kvstore_actor::on_shard_save(shard_save&, response_promise<std::v
 
 expected<void> kvstore_actor::on_shard_load(shard_load& m, response_promise<unit_t>& p) {
   return stage(p, *m.file, m.pieces, [this](key_map& staged) { staged_ = std::move(staged); });
+}
+
+/// A load between two steps of one request (or while it waited at the router) may have replaced
+/// a shard's keys.
+expected<void> kvstore_actor::still_held(const std::vector<kvstore::key>& pushed,
+                                         const std::vector<kvstore::key>& pulled) const {
+  for (const auto* keys : {&pushed, &pulled})
+    for (const auto& key : *keys)
+      if (!keys_.contains(key))
+        return bad("kvstore request: key " + key.to_string() +
+                   " is no longer in the store; a load replaced the store's keys while the request was in flight.");
+  return {};
 }
 
 // ---- parked pulls (waiting for a version) -----------------------------------------------------

@@ -17,6 +17,7 @@
 #include "checkpoint_file.hpp"
 #include "merge.hpp"
 #include "shard_protocol.hpp"
+#include "sparse_rows.hpp"
 #include "strata/actor.hpp"
 #include "strata/device/device.hpp"
 #include "strata/device/device_manager.hpp"
@@ -63,6 +64,8 @@ private:
     std::int64_t step = 0;
     kvstore::key label = 0;  // the caller's key (a shard's chunk keys differ from it)
     tensor master;           // multi_precision: the float32 master copy of a 16-bit value
+    bool sparse_round = false;              // sync mode: the values received so far are row-sparse
+    std::vector<row_pieces> sparse_received;  // ... their pieces, copied into store tensors
   };
   using key_map = std::map<kvstore::key, key_state>;
   struct parked_pull {
@@ -103,8 +106,11 @@ private:
   expected<void> on_load(kvstore::load& m, response_promise<unit_t>& p);
   expected<void> on_push_row_sparse(kvstore::push_row_sparse& m, response_promise<unit_t>& p);
   expected<void> on_row_sparse_pull(kvstore::row_sparse_pull& m, response_promise<std::vector<tensor>>& p);
-  /// Whether this store takes row-sparse pushes (cpu, asynchronous, no compression).
-  expected<void> row_sparse_supported(const char* op) const;
+  expected<void> on_shard_row_sparse(shard_row_sparse& m, response_promise<std::vector<std::uint64_t>>& p);
+  /// The chunk keys of a shard request, still held (else one sentence).
+  expected<void> still_held(const std::vector<kvstore::key>& pushed, const std::vector<kvstore::key>& pulled) const;
+  /// Synchronous mode: a version collects dense values or row-sparse ones (`sparse`), not both.
+  expected<void> check_round_kind(const char* op, const std::vector<kvstore::key>& keys, bool sparse) const;
   expected<void> on_save_optimizer_states(kvstore::save_optimizer_states& m, response_promise<unit_t>& p);
   expected<void> on_load_optimizer_states(kvstore::load_optimizer_states& m, response_promise<unit_t>& p);
   expected<void> on_shard_load_optimizer_states(shard_load_optimizer_states& m, response_promise<unit_t>& p);
@@ -160,6 +166,16 @@ private:
   void merge(key_state& state, const std::vector<slice_ref>& values, bool with_accumulator, bool complete,
              const std::shared_ptr<work_status>& status);
   void run_user_updater(const merge_work& work, work_status& status);
+  /// Row-sparse pushes (store_sparse.cpp): `values[i]` are the pieces of one value of `keys[i]`;
+  /// asynchronous, a call's values make one update; synchronous, each value is a contribution.
+  void enqueue_row_sparse_push(const std::vector<kvstore::key>& keys, const std::vector<row_pieces>& values,
+                               const std::shared_ptr<work_status>& status);
+  /// Sums the pieces by id and runs the rule on those rows of `state` (a version).
+  void update_rows(key_state& state, std::vector<row_pieces> lists, const std::shared_ptr<work_status>& status);
+  /// The pieces of `lists` with their data copied (on the stream) into one tensor of this store.
+  row_pieces kept_copy(const std::vector<row_pieces>& lists);
+  /// Copies the pieces of each key into the outputs they name; returns the event marking it done.
+  event enqueue_row_pull(const std::vector<kvstore::key>& keys, const std::vector<row_pieces>& outs);
   event enqueue_pull(const std::vector<kvstore::key>& keys, const std::vector<slice_ref>& outs,
                      const std::shared_ptr<work_status>& status);
   void reply_when_done(response_promise<unit_t> promise, std::shared_ptr<work_status> status);

@@ -2,226 +2,250 @@
 
 #include <algorithm>
 #include <cstring>
-#include <map>
-#include <vector>
 #include <utility>
+#include <vector>
 
-#include "strata/device/shape.hpp"
 #include "strata/kernels/on_stream.hpp"
 
-// Row-sparse values in one store (docs/kvstore.md, "Row-sparse values"): a push of rows by id
-// and a pull of rows by id, on the store's stream.
+// Row-sparse values in a store or a shard (docs/kvstore.md, "Row-sparse values"): pushes of rows
+// by id, asynchronous or collected into synchronous versions, and pulls of rows by id, on the
+// store's stream. A request's rows arrive as pieces of the stored value (sparse_rows.hpp).
 namespace strata::kvstore::internal {
 
 namespace {
 
-std::size_t row_length(const std::vector<std::int64_t>& shape) {
-  std::size_t n = 1;
-  for (std::size_t d = 1; d < shape.size(); ++d) n *= static_cast<std::size_t>(shape[d]);
-  return n;
-}
-
-/// The shape `rows` must have for `ids` of a key of `shape`: `[ids, shape[1], ...]`.
-std::vector<std::int64_t> rows_shape(std::size_t ids, const std::vector<std::int64_t>& shape) {
-  std::vector<std::int64_t> s{static_cast<std::int64_t>(ids)};
-  s.insert(s.end(), shape.begin() + 1, shape.end());
-  return s;
-}
-
-/// One key's rows and ids against its stored shape: ids in range, rows of the right shape, a
-/// float32 cpu tensor.
-expected<void> check_rows(const char* op, const char* role, const kvstore::key& key, const tensor& rows,
-                          const std::vector<std::int64_t>& ids, const std::vector<std::int64_t>& shape) {
-  const std::string where = std::string("kvstore ") + op + ": the " + role + " for key " + key.to_string();
-  if (shape.empty()) return bad(where + " names rows of a scalar key; row-sparse values need a key of rank 1 or more.");
-  for (auto id : ids)
-    if (id < 0 || id >= shape[0])
-      return bad(where + " names row " + std::to_string(id) + ", outside [0, " + std::to_string(shape[0]) + ").");
-  if (!rows.valid()) return bad(where + " is an empty tensor; expected a float32 tensor.");
-  if (rows.dtype() != dtype::float32)
-    return bad(where + " has dtype " + std::string(to_string(rows.dtype())) + ", expected float32.");
-  const auto expected_shape = rows_shape(ids.size(), shape);
-  if (rows.shape() != expected_shape)
-    return bad(where + " has shape " + shape_text(rows.shape()) + ", expected " + shape_text(expected_shape) +
-               " (one row per id).");
-  if (rows.storage().kind() != device_kind::cpu)
-    return bad(where + " is on " + rows.get_device().name() + "; row-sparse values are cpu tensors.");
-  return {};
+/// The pieces of each key's rows: `tensors[i]` holds the rows `ids[i]` of the whole key `keys[i]`.
+template <class Ids>
+std::vector<row_pieces> whole_key_pieces(const std::vector<kvstore::key>& keys, const Ids& ids_of,
+                                                     const std::vector<tensor>& tensors, const shape_lookup& shape_of) {
+  std::vector<row_pieces> out;
+  out.reserve(keys.size());
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    const auto& shape = *shape_of(keys[i]).shape;
+    const std::size_t cols = row_length(shape);
+    out.push_back(pieces_within(tensors[i], ids_of(i), cols, 0, static_cast<std::size_t>(shape[0]) * cols));
+  }
+  return out;
 }
 
 }  // namespace
 
-expected<void> kvstore_actor::row_sparse_supported(const char* op) const {
-  const std::string what = std::string("kvstore ") + op + ": ";
-  if (device_.kind() != device_kind::cpu)
-    return bad(what + "row-sparse values run on cpu stores only (this store merges on " + device_.name() + ").");
-  if (options_.contributions_per_version != 0)
-    return bad(what + "row-sparse pushes need an asynchronous store (contributions_per_version 0).");
-  if (compression_ != compression_type::none)
-    return bad(what + "row-sparse pushes are not compressed; turn gradient compression off first.");
+expected<void> kvstore_actor::check_round_kind(const char* op, const std::vector<kvstore::key>& keys, bool sparse) const {
+  if (options_.contributions_per_version == 0) return {};
+  for (const auto& key : keys) {
+    const key_state& state = keys_.at(key);
+    if (state.received > 0 && state.sparse_round != sparse)
+      return mixed_round(op, state.label, sparse);
+  }
   return {};
 }
-
-namespace {
-/// Row-sparse pushes and pulls take float32 keys only (16-bit keys: not built yet).
-expected<void> row_sparse_dtype(const char* op, const kvstore::key& key, dtype type) {
-  if (type == dtype::float32) return {};
-  return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " holds " + std::string(to_string(type)) +
-             " values; row-sparse pushes and pulls take float32 keys only.");
-}
-}  // namespace
 
 expected<void> kvstore_actor::on_push_row_sparse(kvstore::push_row_sparse& m, response_promise<unit_t>& p) {
-  if (auto r = row_sparse_supported("push"); !r) return r;
-  if (m.keys.size() != m.values.size() || m.keys.empty())
-    return bad("kvstore push: " + std::to_string(m.keys.size()) + " keys and " + std::to_string(m.values.size()) +
-               " row-sparse values; expected one value per key, at least one.");
-  for (std::size_t i = 0; i < m.keys.size(); ++i) {
-    const auto [shape, type] = shape_of()(m.keys[i]);
-    if (!shape) return bad("kvstore push: key " + m.keys[i].to_string() + " is not initialised; call init first.");
-    if (auto r = row_sparse_dtype("push", m.keys[i], type); !r) return r;
-    if (m.values[i].shape != *shape)
-      return bad("kvstore push: the row-sparse value for key " + m.keys[i].to_string() + " has shape " +
-                 shape_text(m.values[i].shape) + ", expected " + shape_text(*shape) + " (the stored shape).");
-    if (auto r = check_rows("push", "row-sparse value", m.keys[i], m.values[i].rows, m.values[i].row_ids, *shape); !r)
-      return r;
-  }
+  if (auto r = row_sparse_supported("push", place_, compression_ != compression_type::none); !r) return r;
+  if (auto r = check_row_sparse_push(m, shape_of(), place_); !r) return r;
+  if (auto r = check_round_kind("push", m.keys, true); !r) return r;
+  std::vector<tensor> rows;
+  for (const auto& v : m.values) rows.push_back(v.rows);
+  const auto values = whole_key_pieces(m.keys, [&](std::size_t i) -> const auto& { return m.values[i].row_ids; }, rows,
+                                       shape_of());
   auto status = std::make_shared<work_status>();
-  std::map<kvstore::key, std::vector<const kvstore::row_sparse*>> groups;
-  for (std::size_t i = 0; i < m.keys.size(); ++i) groups[m.keys[i]].push_back(&m.values[i]);
-  for (auto& [key, group] : groups) {
-    key_state& state = keys_.at(key);
-    std::vector<kvstore::row_sparse> values;
-    for (const auto* v : group) {
-      stream_.wait(v->rows.ready_event());
-      values.push_back(*v);
-    }
-    const std::size_t cols = row_length(state.value.shape());
-    update_rule rule = rule_;
-    bool fresh = false;
-    if (const auto* sgd = std::get_if<kernels::sgd_options>(&rule); sgd && sgd->momentum != 0.0 && state.optimizer_state.empty()) {
-      state.optimizer_state = {tensor::empty(state.value.shape(), dtype::float32, device_, stream_)};
-      fresh = true;
-    }
-    if (std::holds_alternative<kernels::adam_options>(rule) && state.optimizer_state.size() != 2) {
-      state.optimizer_state = {tensor::empty(state.value.shape(), dtype::float32, device_, stream_),
-                               tensor::empty(state.value.shape(), dtype::float32, device_, stream_)};
-      state.step = 0;
-      fresh = true;
-    }
-    const std::int64_t step = std::holds_alternative<kernels::adam_options>(rule) ? ++state.step : 0;
-    ++state.version;
-    if (!std::holds_alternative<std::monostate>(scheduler_)) {
-      const double lr = learning_rate(scheduler_, static_cast<std::int64_t>(state.version));
-      if (auto* sgd = std::get_if<kernels::sgd_options>(&rule)) sgd->lr = lr;
-      if (auto* adam = std::get_if<kernels::adam_options>(&rule)) adam->lr = lr;
-    }
-    tensor dense = std::holds_alternative<kvstore::updater>(rule)
-                       ? tensor::empty(state.value.shape(), dtype::float32, device_, stream_)
-                       : tensor{};
-    kernels::on_stream(
-        stream_, {.name = "kvstore_row_sparse_update", .kind = work_kind::pointwise},
-        [values = std::move(values), stored = state.value, opt = state.optimizer_state, dense, rule, fresh, step, cols,
-         status, label = work_label{"push: the row-sparse update", state.label}](auto target) {
-          if constexpr (kernels::is_cuda_target<decltype(target)>) {
-            status->fail("kvstore push: row-sparse values have no cuda kernel.");  // refused before
-          } else {
-            run_guarded(*status, label, [&] {
-              // The sum by id, in id order (repeated ids add up): the pushed rows sorted by id, then
-              // added into one contiguous block per distinct id.
-              std::vector<std::pair<std::int64_t, const float*>> parts;
-              for (const auto& v : values) {
-                const float* rows = v.rows.template device_data<float>();
-                for (std::size_t r = 0; r < v.row_ids.size(); ++r) parts.emplace_back(v.row_ids[r], rows + r * cols);
-              }
-              std::stable_sort(parts.begin(), parts.end(),
-                               [](const auto& a, const auto& b) { return a.first < b.first; });
-              std::vector<std::int64_t> ids;
-              std::vector<float> sums;
-              sums.reserve(parts.size() * cols);
-              for (const auto& [id, row] : parts) {
-                if (ids.empty() || ids.back() != id) {
-                  ids.push_back(id);
-                  sums.insert(sums.end(), row, row + cols);
-                } else {
-                  float* into = sums.data() + (ids.size() - 1) * cols;
-                  for (std::size_t c = 0; c < cols; ++c) into[c] += row[c];
-                }
-              }
-              auto each_row = [&](auto&& f) {
-                for (std::size_t i = 0; i < ids.size(); ++i) f(static_cast<std::size_t>(ids[i]) * cols, sums.data() + i * cols);
-              };
-              float* value = stored.template device_data<float>();
-              const std::size_t n = static_cast<std::size_t>(stored.numel());
-              for (const auto& t : opt)
-                if (fresh) std::fill(t.template device_data<float>(), t.template device_data<float>() + n, 0.0f);
-              std::visit(
-                  [&](const auto& r) {
-                    using rule_type = std::decay_t<decltype(r)>;
-                    if constexpr (std::is_same_v<rule_type, std::monostate>) {
-                      std::fill(value, value + n, 0.0f);
-                      each_row([&](std::size_t at, const float* row) { std::copy(row, row + cols, value + at); });
-                    } else if constexpr (std::is_same_v<rule_type, kvstore::updater>) {
-                      float* d = dense.template device_data<float>();
-                      std::fill(d, d + n, 0.0f);
-                      each_row([&](std::size_t at, const float* row) { std::copy(row, row + cols, d + at); });
-                      tensor target_value = stored;
-                      r(label.key, dense, target_value);
-                    } else if constexpr (std::is_same_v<rule_type, kernels::sgd_options>) {
-                      float* momentum = opt.empty() ? nullptr : opt[0].template device_data<float>();
-                      each_row([&](std::size_t at, const float* row) {
-                        kernels::cpu::sgd_step(cols, value + at, row, momentum ? momentum + at : nullptr, r);
-                      });
-                    } else {
-                      each_row([&](std::size_t at, const float* row) {
-                        kernels::cpu::adam_step(cols, value + at, row, opt[0].template device_data<float>() + at,
-                                                opt[1].template device_data<float>() + at, step, r);
-                      });
-                    }
-                  },
-                  rule);
-            });
-          }
-        });
-  }
+  enqueue_row_sparse_push(m.keys, values, status);
   reply_when_done(p, status);
   serve_parked();
   return {};
 }
 
 expected<void> kvstore_actor::on_row_sparse_pull(kvstore::row_sparse_pull& m, response_promise<std::vector<tensor>>& p) {
-  if (device_.kind() != device_kind::cpu)
-    return bad("kvstore row_sparse_pull: row-sparse values run on cpu stores only (this store merges on " +
-               device_.name() + ").");
-  if (m.keys.size() != m.row_ids.size() || m.keys.size() != m.outs.size() || m.keys.empty())
-    return bad("kvstore row_sparse_pull: " + std::to_string(m.keys.size()) + " keys, " +
-               std::to_string(m.row_ids.size()) + " row id lists and " + std::to_string(m.outs.size()) +
-               " outputs; expected one of each per key, at least one.");
-  for (std::size_t i = 0; i < m.keys.size(); ++i) {
-    const auto [shape, type] = shape_of()(m.keys[i]);
-    if (!shape) return bad("kvstore row_sparse_pull: key " + m.keys[i].to_string() + " is not initialised; call init first.");
-    if (auto r = row_sparse_dtype("row_sparse_pull", m.keys[i], type); !r) return r;
-    if (auto r = check_rows("row_sparse_pull", "output", m.keys[i], m.outs[i], m.row_ids[i], *shape); !r) return r;
+  if (auto r = check_row_sparse_pull(m, shape_of(), place_); !r) return r;
+  auto pieces = whole_key_pieces(m.keys, [&](std::size_t i) -> const auto& { return m.row_ids[i]; }, m.outs, shape_of());
+  auto serve = [this, keys = m.keys, pieces = std::move(pieces), outs = m.outs, p](const error* stopped) mutable {
+    if (stopped) return p.deliver(*stopped);
+    const event done = enqueue_row_pull(keys, pieces);
+    for (auto& out : outs) out.set_ready_event(done);
+    reply_when_done(p, std::move(outs));
+  };
+  std::vector<std::uint64_t> versions(m.keys.size(), m.min_version);
+  if (!version_reached(m.keys, versions)) parked_.push_back(parked_pull{m.keys, std::move(versions), std::move(serve)});
+  else serve(nullptr);
+  return {};
+}
+
+/// The router checked the request against the caller's keys and cut its rows into the pieces of
+/// this shard's chunk keys.
+expected<void> kvstore_actor::on_shard_row_sparse(shard_row_sparse& m, response_promise<std::vector<std::uint64_t>>& p) {
+  if (auto r = still_held(m.push_keys, m.pull_keys); !r) return r;
+  if (m.push_keys.size() != m.values.size() || m.pull_keys.size() != m.outs.size() ||
+      (!m.push_keys.empty() && !m.pull_keys.empty()))
+    return bad("kvstore shard request: a row-sparse request needs one piece list per key, and a push or a pull, "
+               "not both.");
+  if (!m.push_keys.empty()) {
+    if (auto r = row_sparse_supported("push", place_, compression_ != compression_type::none); !r) return r;
+    if (auto r = check_round_kind("push", m.push_keys, true); !r) return r;
+    auto status = std::make_shared<work_status>();
+    enqueue_row_sparse_push(m.push_keys, m.values, status);
+    std::vector<std::uint64_t> rounds;
+    for (const auto& key : m.push_keys) rounds.push_back(round_of(key));
+    reply_when_done(p, std::move(rounds), status);
+    serve_parked();
+    return {};
   }
-  auto status = std::make_shared<work_status>();
-  for (std::size_t i = 0; i < m.keys.size(); ++i) {
-    stream_.wait(m.outs[i].ready_event());
-    const key_state& state = keys_.at(m.keys[i]);
+  auto serve = [this, keys = m.pull_keys, pieces = std::move(m.outs), p](const error* stopped) mutable {
+    if (stopped) return p.deliver(*stopped);
+    (void)enqueue_row_pull(keys, pieces);
+    reply_when_done(p, std::vector<std::uint64_t>{}, std::make_shared<work_status>());
+  };
+  std::vector<std::uint64_t> versions(m.pull_keys.size(), m.min_version);
+  if (!version_reached(m.pull_keys, versions))
+    parked_.push_back(parked_pull{m.pull_keys, std::move(versions), std::move(serve)});
+  else serve(nullptr);
+  return {};
+}
+
+void kvstore_actor::enqueue_row_sparse_push(const std::vector<kvstore::key>& keys,
+                                            const std::vector<row_pieces>& values,
+                                            const std::shared_ptr<work_status>& status) {
+  const std::size_t need = options_.contributions_per_version;
+  for (auto& [key, group] : group_by_key(keys, values)) {
+    key_state& state = keys_.at(key);
+    for (const auto& list : group) stream_.wait(list.data.ready_event());
+    if (need == 0) {  // asynchronous: this call's values make one update
+      update_rows(state, std::move(group), status);
+      continue;
+    }
+    // Synchronous: each value is a contribution. Pieces of a version this call completes are read
+    // in place by its update; those left waiting for later contributions are copied, since the
+    // caller may reuse its tensors once the push is answered.
+    std::vector<row_pieces> fresh;
+    for (auto& list : group) {
+      state.sparse_round = true;
+      fresh.push_back(std::move(list));
+      if (++state.received < need) continue;
+      std::vector<row_pieces> all = std::move(state.sparse_received);
+      all.insert(all.end(), std::make_move_iterator(fresh.begin()), std::make_move_iterator(fresh.end()));
+      update_rows(state, std::move(all), status);
+      fresh.clear();
+      state.sparse_received.clear();
+      state.received = 0;
+      state.sparse_round = false;
+    }
+    if (!fresh.empty()) state.sparse_received.push_back(kept_copy(fresh));
+  }
+}
+
+row_pieces kvstore_actor::kept_copy(const std::vector<row_pieces>& lists) {
+  row_pieces kept;
+  std::size_t total = 0;
+  for (const auto& list : lists)
+    for (const auto& p : list.pieces) {
+      kept.pieces.push_back({p.id, p.offset, p.length, total});
+      total += p.length;
+    }
+  kept.data = tensor::empty({static_cast<std::int64_t>(total)}, dtype::float32, device_, stream_);
+  kernels::on_stream(stream_,
+                     {.name = "kvstore_row_sparse_keep", .kind = work_kind::copy, .bytes = 8.0 * static_cast<double>(total)},
+                     [lists, copy = kept.data](auto target) {
+                       if constexpr (!kernels::is_cuda_target<decltype(target)>) {  // cpu stores only
+                         float* to = copy.template device_data<float>();
+                         for (const auto& list : lists) {
+                           if (list.pieces.empty()) continue;
+                           const float* from = list.data.template device_data<float>();
+                           for (const auto& p : list.pieces) {
+                             std::memcpy(to, from + p.at, p.length * sizeof(float));
+                             to += p.length;
+                           }
+                         }
+                       }
+                     });
+  return kept;
+}
+
+void kvstore_actor::update_rows(key_state& state, std::vector<row_pieces> lists, const std::shared_ptr<work_status>& status) {
+  update_rule rule = rule_;
+  bool fresh = false;
+  if (const auto* sgd = std::get_if<kernels::sgd_options>(&rule); sgd && sgd->momentum != 0.0 && state.optimizer_state.empty()) {
+    state.optimizer_state = {tensor::empty(state.value.shape(), dtype::float32, device_, stream_)};
+    fresh = true;
+  }
+  if (std::holds_alternative<kernels::adam_options>(rule) && state.optimizer_state.size() != 2) {
+    state.optimizer_state = {tensor::empty(state.value.shape(), dtype::float32, device_, stream_),
+                             tensor::empty(state.value.shape(), dtype::float32, device_, stream_)};
+    state.step = 0;
+    fresh = true;
+  }
+  const std::int64_t step = std::holds_alternative<kernels::adam_options>(rule) ? ++state.step : 0;
+  ++state.version;
+  if (!std::holds_alternative<std::monostate>(scheduler_)) {
+    const double lr = learning_rate(scheduler_, static_cast<std::int64_t>(state.version));
+    if (auto* sgd = std::get_if<kernels::sgd_options>(&rule)) sgd->lr = lr;
+    if (auto* adam = std::get_if<kernels::adam_options>(&rule)) adam->lr = lr;
+  }
+  tensor dense = std::holds_alternative<kvstore::updater>(rule)
+                     ? tensor::empty(state.value.shape(), dtype::float32, device_, stream_)
+                     : tensor{};
+  kernels::on_stream(
+      stream_, {.name = "kvstore_row_sparse_update", .kind = work_kind::pointwise},
+      [lists = std::move(lists), stored = state.value, opt = state.optimizer_state, dense, rule, fresh, step, status,
+       label = work_label{"push: the row-sparse update", state.label}](auto target) {
+        if constexpr (kernels::is_cuda_target<decltype(target)>) {
+          status->fail("kvstore push: row-sparse values have no cuda kernel.");  // refused before
+        } else {
+          run_guarded(*status, label, [&] {
+            // The sum by id, in id order (repeated ids add up, in the order pushed).
+            const summed_rows sums = sum_by_id(lists);
+            auto each_row = [&](auto&& f) {
+              for (std::size_t i = 0; i < sums.offsets.size(); ++i)
+                f(sums.offsets[i], sums.lengths[i], sums.data.data() + sums.at[i]);
+            };
+            float* value = stored.template device_data<float>();
+            const std::size_t n = static_cast<std::size_t>(stored.numel());
+            for (const auto& t : opt)
+              if (fresh) std::fill(t.template device_data<float>(), t.template device_data<float>() + n, 0.0f);
+            std::visit(
+                [&](const auto& r) {
+                  using rule_type = std::decay_t<decltype(r)>;
+                  if constexpr (std::is_same_v<rule_type, std::monostate>) {
+                    std::fill(value, value + n, 0.0f);
+                    each_row([&](std::size_t at, std::size_t len, const float* row) { std::copy(row, row + len, value + at); });
+                  } else if constexpr (std::is_same_v<rule_type, kvstore::updater>) {
+                    float* d = dense.template device_data<float>();
+                    std::fill(d, d + n, 0.0f);
+                    each_row([&](std::size_t at, std::size_t len, const float* row) { std::copy(row, row + len, d + at); });
+                    tensor target_value = stored;
+                    r(label.key, dense, target_value);
+                  } else if constexpr (std::is_same_v<rule_type, kernels::sgd_options>) {
+                    float* momentum = opt.empty() ? nullptr : opt[0].template device_data<float>();
+                    each_row([&](std::size_t at, std::size_t len, const float* row) {
+                      kernels::cpu::sgd_step(len, value + at, row, momentum ? momentum + at : nullptr, r);
+                    });
+                  } else {
+                    each_row([&](std::size_t at, std::size_t len, const float* row) {
+                      kernels::cpu::adam_step(len, value + at, row, opt[0].template device_data<float>() + at,
+                                              opt[1].template device_data<float>() + at, step, r);
+                    });
+                  }
+                },
+                rule);
+          });
+        }
+      });
+}
+
+event kvstore_actor::enqueue_row_pull(const std::vector<kvstore::key>& keys, const std::vector<row_pieces>& outs) {
+  for (std::size_t i = 0; i < keys.size(); ++i) {
+    if (outs[i].pieces.empty()) continue;
+    stream_.wait(outs[i].data.ready_event());  // whatever the caller queued on the output comes first
     kernels::on_stream(stream_, {.name = "kvstore_row_sparse_pull", .kind = work_kind::copy},
-                       [stored = state.value, out = m.outs[i], ids = m.row_ids[i],
-                        cols = row_length(state.value.shape())](auto target) {
+                       [stored = keys_.at(keys[i]).value, list = outs[i]](auto target) {
                          if constexpr (!kernels::is_cuda_target<decltype(target)>) {
                            const float* from = stored.template device_data<float>();
-                           float* to = out.template device_data<float>();
-                           for (std::size_t r = 0; r < ids.size(); ++r)
-                             std::memcpy(to + r * cols, from + static_cast<std::size_t>(ids[r]) * cols, cols * sizeof(float));
+                           float* to = list.data.template device_data<float>();
+                           const auto n = static_cast<std::size_t>(stored.numel());
+                           for (const auto& p : list.pieces)  // a load may have replaced the key meanwhile
+                             if (p.offset + p.length <= n) std::memcpy(to + p.at, from + p.offset, p.length * sizeof(float));
                          }
                        });
   }
-  const event done = stream_.record();
-  for (auto& out : m.outs) out.set_ready_event(done);
-  reply_when_done(p, std::move(m.outs), status);
-  return {};
+  return stream_.record();
 }
 
 }  // namespace strata::kvstore::internal

@@ -165,9 +165,12 @@ struct pushpull_in_place {
 /// those rows only: assign makes the key that sum (every other row zero: MXNet's store keeps the
 /// merged row-sparse array), SGD and Adam update only the pushed rows and their state (MXNet's
 /// lazy update; Adam's step counts pushes), a user updater gets the sum as a dense tensor.
-/// Asynchronous cpu stores of one shard without compression; the others refuse with one
-/// sentence, as do a row id out of range and rows whose shape is not `[row_ids.size(),
-/// shape[1], ...]`. Reply: `unit`.
+/// cpu stores, one shard or sharded (a row reaches the shards holding its elements); in
+/// synchronous mode each of a version's n values is one contribution, summed by id with the
+/// others, and the rule runs once on the union of their rows. Refused with one sentence: a row
+/// id out of range, rows whose shape is not `[row_ids.size(), shape[1], ...]`, cuda stores,
+/// compressed stores (as MXNet), and, in synchronous mode, a version that has dense values
+/// already. Reply: `unit` (in synchronous mode: once the values are accumulated).
 struct push_row_sparse {
   std::vector<kvstore::key> keys;
   std::vector<kvstore::row_sparse> values;
@@ -175,11 +178,13 @@ struct push_row_sparse {
 };
 /// MXNet's `row_sparse_pull(key, out, row_ids)`: copies rows `row_ids[i]` of the value of
 /// `keys[i]`, in that order (an id may repeat), into `outs[i]` of shape `[row_ids[i].size(),
-/// shape[1], ...]` (cpu tensors). Reply as pull.
+/// shape[1], ...]` (cpu tensors). With `min_version` > 0 the reply waits until every key has
+/// had that many updates, as `kvstore::pull`'s. Reply as pull.
 struct row_sparse_pull {
   std::vector<kvstore::key> keys;
   std::vector<std::vector<std::int64_t>> row_ids;
   std::vector<tensor> outs;
+  std::uint64_t min_version = 0;
   int priority = 0;  ///< As `kvstore::push::priority`.
 };
 
@@ -362,6 +367,8 @@ public:
   tensors send(kvstore::pushpull msg) { return call<std::vector<tensor>>(std::move(msg)); }
   tensors send(kvstore::pushpull_in_place msg) { return call<std::vector<tensor>>(std::move(msg)); }
   tensors send(kvstore::broadcast msg) { return call<std::vector<tensor>>(std::move(msg)); }
+  done send(kvstore::push_row_sparse msg) { return call<unit_t>(std::move(msg)); }
+  tensors send(kvstore::row_sparse_pull msg) { return call<std::vector<tensor>>(std::move(msg)); }
   /// `kvstore::set_optimizer` with every field, e.g. `.multi_precision = true`.
   done send(kvstore::set_optimizer msg) { return call<unit_t>(std::move(msg)); }
 
@@ -381,8 +388,10 @@ public:
   done load(std::string path);
   /// MXNet's push of row-sparse values (`kvstore::push_row_sparse`).
   done push(kvstore::key key, std::vector<kvstore::row_sparse> values);
-  /// MXNet's `row_sparse_pull(key, out, row_ids)` (`kvstore::row_sparse_pull`).
-  tensors row_sparse_pull(kvstore::key key, tensor out, std::vector<std::int64_t> row_ids);
+  /// MXNet's `row_sparse_pull(key, out, row_ids)` (`kvstore::row_sparse_pull`); with
+  /// `min_version` > 0 it waits for that many updates of the key, as `pull`.
+  tensors row_sparse_pull(kvstore::key key, tensor out, std::vector<std::int64_t> row_ids,
+                          std::uint64_t min_version = 0);
   done save_optimizer_states(std::string path);
   done load_optimizer_states(std::string path);
 

@@ -1,0 +1,154 @@
+#include "sparse_rows.hpp"
+
+#include <algorithm>
+#include <string>
+
+#include "strata/device/shape.hpp"
+
+// Row pieces, the checks of row-sparse requests and the sum by id (docs/kvstore.md, "Row-sparse
+// values").
+namespace strata::kvstore::internal {
+
+std::size_t row_length(const std::vector<std::int64_t>& shape) {
+  std::size_t n = 1;
+  for (std::size_t d = 1; d < shape.size(); ++d) n *= static_cast<std::size_t>(shape[d]);
+  return n;
+}
+
+row_pieces pieces_within(const tensor& t, const std::vector<std::int64_t>& row_ids, std::size_t cols, std::size_t begin,
+                         std::size_t end) {
+  row_pieces out{t, {}};
+  for (std::size_t r = 0; r < row_ids.size(); ++r) {
+    const std::size_t row_begin = static_cast<std::size_t>(row_ids[r]) * cols;
+    const std::size_t lo = std::max(row_begin, begin), hi = std::min(row_begin + cols, end);
+    if (lo < hi) out.pieces.push_back({row_ids[r], lo - begin, hi - lo, r * cols + (lo - row_begin)});
+  }
+  return out;
+}
+
+namespace {
+
+/// The shape `rows` must have for `ids` of a key of `shape`: `[ids, shape[1], ...]`.
+std::vector<std::int64_t> rows_shape(std::size_t ids, const std::vector<std::int64_t>& shape) {
+  std::vector<std::int64_t> s{static_cast<std::int64_t>(ids)};
+  s.insert(s.end(), shape.begin() + 1, shape.end());
+  return s;
+}
+
+/// One key's rows and ids against its stored shape: ids in range, rows of the right shape, a
+/// float32 cpu tensor.
+expected<void> check_rows(const char* op, const char* role, const kvstore::key& key, const tensor& rows,
+                          const std::vector<std::int64_t>& ids, const std::vector<std::int64_t>& shape) {
+  const std::string where = std::string("kvstore ") + op + ": the " + role + " for key " + key.to_string();
+  if (shape.empty()) return bad(where + " names rows of a scalar key; row-sparse values need a key of rank 1 or more.");
+  for (auto id : ids)
+    if (id < 0 || id >= shape[0])
+      return bad(where + " names row " + std::to_string(id) + ", outside [0, " + std::to_string(shape[0]) + ").");
+  if (!rows.valid()) return bad(where + " is an empty tensor; expected a float32 tensor.");
+  if (rows.dtype() != dtype::float32)
+    return bad(where + " has dtype " + std::string(to_string(rows.dtype())) + ", expected float32.");
+  const auto expected_shape = rows_shape(ids.size(), shape);
+  if (rows.shape() != expected_shape)
+    return bad(where + " has shape " + shape_text(rows.shape()) + ", expected " + shape_text(expected_shape) +
+               " (one row per id).");
+  if (rows.storage().kind() != device_kind::cpu)
+    return bad(where + " is on " + rows.get_device().name() + "; row-sparse values are cpu tensors.");
+  return {};
+}
+
+/// The key's stored shape, or why it has none fit for row-sparse values: not initialised, or
+/// 16-bit (not built yet).
+expected<const std::vector<std::int64_t>*> key_shape(const char* op, const kvstore::key& key, const shape_lookup& shape_of) {
+  const auto [shape, type] = shape_of(key);
+  if (!shape) return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " is not initialised; call init first.");
+  if (type != dtype::float32)
+    return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " holds " + std::string(to_string(type)) +
+               " values; row-sparse pushes and pulls take float32 keys only.");
+  return shape;
+}
+
+}  // namespace
+
+expected<void> row_sparse_supported(const char* op, const store_place& place, bool compressed) {
+  const std::string what = std::string("kvstore ") + op + ": ";
+  if (place.kind != device_kind::cpu)
+    return bad(what + "row-sparse values run on cpu stores only (this store merges on " + place.name + ").");
+  if (compressed)
+    return bad(what + "gradient compression does not apply to row-sparse pushes (MXNet refuses them too); "
+                      "turn gradient compression off first.");
+  return {};
+}
+
+error mixed_round(const char* op, const kvstore::key& key, bool sparse) {
+  return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " has " + (sparse ? "dense" : "row-sparse") +
+             " values towards its next version; a version collects dense or row-sparse values, not both.");
+}
+
+expected<void> check_row_sparse_push(const kvstore::push_row_sparse& m, const shape_lookup& shape_of,
+                                     const store_place& place) {
+  if (place.kind != device_kind::cpu) return row_sparse_supported("push", place, false);
+  if (m.keys.size() != m.values.size() || m.keys.empty())
+    return bad("kvstore push: " + std::to_string(m.keys.size()) + " keys and " + std::to_string(m.values.size()) +
+               " row-sparse values; expected one value per key, at least one.");
+  for (std::size_t i = 0; i < m.keys.size(); ++i) {
+    auto shape = key_shape("push", m.keys[i], shape_of);
+    if (!shape) return shape.error();
+    if (m.values[i].shape != **shape)
+      return bad("kvstore push: the row-sparse value for key " + m.keys[i].to_string() + " has shape " +
+                 shape_text(m.values[i].shape) + ", expected " + shape_text(**shape) + " (the stored shape).");
+    if (auto r = check_rows("push", "row-sparse value", m.keys[i], m.values[i].rows, m.values[i].row_ids, **shape); !r)
+      return r;
+  }
+  return {};
+}
+
+expected<void> check_row_sparse_pull(const kvstore::row_sparse_pull& m, const shape_lookup& shape_of,
+                                     const store_place& place) {
+  if (place.kind != device_kind::cpu) return row_sparse_supported("row_sparse_pull", place, false);
+  if (m.keys.size() != m.row_ids.size() || m.keys.size() != m.outs.size() || m.keys.empty())
+    return bad("kvstore row_sparse_pull: " + std::to_string(m.keys.size()) + " keys, " +
+               std::to_string(m.row_ids.size()) + " row id lists and " + std::to_string(m.outs.size()) +
+               " outputs; expected one of each per key, at least one.");
+  for (std::size_t i = 0; i < m.keys.size(); ++i) {
+    auto shape = key_shape("row_sparse_pull", m.keys[i], shape_of);
+    if (!shape) return shape.error();
+    if (auto r = check_rows("row_sparse_pull", "output", m.keys[i], m.outs[i], m.row_ids[i], **shape); !r) return r;
+  }
+  return {};
+}
+
+summed_rows sum_by_id(const std::vector<row_pieces>& lists) {
+  struct part {
+    std::int64_t id;
+    const row_piece* piece;
+    const float* from;
+  };
+  std::vector<part> order;
+  std::size_t total = 0;
+  for (const auto& list : lists) {
+    const float* data = list.pieces.empty() ? nullptr : list.data.device_data<float>();
+    for (const auto& p : list.pieces) {
+      order.push_back({p.id, &p, data + p.at});
+      total += p.length;
+    }
+  }
+  std::stable_sort(order.begin(), order.end(), [](const part& a, const part& b) { return a.id < b.id; });
+  summed_rows out;
+  out.data.reserve(total);
+  for (std::size_t i = 0; i < order.size(); ++i) {
+    const row_piece& p = *order[i].piece;
+    const float* from = order[i].from;
+    if (i == 0 || order[i - 1].id != p.id) {
+      out.offsets.push_back(p.offset);
+      out.lengths.push_back(p.length);
+      out.at.push_back(out.data.size());
+      out.data.insert(out.data.end(), from, from + p.length);
+    } else {
+      float* into = out.data.data() + out.at.back();
+      for (std::size_t c = 0; c < p.length; ++c) into[c] += from[c];
+    }
+  }
+  return out;
+}
+
+}  // namespace strata::kvstore::internal
