@@ -1,7 +1,7 @@
 #!/usr/bin/env bash
 # Packs what tools/gpu-check.sh runs on a lent GPU machine, whose image has CUDA, cuDNN and
 # PyTorch but none of the Debian packages strata builds against (and nothing can be fetched
-# there): the cuda test programs, strata-bench-lm-gpu and lstm_lm, built here with CUDA, with the
+# there): the cuda test programs (with the 1-rank NCCL smoke test), strata-bench-lm-gpu and lstm_lm, built here with CUDA, with the
 # shared libraries they need beyond glibc, cuBLAS and cuDNN, and a training corpus. The programs
 # link the CUDA 13 sonames (libcudart.so.13, libcublas.so.13, libcublasLt.so.13): MANIFEST lists
 # those the image must provide, and gpu-check.sh checks them, with the driver, before any step. The result,
@@ -30,6 +30,11 @@ esac
 
 programs=(tests/kernels_cuda/test_kernels_cuda tests/device/test_device_cuda tests/actors/test_kvstore_cuda
           tests/lm/test_lm_cuda tools/bench/strata-bench-lm-gpu samples/lstm_lm/lstm_lm)
+# The 1-rank NCCL smoke test, where the build has strata::nccl (CUDA, MPI and NCCL found). The
+# tests that need mpirun (net_cuda_np2, nccl_cuda_np2) stay out: the bundle carries no MPI launcher.
+if grep -qs 'nccl_cuda' "$build/tests/net_cuda/CTestTestfile.cmake"; then
+  programs+=(tests/net_cuda/test_nccl_cuda)
+fi
 targets=()
 for p in "${programs[@]}"; do targets+=("$(basename "$p")"); done
 nice cmake --build "$build" -j"$jobs" --target "${targets[@]}"
@@ -51,6 +56,9 @@ done | sort -u | while read -r name path; do
   case "$name" in
     libc.so.*|libm.so.*|libdl.so.*|libpthread.so.*|librt.so.*|ld-linux*|libresolv.so.*|libcuda.so.*) ;;
     libcublas*|libcudnn*) ;;
+    # libnccl.so.2 is ~210 MB (~180 MB compressed), past what a device call carries (64 MiB): the
+    # image's comes from PyTorch's nvidia-nccl package, like cuBLAS (gpu-check.sh finds it there).
+    libnccl*) ;;
     libcudart.so.*) cp -L "$path" "$stage/lib-cuda/$name" ;;
     libstdc++.so.*|libgcc_s.so.*) cp -L "$path" "$stage/lib-compat/$name" ;;
     *) cp -L "$path" "$stage/lib/$name" ;;
@@ -68,7 +76,7 @@ done >"$stage/corpus.txt"
   echo "nvcc: $(/usr/local/cuda/bin/nvcc --version 2>/dev/null | tail -1 || nvcc --version | tail -1)"
   echo "CUDA code: $arch"
   # What gpu-check.sh must find on the image (it prints what they resolve to and stops if they do not).
-  echo "image libraries: $(for f in "$stage"/bin/*; do ldd "$f"; done | awk '$1 ~ /^lib(cublas|cublasLt|cudnn)/ {print $1}' | sort -u | paste -sd' ' -)"
+  echo "image libraries: $(for f in "$stage"/bin/*; do ldd "$f"; done | awk '$1 ~ /^lib(cublas|cublasLt|cudnn|nccl)/ {print $1}' | sort -u | paste -sd' ' -)"
   (cd "$stage" && find . -type f | sort | xargs ls -l | awk '{print $5, $9}')
 } >"$stage/MANIFEST"
 

@@ -203,7 +203,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       MPI_Request r = MPI_REQUEST_NULL;
       if (o.data != nullptr) {
         MPI_Isend(o.data, static_cast<int>(o.size), MPI_BYTE, o.dst, o.tag, comm, &r);
-        active.add(r, [hold = std::move(o.hold)] {});
+        active.add(r, [hold = std::move(o.hold), staged = std::move(o.staged)] {});
       } else {
         auto bytes = std::make_shared<std::vector<std::byte>>(std::move(o.frame_bytes));
         MPI_Isend(bytes->data(), static_cast<int>(bytes->size()), MPI_BYTE, o.dst, 0, comm, &r);
@@ -232,8 +232,8 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       for (auto& c : s.receives) {
         MPI_Request r = MPI_REQUEST_NULL;
         MPI_Irecv(c.data, static_cast<int>(c.size), MPI_BYTE, c.src, c.tag, comm, &r);
-        active.add(r, [c = std::move(c)] {
-          if (--*c.chunks_left == 0) c.ready->fire(nullptr);
+        active.add(r, [whole = std::move(c.whole)] {
+          if (--whole->chunks_left == 0) whole->done();
         });
       }
       s.receives.clear();

@@ -5,6 +5,7 @@
 #include <limits>
 #include <string>
 
+#include "staging.hpp"
 #include "state.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/trace.hpp"
@@ -147,21 +148,66 @@ bool endpoint_state::push_frame(int dst, std::vector<std::byte> bytes) {
   return true;
 }
 
-void endpoint_state::push_chunks(int dst, const tensor& t, std::size_t offset, std::size_t total, int first_tag) {
-  const auto* base = static_cast<const std::byte*>(t.raw_data()) + offset;
-  std::size_t n = chunk_count(total);
+void endpoint_state::push_chunks(int dst, const outgoing_tensor& t, int first_tag) {
+  std::size_t n = chunk_count(t.bytes);
   std::lock_guard lock(out_mu);
   for (std::size_t i = 0; i < n; ++i) {
     outgoing o;
     o.dst = dst;
-    o.hold = t;
-    o.data = base + i * chunk_bytes;
-    o.size = std::min(chunk_bytes, total - i * chunk_bytes);
+    o.hold = t.hold;
+    o.staged = t.staged;
+    o.data = t.data + i * chunk_bytes;
+    o.size = std::min(chunk_bytes, t.bytes - i * chunk_bytes);
     o.tag = static_cast<int>(1 + (static_cast<std::uint64_t>(first_tag - 1) + i) % static_cast<std::uint64_t>(tag_ub - 1));
     outbox.push_back(std::move(o));
   }
   chunks_owed.fetch_sub(static_cast<std::int64_t>(n), std::memory_order_relaxed);
   wake_locked();
+}
+
+stream endpoint_state::staging_stream(const device& dev) {
+  std::lock_guard lock(mu);
+  for (auto& [d, s] : staging_streams)
+    if (d == dev) return s;
+  device d = dev;
+  stream s = d.create_stream();
+  staging_streams.emplace_back(std::move(d), s);
+  return s;
+}
+
+std::vector<outgoing_tensor> endpoint_state::prepare_sends(const std::vector<tensor>& tensors,
+                                                           const std::vector<tensor_bytes>& ranges) {
+  std::vector<outgoing_tensor> out;
+  out.reserve(tensors.size());
+  for (std::size_t i = 0; i < tensors.size(); ++i) {
+    const tensor& t = tensors[i];
+    const std::size_t offset = ranges[i].offset;  // all of it, but for a tensor_slice
+    outgoing_tensor o;
+    o.bytes = ranges[i].size;
+    if (o.bytes == 0) {
+      out.push_back(std::move(o));
+      continue;
+    }
+#if STRATA_HAS_CUDA
+    if (t.storage().kind() == device_kind::cuda) {
+      // MPI cannot read GPU memory here: copy the bytes, once the tensor is ready, on a stream of
+      // its own device into pinned host memory, and send them from there.
+      const device dev = t.get_device();
+      o.staged = take_pinned(dev, t.bytes());  // the whole tensor is staged, the range sent
+      o.data = o.staged.get() + offset;
+      stream s = staging_stream(dev);
+      enqueue_to_host(s, o.staged.get(), t);
+      o.ready = s.record();
+      out.push_back(std::move(o));
+      continue;
+    }
+#endif
+    o.data = static_cast<const std::byte*>(t.raw_data()) + offset;  // a cpu tensor leaves from its own buffer
+    o.hold = t;
+    o.ready = t.ready_event();
+    out.push_back(std::move(o));
+  }
+  return out;
 }
 
 expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
@@ -197,6 +243,13 @@ expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
     std::size_t n = 0;
     const auto& ranges = w.tensor_ranges();
     for (const auto& r : ranges) n += chunk_count(r.size);
+    std::vector<outgoing_tensor> sends;
+    try {
+      sends = prepare_sends(tensors, ranges);
+    } catch (const std::exception& ex) {
+      throw error_exception(error(errc::runtime_failure, "a tensor for rank " + std::to_string(to.rank) +
+                                                             " could not be staged in host memory: " + ex.what()));
+    }
     first_tag = allocate_tags(to.rank, n);
     chunks = static_cast<std::uint32_t>(n);
     std::memcpy(bytes.data() + tag_at, &first_tag, sizeof first_tag);
@@ -212,6 +265,9 @@ expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
     const std::uint64_t sent_at = trace::stamp();
     if (!push_frame(to.rank, std::move(bytes))) {
       chunks_owed.fetch_sub(static_cast<std::int64_t>(n), std::memory_order_relaxed);
+      // A staging copy may be in flight: its pinned memory stays owned until the copy is done.
+      for (auto& t : sends)
+        if (t.staged) t.ready.then([staged = t.staged](std::exception_ptr) {});
       if (request) {
         std::lock_guard lock(mu);
         in_flight.erase(std::make_tuple(to.rank, e->sender.id(), e->request_id));
@@ -223,16 +279,13 @@ expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
                         e->type ? e->type->id : 0, static_cast<std::uint32_t>(to.rank));
     int tag = first_tag;
     auto self = shared_from_this();
-    for (std::size_t i = 0; i < tensors.size(); ++i) {
-      const tensor& t = tensors[i];
-      const auto [offset, bytes_sent] = ranges[i];
-      const std::size_t k = chunk_count(bytes_sent);
+    for (auto& t : sends) {
+      const std::size_t k = chunk_count(t.bytes);
       if (k == 0) continue;
-      tensor_bytes_sent.fetch_add(bytes_sent, std::memory_order_relaxed);
-      // The data leaves from the tensor's own buffer once the producer's work is done.
-      t.ready_event().then([self, dst = to.rank, t, offset, bytes_sent, tag](std::exception_ptr) {
-        self->push_chunks(dst, t, offset, bytes_sent, tag);
-      });
+      tensor_bytes_sent.fetch_add(t.bytes, std::memory_order_relaxed);
+      // The data leaves once the producer's work (and, for cuda, the staging copy) is done.
+      event ready = t.ready;
+      ready.then([self, dst = to.rank, t = std::move(t), tag](std::exception_ptr) { self->push_chunks(dst, t, tag); });
       tag = static_cast<int>(1 + (static_cast<std::uint64_t>(tag - 1) + k) % static_cast<std::uint64_t>(tag_ub - 1));
     }
   } catch (const error_exception& ex) {
@@ -346,6 +399,9 @@ endpoint::endpoint(actor_system& sys, endpoint_config config) : state_(std::make
   s.sys = &sys;
   s.config = std::move(config);
   try {
+    if (s.config.receive_device)
+      if (auto path = detail::receive_staging(s.config.receive_device.kind(), s.config.receive_device.name()); !path)
+        throw error_exception(path.error());
     s.spin_us = env_int("STRATA_NET_SPIN_US", 200);
     s.max_sleep_us = env_int("STRATA_NET_MAX_SLEEP_US", 1000);
     (void)declare<unit_t, error, down_msg, exit_msg, bool, std::int32_t, std::int64_t, std::uint32_t, std::uint64_t,
@@ -428,12 +484,14 @@ void endpoint::shutdown() {
     if (peer != s.rank) s.peer_left(peer);  // local watchers of remote actors get down_msg
   std::unordered_map<std::uint64_t, std::vector<detail::endpoint_state::parked_frame>> parked;
   std::map<std::tuple<int, bool, std::uint64_t>, actor_ref> proxies;
+  std::vector<std::pair<device, stream>> staging;
   {
     std::lock_guard lock(s.mu);
     parked.swap(s.parked);
     proxies.swap(s.proxies);
     s.exported.clear();
     s.names.clear();
+    staging.swap(s.staging_streams);  // dropped here, on the caller's thread (not CUDA's)
   }
 }
 

@@ -3,6 +3,7 @@
 #include <string>
 
 #include "device/impl.hpp"
+#include "staging.hpp"
 #include "state.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/trace.hpp"
@@ -63,8 +64,26 @@ tensor endpoint_state::receive_tensor(int src, std::vector<std::int64_t> shape, 
   auto impl = std::make_shared<device_detail::event_impl>(device_kind::cpu, -1, false);
   impl->set_current(point);
   tensor t(std::move(shape), type, storage, event(std::move(impl)));
-  auto left = std::make_shared<int>(static_cast<int>(n));
+  auto whole = std::make_shared<landing>();
+  whole->chunks_left = static_cast<int>(n);
   auto* base = static_cast<std::byte*>(storage.data());
+#if STRATA_HAS_CUDA
+  if (recv_device.kind() == device_kind::cuda) {
+    // The chunks land in pinned host memory; then one copy on the receive stream takes them to
+    // the GPU, and the tensor is ready when that copy is done.
+    auto pinned = take_pinned(recv_device, bytes);
+    base = pinned.get();
+    whole->done = [t, pinned, point, s = recv_stream] {
+      try {
+        enqueue_from_host(s, t, pinned.get());
+        stream(s).on_complete([point, pinned](std::exception_ptr e) { point->fire(e); });
+      } catch (...) {
+        point->fire(std::current_exception());
+      }
+    };
+  }
+#endif
+  if (!whole->done) whole->done = [t, point] { point->fire(nullptr); };
   for (std::size_t i = 0; i < n; ++i) {
     incoming_chunk c;
     c.data = base + i * chunk_bytes;
@@ -72,9 +91,7 @@ tensor endpoint_state::receive_tensor(int src, std::vector<std::int64_t> shape, 
     c.src = src;
     c.tag = decode_tag;
     decode_tag = static_cast<int>(1 + static_cast<std::uint64_t>(decode_tag) % static_cast<std::uint64_t>(tag_ub - 1));
-    c.chunks_left = left;
-    c.ready = point;
-    c.hold = t;
+    c.whole = whole;
     receives.push_back(std::move(c));
   }
   tensor_bytes_received.fetch_add(bytes, std::memory_order_relaxed);

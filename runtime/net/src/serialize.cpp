@@ -4,6 +4,7 @@
 #include <string>
 #include <unordered_map>
 
+#include "staging.hpp"
 #include "state.hpp"
 
 namespace strata::net {
@@ -88,10 +89,9 @@ void writer::write_slice(const tensor_slice& t) {
 
 void writer::write_tensor_bytes(const tensor& t, const std::vector<std::int64_t>& shape, std::size_t offset,
                                 std::size_t size) {
-  if (t.valid() && t.storage().kind() != device_kind::cpu)
-    throw error_exception(strata::error(
-        errc::invalid_argument, "only cpu tensors can cross ranks for now (this one is on " +
-                                    t.get_device().name() + "): copy it to a cpu tensor before sending"));
+  if (t.valid())
+    if (auto path = detail::send_staging(t.storage().kind(), t.get_device().name()); !path)
+      throw error_exception(path.error());
   std::uint8_t valid = t.valid() ? 1 : 0;
   write(valid);
   if (!valid) return;

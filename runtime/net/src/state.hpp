@@ -40,9 +40,17 @@ struct outgoing {
   int dst = 0;
   std::vector<std::byte> frame_bytes;  // a control frame when `data` is null
   tensor hold;                         // a data chunk: keeps its buffer alive until sent
+  std::shared_ptr<std::byte> staged;   // or the pinned host memory a cuda tensor was staged in
   const std::byte* data = nullptr;
   std::size_t size = 0;
   int tag = 0;
+};
+
+/// A tensor being received: what to do once its last chunk has landed (fire its ready point,
+/// or first copy it from pinned host memory to its cuda device).
+struct landing {
+  int chunks_left = 0;
+  std::function<void()> done;
 };
 
 /// A receive the communication thread posts for a tensor announced by a frame.
@@ -51,9 +59,16 @@ struct incoming_chunk {
   std::size_t size = 0;
   int src = 0;
   int tag = 0;
-  std::shared_ptr<int> chunks_left;  // of its tensor; the point fires at zero
-  std::shared_ptr<device_detail::event_point> ready;
-  tensor hold;
+  std::shared_ptr<landing> whole;  // shared by the chunks of one tensor
+};
+
+/// A tensor of a message on its way out: where its bytes leave from, and when.
+struct outgoing_tensor {
+  const std::byte* data = nullptr;
+  std::size_t bytes = 0;
+  tensor hold;                        // cpu: the tensor itself (zero copy)
+  std::shared_ptr<std::byte> staged;  // cuda: the pinned host copy
+  event ready;                        // the bytes at `data` are valid once it fires
 };
 
 struct endpoint_state;
@@ -119,6 +134,7 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   std::map<std::tuple<int, std::uint64_t, std::uint64_t>, actor_ref> in_flight;  // (rank, requester id, request id)
   std::set<std::pair<int, std::uint64_t>> resolved_sent;
   std::vector<char> peer_gone;
+  std::vector<std::pair<device, stream>> staging_streams;
 
   // Communication thread only.
   std::vector<incoming_chunk> receives;  // posted after each frame
@@ -137,7 +153,14 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   expected<void> forward(proxy_cell& to, strata::detail::envelope* e) noexcept;
   /// Queues a control frame for `dst`; false (frame dropped) once this rank said goodbye to it.
   bool push_frame(int dst, std::vector<std::byte> bytes);
-  void push_chunks(int dst, const tensor& t, std::size_t offset, std::size_t bytes, int first_tag);
+  void push_chunks(int dst, const outgoing_tensor& t, int first_tag);
+  /// Where each tensor's bytes (`ranges[i]` of `tensors[i]`) will leave from; cuda tensors get
+  /// their staging copy enqueued. Called before the frame is announced, so a failure here
+  /// announces nothing.
+  std::vector<outgoing_tensor> prepare_sends(const std::vector<tensor>& tensors,
+                                             const std::vector<tensor_bytes>& ranges);
+  /// The stream of `dev` that stages cuda tensors to host memory (one per device, made once).
+  stream staging_stream(const device& dev);
   void wake_locked() { if (sleeping) out_cv.notify_one(); }
   /// The wire address of `ref` (rank -1 for an empty handle); exports local actors.
   std::tuple<int, bool, std::uint64_t> address_of(const actor_ref& ref);

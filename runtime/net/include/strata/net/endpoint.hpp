@@ -19,8 +19,10 @@ namespace strata::net {
 
 /// Settings of an endpoint. Every field has a working default.
 struct endpoint_config {
-  /// The cpu device that holds tensors received from other ranks. Empty: a one-thread cpu
-  /// device made at the first tensor that arrives.
+  /// The device that holds tensors received from other ranks: cpu (the bytes land in the
+  /// tensor's buffer) or cuda (they land in pinned host memory and one copy takes them to the
+  /// GPU; the tensor's ready event fires when that copy is done). Empty: a one-thread cpu device
+  /// made at the first tensor that arrives. A sim device is refused by the constructor.
   device receive_device;
 };
 
@@ -66,7 +68,8 @@ struct endpoint_stats {
 class endpoint {
 public:
   /// \throws error_exception (runtime_failure) if MPI cannot start, gives less than
-  ///   MPI_THREAD_SERIALIZED, or another endpoint exists in this process.
+  ///   MPI_THREAD_SERIALIZED, or another endpoint exists in this process; (invalid_argument) for
+  ///   a receive_device that cannot hold received bytes.
   explicit endpoint(actor_system& sys, endpoint_config config = {});
   ~endpoint();
   endpoint(const endpoint&) = delete;
