@@ -271,6 +271,55 @@ BOOST_AUTO_TEST_CASE(tensors_of_one_byte_to_64_mib_arrive_bitwise) {
   BOOST_TEST(w.net.stats().tensor_bytes_received >= (std::size_t{64} << 20));
 }
 
+// A tensor whose producer failed still travels (its receiver was told it is coming), but as
+// chunks shorter than announced with the error's text: the receiving rank's tensor fails with
+// it. Here the failure crosses twice (rank 0 to the echo and back) and a good tensor between
+// two failed ones arrives bitwise.
+BOOST_AUTO_TEST_CASE(a_tensor_whose_producer_failed_fails_on_the_receiving_rank_with_its_error) {
+  if (!driving()) return;
+  auto& w = *the_world;
+  auto echo = w.net.remote(w.net.size() - 1, "tensor_echo").value();
+  auto s = w.cpu.create_stream();
+  auto broken = w.cpu.create_stream();
+  broken.launch({.name = "producer", .cpu = [] { throw std::runtime_error("the producer's kernel failed"); }});
+  const strata::event failed = broken.record();
+  std::mt19937 rng(77);
+  std::vector<std::uint8_t> good(4097);
+  for (auto& b : good) b = static_cast<std::uint8_t>(rng());
+  tensor_msg msg;
+  msg.tensors.push_back(strata::tensor::empty({1000}, strata::dtype::float32, w.cpu, s));
+  msg.tensors.push_back(strata::tensor::from_host<std::uint8_t>(good, w.cpu, s));
+  msg.tensors.push_back(strata::tensor::empty({1}, strata::dtype::uint8, w.cpu, s));
+  msg.tensors[0].set_ready_event(failed);
+  msg.tensors[2].set_ready_event(failed);
+  auto reply = w.sys.request<tensor_msg>(echo, 60s, msg).get();
+  BOOST_REQUIRE(reply.has_value());
+  BOOST_REQUIRE(reply->tensors.size() == 3u);
+  auto outcome = [](const strata::tensor& t) {
+    auto p = std::make_shared<std::promise<std::string>>();
+    auto f = p->get_future();
+    t.ready_event().then([p](std::exception_ptr e) {
+      if (!e) return p->set_value("ok");
+      try {
+        std::rethrow_exception(e);
+      } catch (const std::exception& ex) {
+        p->set_value(ex.what());
+      }
+    });
+    BOOST_REQUIRE(f.wait_for(30s) == std::future_status::ready);
+    return f.get();
+  };
+  const std::string first = outcome(reply->tensors[0]);
+  BOOST_TEST_MESSAGE("a failed tensor after two ranks: " << first);
+  BOOST_TEST(first.find("a tensor from rank " + std::to_string(w.net.size() - 1) + " failed before it was sent") == 0u);
+  BOOST_TEST(first.find("the producer's kernel failed") != std::string::npos);
+  BOOST_TEST(outcome(reply->tensors[1]) == "ok");
+  BOOST_TEST((reply->tensors[1].to_host<std::uint8_t>(s) == good));
+  // One byte leaves no room for text, but the failure still arrives.
+  BOOST_TEST(outcome(reply->tensors[2]).find("failed before it was sent") != std::string::npos);
+  BOOST_TEST((reply->tensors[0].shape() == std::vector<std::int64_t>{1000}));
+}
+
 BOOST_AUTO_TEST_CASE(a_type_without_serialization_is_refused_with_a_clear_error) {
   if (!driving()) return;
   auto& w = *the_world;

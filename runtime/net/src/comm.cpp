@@ -25,10 +25,11 @@ using clock = std::chrono::steady_clock;
 /// Requests in flight and what to do when each completes (parallel arrays for MPI_Testsome).
 struct in_flight_requests {
   std::vector<MPI_Request> requests;
-  std::vector<std::function<void()>> on_done;
+  std::vector<std::function<void(const MPI_Status&)>> on_done;
   std::vector<int> indices;
+  std::vector<MPI_Status> statuses;
 
-  void add(MPI_Request r, std::function<void()> done) {
+  void add(MPI_Request r, std::function<void(const MPI_Status&)> done) {
     requests.push_back(r);
     on_done.push_back(std::move(done));
   }
@@ -37,12 +38,13 @@ struct in_flight_requests {
   int poll() {
     if (requests.empty()) return 0;
     indices.resize(requests.size());
+    statuses.resize(requests.size());
     int count = 0;
-    MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, indices.data(), MPI_STATUSES_IGNORE);
+    MPI_Testsome(static_cast<int>(requests.size()), requests.data(), &count, indices.data(), statuses.data());
     if (count == MPI_UNDEFINED || count == 0) return 0;
     for (int i = 0; i < count; ++i) {
       auto& fn = on_done[static_cast<std::size_t>(indices[static_cast<std::size_t>(i)])];
-      fn();
+      fn(statuses[static_cast<std::size_t>(i)]);
       fn = nullptr;
     }
     std::size_t w = 0;
@@ -195,7 +197,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
         c.done->set_value(error(errc::runtime_failure, "MPI_Iallreduce failed: " + mpi_error_text(rc)));
         continue;
       }
-      active.add(r, [done = std::move(c.done)] { done->set_value({}); });
+      active.add(r, [done = std::move(c.done)](const MPI_Status&) { done->set_value({}); });
     }
     collectives.clear();
     for (auto& o : batch) {
@@ -203,11 +205,11 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       MPI_Request r = MPI_REQUEST_NULL;
       if (o.data != nullptr) {
         MPI_Isend(o.data, static_cast<int>(o.size), MPI_BYTE, o.dst, o.tag, comm, &r);
-        active.add(r, [hold = std::move(o.hold), staged = std::move(o.staged)] {});
+        active.add(r, [hold = std::move(o.hold), staged = std::move(o.staged)](const MPI_Status&) {});
       } else {
         auto bytes = std::make_shared<std::vector<std::byte>>(std::move(o.frame_bytes));
         MPI_Isend(bytes->data(), static_cast<int>(bytes->size()), MPI_BYTE, o.dst, 0, comm, &r);
-        active.add(r, [bytes] {});
+        active.add(r, [bytes](const MPI_Status&) {});
       }
     }
     batch.clear();
@@ -232,8 +234,18 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       for (auto& c : s.receives) {
         MPI_Request r = MPI_REQUEST_NULL;
         MPI_Irecv(c.data, static_cast<int>(c.size), MPI_BYTE, c.src, c.tag, comm, &r);
-        active.add(r, [whole = std::move(c.whole)] {
-          if (--whole->chunks_left == 0) whole->done();
+        active.add(r, [whole = std::move(c.whole), data = c.data, size = c.size, src = c.src](const MPI_Status& st) {
+          int got = 0;
+          MPI_Get_count(&st, MPI_BYTE, &got);
+          if (static_cast<std::size_t>(got) < size) {  // the sender's tensor failed: its text, if any
+            whole->failed = true;
+            whole->error_text.append(static_cast<const char*>(data), static_cast<std::size_t>(got));
+          }
+          if (--whole->chunks_left > 0) return;
+          if (!whole->failed) return whole->done(nullptr);
+          whole->done(std::make_exception_ptr(error_exception(
+              error(errc::runtime_failure, "a tensor from rank " + std::to_string(src) +
+                                               " failed before it was sent: " + whole->error_text))));
         });
       }
       s.receives.clear();

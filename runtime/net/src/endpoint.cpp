@@ -148,16 +148,37 @@ bool endpoint_state::push_frame(int dst, std::vector<std::byte> bytes) {
   return true;
 }
 
-void endpoint_state::push_chunks(int dst, const outgoing_tensor& t, int first_tag) {
+void endpoint_state::push_chunks(int dst, const outgoing_tensor& t, int first_tag, std::exception_ptr failed) {
   std::size_t n = chunk_count(t.bytes);
+  // A failed tensor's chunks are shorter than announced (every chunk holds at least one byte, so
+  // at most size - 1 bytes): the receiver tells them from data by their length. The first
+  // carries the error's text, the others nothing; the data itself is not sent.
+  std::shared_ptr<std::string> text;
+  if (failed) {
+    std::string what = "unknown error";
+    try {
+      std::rethrow_exception(failed);
+    } catch (const std::exception& e) {
+      what = e.what();
+    } catch (...) {
+    }
+    text = std::make_shared<std::string>(std::move(what));
+    text->resize(std::min(text->size(), std::min(chunk_bytes, t.bytes) - 1));
+  }
   std::lock_guard lock(out_mu);
   for (std::size_t i = 0; i < n; ++i) {
     outgoing o;
     o.dst = dst;
-    o.hold = t.hold;
-    o.staged = t.staged;
-    o.data = t.data + i * chunk_bytes;
-    o.size = std::min(chunk_bytes, t.bytes - i * chunk_bytes);
+    if (text) {
+      o.staged = std::shared_ptr<std::byte>(text, reinterpret_cast<std::byte*>(text->data()));
+      o.data = o.staged.get();
+      o.size = i == 0 ? text->size() : 0;
+    } else {
+      o.hold = t.hold;
+      o.staged = t.staged;
+      o.data = t.data + i * chunk_bytes;
+      o.size = std::min(chunk_bytes, t.bytes - i * chunk_bytes);
+    }
     o.tag = static_cast<int>(1 + (static_cast<std::uint64_t>(first_tag - 1) + i) % static_cast<std::uint64_t>(tag_ub - 1));
     outbox.push_back(std::move(o));
   }
@@ -285,7 +306,9 @@ expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
       tensor_bytes_sent.fetch_add(t.bytes, std::memory_order_relaxed);
       // The data leaves once the producer's work (and, for cuda, the staging copy) is done.
       event ready = t.ready;
-      ready.then([self, dst = to.rank, t = std::move(t), tag](std::exception_ptr) { self->push_chunks(dst, t, tag); });
+      ready.then([self, dst = to.rank, t = std::move(t), tag](std::exception_ptr failed) {
+        self->push_chunks(dst, t, tag, failed);
+      });
       tag = static_cast<int>(1 + (static_cast<std::uint64_t>(tag - 1) + k) % static_cast<std::uint64_t>(tag_ub - 1));
     }
   } catch (const error_exception& ex) {

@@ -73,7 +73,8 @@ tensor endpoint_state::receive_tensor(int src, std::vector<std::int64_t> shape, 
     // the GPU, and the tensor is ready when that copy is done.
     auto pinned = take_pinned(recv_device, bytes);
     base = pinned.get();
-    whole->done = [t, pinned, point, s = recv_stream] {
+    whole->done = [t, pinned, point, s = recv_stream](std::exception_ptr failed) {
+      if (failed) return point->fire(failed);
       try {
         enqueue_from_host(s, t, pinned.get());
         stream(s).on_complete([point, pinned](std::exception_ptr e) { point->fire(e); });
@@ -83,7 +84,7 @@ tensor endpoint_state::receive_tensor(int src, std::vector<std::int64_t> shape, 
     };
   }
 #endif
-  if (!whole->done) whole->done = [t, point] { point->fire(nullptr); };
+  if (!whole->done) whole->done = [t, point](std::exception_ptr failed) { point->fire(failed); };
   for (std::size_t i = 0; i < n; ++i) {
     incoming_chunk c;
     c.data = base + i * chunk_bytes;

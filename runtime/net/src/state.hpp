@@ -50,7 +50,12 @@ struct outgoing {
 /// or first copy it from pinned host memory to its cuda device).
 struct landing {
   int chunks_left = 0;
-  std::function<void()> done;
+  /// Fires the tensor's ready point: with `error` when the sender's producer failed.
+  std::function<void(std::exception_ptr error)> done;
+  /// A chunk arrived shorter than announced: the sender's tensor failed (docs/distributed.md,
+  /// "Wire format"); the first chunk carries as much of its error text as fits.
+  bool failed = false;
+  std::string error_text;
 };
 
 /// A receive the communication thread posts for a tensor announced by a frame.
@@ -153,7 +158,9 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   expected<void> forward(proxy_cell& to, strata::detail::envelope* e) noexcept;
   /// Queues a control frame for `dst`; false (frame dropped) once this rank said goodbye to it.
   bool push_frame(int dst, std::vector<std::byte> bytes);
-  void push_chunks(int dst, const outgoing_tensor& t, int first_tag);
+  /// Queues `t`'s chunks for `dst`; when `failed` (its producer's error) the chunks go short
+  /// instead, the first with the error text, so the receiver's tensor fails too.
+  void push_chunks(int dst, const outgoing_tensor& t, int first_tag, std::exception_ptr failed = nullptr);
   /// Where each tensor's bytes (`ranges[i]` of `tensors[i]`) will leave from; cuda tensors get
   /// their staging copy enqueued. Called before the frame is announced, so a failure here
   /// announces nothing.
