@@ -73,6 +73,12 @@ void scheduler::schedule(actor_cell* cell) noexcept {
   if (tls_scheduler == this) {
     auto& w = *static_cast<worker*>(tls_worker);
     w.scheduled.store(w.scheduled.load(std::memory_order_relaxed) + 1, std::memory_order_relaxed);
+    if (w.queued_sends >= release_after) {
+      // This turn is a long sender: an actor it wakes (again, after draining its mailbox on
+      // another worker) would wait in the next slot until the turn ends. Stealable instead.
+      push_local(w, cell);
+      return;
+    }
     if (w.next == nullptr) {
       w.next = cell;
       return;

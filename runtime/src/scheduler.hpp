@@ -48,7 +48,8 @@ public:
   /// A message was queued for an actor that was already runnable (no wake-up). On a worker
   /// thread, the `release_after`-th such send of one turn moves the actor in this worker's next
   /// slot to its local queue, where an idle worker (woken) can take it: a long handler that keeps
-  /// feeding the actor it woke no longer holds it until the handler returns. Elsewhere: nothing.
+  /// feeding the actor it woke no longer holds it until the handler returns; for the rest of
+  /// that turn, actors it wakes go to the local queue, not the next slot. Elsewhere: nothing.
   void note_queued_send() noexcept {
     if (tls_worker_of(this) != nullptr) release_next_if_busy();
   }
