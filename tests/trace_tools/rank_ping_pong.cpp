@@ -11,6 +11,7 @@
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <span>
 #include <string>
 
 #include "../net/messages.hpp"  // ping, pong and add, declared for strata::net
@@ -78,6 +79,15 @@ int main(int argc, char** argv) {
     return 1;
   }
   std::printf("%s\n", result.get().c_str());
+  // Rank 1's last message, the response, leaves after its handler returned, that is after
+  // `finished` was set: without this collective rank 1 could shut down before it recorded that
+  // send (CI saw 200 of 201). Rank 0 joins only once it has the response.
+  float one = 1;
+  if (auto joined = net.allreduce_sum(std::span<float>(&one, 1)); joined.wait_for(60s) != std::future_status::ready ||
+                                                                   !joined.get()) {
+    std::fprintf(stderr, "rank_ping_pong: rank %d could not join the other rank at the end\n", net.rank());
+    return 1;
+  }
   net.shutdown();
   const auto report = sys.shutdown();
   if (!report.trace_error.empty()) {
