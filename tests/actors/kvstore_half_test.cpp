@@ -175,7 +175,7 @@ BOOST_FIXTURE_TEST_CASE(a_push_or_pull_of_another_dtype_is_refused_with_one_sent
   auto sparse = await(store.push("h", std::vector<kv::row_sparse>{kv::row_sparse{filled({1}, 1.f), {0}, {2}}}));
   BOOST_TEST_REQUIRE(!sparse.has_value());
   BOOST_TEST(sparse.error().message() ==
-             "kvstore push: key \"h\" holds float16 values; row-sparse pushes and pulls take float32 keys only.");
+             "kvstore push: the row-sparse value for key \"h\" has dtype float32, expected float16.");
   auto int_init = await(store.init("i", strata::tensor::from_host<std::int32_t>(std::vector<std::int32_t>{1, 2}, dev, strm)));
   BOOST_TEST_REQUIRE(!int_init.has_value());
   BOOST_TEST(int_init.error().message() ==
