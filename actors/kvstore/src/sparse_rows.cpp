@@ -124,36 +124,57 @@ summed_rows sum_by_id(const std::vector<row_pieces>& lists) {
     const row_pieces* list;
   };
   std::vector<part> order;
-  std::size_t total = 0;
   for (const auto& list : lists)
-    for (const auto& p : list.pieces) {
-      order.push_back({p.id, &p, &list});
-      total += p.length;
-    }
-  std::stable_sort(order.begin(), order.end(), [](const part& a, const part& b) { return a.id < b.id; });
+    for (const auto& p : list.pieces) order.push_back({p.id, &p, &list});
+  auto by_id = [](const part& a, const part& b) { return a.id < b.id; };
+  if (!std::is_sorted(order.begin(), order.end(), by_id)) std::stable_sort(order.begin(), order.end(), by_id);
+  // Rows of one float32 piece are used where they are (the common push: each id once); the others
+  // (repeated ids, 16-bit pieces widened) are summed into `data`, sized first so that it never moves.
+  auto group_end = [&](std::size_t i) {
+    std::size_t j = i + 1;
+    while (j < order.size() && order[j].id == order[i].id) ++j;
+    return j;
+  };
+  auto in_place = [&](std::size_t i, std::size_t end) {
+    return end == i + 1 && order[i].list->data.dtype() == dtype::float32;
+  };
+  std::size_t owned = 0;
+  for (std::size_t i = 0; i < order.size();) {
+    const std::size_t end = group_end(i);
+    if (!in_place(i, end)) owned += order[i].piece->length;
+    i = end;
+  }
   summed_rows out;
-  out.data.reserve(total);
+  out.data.resize(owned);
+  std::size_t filled = 0;
   std::vector<float> widened;  // a 16-bit piece widened (exactly) to float32
-  for (std::size_t i = 0; i < order.size(); ++i) {
+  auto source = [&](const part& x) -> const float* {
+    const tensor& data = x.list->data;
+    if (data.dtype() == dtype::float32) return data.device_data<float>() + x.piece->at;
+    widened.resize(x.piece->length);
+    kernels::cpu::widen(data.dtype(), x.piece->length,
+                        static_cast<const std::uint16_t*>(data.raw_data()) + x.piece->at, widened.data());
+    return widened.data();
+  };
+  for (std::size_t i = 0; i < order.size();) {
+    const std::size_t end = group_end(i);
     const row_piece& p = *order[i].piece;
-    const tensor& data = order[i].list->data;
-    const float* from = nullptr;
-    if (data.dtype() == dtype::float32) {
-      from = data.device_data<float>() + p.at;
+    out.offsets.push_back(p.offset);
+    out.lengths.push_back(p.length);
+    if (in_place(i, end)) {
+      out.rows.push_back(source(order[i]));
     } else {
-      widened.resize(p.length);
-      kernels::cpu::widen(data.dtype(), p.length, static_cast<const std::uint16_t*>(data.raw_data()) + p.at, widened.data());
-      from = widened.data();
+      float* into = out.data.data() + filled;
+      const float* first = source(order[i]);
+      std::copy(first, first + p.length, into);
+      for (std::size_t k = i + 1; k < end; ++k) {
+        const float* from = source(order[k]);
+        for (std::size_t c = 0; c < p.length; ++c) into[c] += from[c];
+      }
+      out.rows.push_back(into);
+      filled += p.length;
     }
-    if (i == 0 || order[i - 1].id != p.id) {
-      out.offsets.push_back(p.offset);
-      out.lengths.push_back(p.length);
-      out.at.push_back(out.data.size());
-      out.data.insert(out.data.end(), from, from + p.length);
-    } else {
-      float* into = out.data.data() + out.at.back();
-      for (std::size_t c = 0; c < p.length; ++c) into[c] += from[c];
-    }
+    i = end;
   }
   return out;
 }

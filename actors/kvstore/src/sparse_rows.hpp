@@ -61,12 +61,13 @@ error mixed_round(const char* op, const kvstore::key& key, bool sparse);
 struct summed_rows {
   std::vector<std::size_t> offsets;
   std::vector<std::size_t> lengths;
-  std::vector<std::size_t> at;  // where each sum starts in `data`
+  std::vector<const float*> rows;  // each id's sum: in `data`, or the pushed piece itself
   std::vector<float> data;
 };
 /// Sums the pieces of `lists` (cpu data: float32, or float16 / bfloat16 widened exactly) by id in
 /// float32, pieces of one id added in the order given: the same order, element for element, as
-/// one store adding whole rows, so sharded sums are bit for bit.
+/// one store adding whole rows, so sharded sums are bit for bit. An id with one float32 piece is
+/// not copied: its row points into that piece's tensor, which must outlive the result.
 summed_rows sum_by_id(const std::vector<row_pieces>& lists);
 
 }  // namespace strata::kvstore::internal

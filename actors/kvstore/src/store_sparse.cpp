@@ -208,7 +208,7 @@ void kvstore_actor::update_rows(key_state& state, std::vector<row_pieces> lists,
             const summed_rows sums = sum_by_id(lists);
             auto each_row = [&](auto&& f) {
               for (std::size_t i = 0; i < sums.offsets.size(); ++i)
-                f(sums.offsets[i], sums.lengths[i], sums.data.data() + sums.at[i]);
+                f(sums.offsets[i], sums.lengths[i], sums.rows[i]);
             };
             const bool half = kernels::is_half(type);
             float* value = half ? nullptr : stored.template device_data<float>();
