@@ -6,6 +6,7 @@
 #include <utility>
 #include <variant>
 
+#include "crossing.hpp"
 #include "strata/kernels/half.hpp"
 #include "strata/kernels/on_stream.hpp"
 #if STRATA_HAS_CUDA
@@ -27,21 +28,20 @@ void kvstore_actor::add_key(const kvstore::key& key, const kvstore::key& label, 
 }
 
 
-/// Copies `n` elements (of `dst`'s dtype, which is `src`'s) from `src` (from element
-/// `src_offset`) to `dst` (from `dst_offset`) on the store's stream: a plain stream copy for whole
-/// tensors (on cuda also between GPUs), a work item for slices. A failure of the cuda work item
-/// goes to `status`, named by `label`.
-void kvstore_actor::copy_elements(const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
-                                  std::size_t n, const std::shared_ptr<work_status>& status,
-                                  const work_label& label) {
+namespace {
+
+/// Enqueues on `s` a work item that copies `n` elements (of `dst`'s dtype, which is `src`'s) from
+/// `src` (from element `src_offset`) to `dst` (from `dst_offset`), both on `s`'s device kind: a
+/// kernel on cuda (which reads and writes device memory only: `s`'s GPU or its peers), a memcpy on
+/// cpu. A failure of the cuda kernel goes to `status`, named by `label`.
+void enqueue_slice_copy(stream& s, const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
+                        std::size_t n, const std::shared_ptr<work_status>& status, const work_label& label) {
   const std::size_t element = size_of(dst.dtype());
-  if (dst_offset == 0 && src_offset == 0 && dst.bytes() == n * element && src.bytes() == n * element) {
-    stream_.copy(dst.storage(), src.storage(), n * element);
-    return;
+  if (s.get_device().kind() == device_kind::cuda) {  // the item only enqueues: keep both until it has run
+    dst.storage().record_stream(s);
+    src.storage().record_stream(s);
   }
-  keep_until_done(dst);
-  keep_until_done(src);
-  kernels::on_stream(stream_,
+  kernels::on_stream(s,
                      {.name = "kvstore_copy_slice",
                       .kind = work_kind::copy,
                       .bytes = 2.0 * static_cast<double>(element * n)},
@@ -56,6 +56,86 @@ void kvstore_actor::copy_elements(const tensor& dst, std::size_t dst_offset, con
                                      static_cast<const char*>(src.raw_data()) + src_offset * element, n * element);
                        }
                      });
+}
+
+}  // namespace
+
+/// Copies `n` elements (of `dst`'s dtype, which is `src`'s) from `src` (from element
+/// `src_offset`) to `dst` (from `dst_offset`) on the store's stream: a plain stream copy for whole
+/// tensors (on cuda also between GPUs), a work item for slices. A tensor of another device kind
+/// (a cuda value of a cpu store, a cpu output of a cuda store) crosses through `copy_across`. A
+/// failure of the cuda work item goes to `status`, named by `label`.
+void kvstore_actor::copy_elements(const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
+                                  std::size_t n, const std::shared_ptr<work_status>& status,
+                                  const work_label& label) {
+  if (dst.storage().kind() != device_.kind() || src.storage().kind() != device_.kind()) {
+    const bool to_foreign = dst.storage().kind() != device_.kind();
+    if ((to_foreign ? src_offset : dst_offset) != 0)
+      throw std::logic_error("a copy across device kinds reaches a slice of a store's tensor");
+    if (to_foreign) copy_across(dst, dst_offset, src, n, status, label, true);
+    else copy_across(src, src_offset, dst, n, status, label, false);
+    return;
+  }
+  const std::size_t element = size_of(dst.dtype());
+  if (dst_offset == 0 && src_offset == 0 && dst.bytes() == n * element && src.bytes() == n * element) {
+    stream_.copy(dst.storage(), src.storage(), n * element);
+    return;
+  }
+  enqueue_slice_copy(stream_, dst, dst_offset, src, src_offset, n, status, label);
+}
+
+/// The stream of `d` that copies between the store's memory and tensors on `d`, made at its first
+/// use and kept (a stream whose copy failed keeps that error: it is replaced).
+stream kvstore_actor::transfer_stream(const device& d) {
+  for (auto& [dev, s] : transfer_streams_)
+    if (dev == d) {
+      if (s.error()) s = dev.create_stream();
+      return s;
+    }
+  device dev = d;
+  stream s = dev.create_stream();
+  transfer_streams_.emplace_back(dev, s);
+  return s;
+}
+
+/// `foreign` (elements [offset, offset + n), on another device kind than the store) into `own` (a
+/// whole tensor of the store, n elements, fresh: no work of the store uses it yet), or, when
+/// `to_foreign`, `own` into `foreign`: the copies `plan_crossing` names, ordered after what they read is ready
+/// and before the store's next work. No thread blocks: the streams wait for each other's events.
+void kvstore_actor::copy_across(const tensor& foreign, std::size_t offset, const tensor& own, std::size_t n,
+                                const std::shared_ptr<work_status>& status, const work_label& label, bool to_foreign) {
+  const std::size_t bytes = n * sizeof(float);  // only float32 tensors cross (crossing_refusal)
+  if (own.bytes() != bytes) throw std::logic_error("a copy across device kinds reaches a slice of a store's tensor");
+  const bool whole = offset == 0 && foreign.bytes() == bytes;
+  const crossing_plan plan = plan_crossing(device_.kind(), foreign.storage().kind(), whole);
+  device where = foreign.get_device();
+  const bool other_copies = plan.whole_copy == copier::tensor_stream;
+  stream other = plan.bounce || other_copies ? transfer_stream(where) : stream{};
+  stream& copying = other_copies ? other : stream_;
+  if (!to_foreign) {
+    tensor from = foreign;
+    // A cuda tensor is read on its GPU's stream as soon as it is ready (the store's earlier writes
+    // into it ran on that stream too); a cpu slice after the store's stream so far, which has
+    // waited for it and may have written it.
+    if (other_copies) other.wait(foreign.ready_event());
+    else if (plan.bounce) other.wait(stream_.record());
+    if (plan.bounce) {
+      from = tensor::empty({static_cast<std::int64_t>(n)}, dtype::float32, where, other);
+      enqueue_slice_copy(other, from, 0, foreign, offset, n, status, label);
+    }
+    if (plan.bounce && !other_copies) stream_.wait(other.record());
+    copying.copy(own.storage(), from.storage(), bytes);
+    if (other_copies) stream_.wait(other.record());
+  } else {
+    tensor to = plan.bounce ? tensor::empty({static_cast<std::int64_t>(n)}, dtype::float32, where, other) : foreign;
+    if (other_copies) other.wait(stream_.record());
+    copying.copy(to.storage(), own.storage(), bytes);
+    if (plan.bounce) {
+      if (!other_copies) other.wait(stream_.record());
+      enqueue_slice_copy(other, foreign, offset, to, 0, n, status, label);
+    }
+    if (plan.bounce || other_copies) stream_.wait(other.record());  // the store's value is read until then
+  }
 }
 
 tensor kvstore_actor::converted(const tensor& t, dtype type, const std::shared_ptr<work_status>& status,
@@ -86,12 +166,15 @@ void kvstore_actor::keep_until_done(const tensor& t) const {
   if (device_.kind() == device_kind::cuda) t.storage().record_stream(stream_);
 }
 
-/// A pushed value as the merge reads it. On a cuda store a value on another GPU is first copied
-/// into a staging tensor on the merge device (freed in stream order after the merge); the others
-/// are read where they are.
+/// A pushed value as the merge reads it. A value on another GPU than a cuda store's, or on another
+/// device kind than the store's (a cuda value of a cpu store: `copy_across`), is first copied into
+/// a staging tensor on the merge device (freed in stream order after the merge); the others are
+/// read where they are.
 slice_ref kvstore_actor::readable(const slice_ref& v, const key_state& state, const std::shared_ptr<work_status>& status) {
-  if (device_.kind() != device_kind::cuda) return v;
-  if (v.t.get_device().properties().gpu_ordinal == device_.properties().gpu_ordinal) {
+  const bool here = v.t.storage().kind() == device_.kind() &&
+                    (device_.kind() != device_kind::cuda ||
+                     v.t.get_device().properties().gpu_ordinal == device_.properties().gpu_ordinal);
+  if (here) {
     keep_until_done(v.t);
     return v;
   }
