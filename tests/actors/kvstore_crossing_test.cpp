@@ -6,10 +6,15 @@
 
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <chrono>
+#include <cstring>
+#include <memory>
 #include <optional>
 #include <random>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "crossing.hpp"  // actors/kvstore/src: an implementation test
@@ -27,6 +32,19 @@ using strata::test::await;
 
 constexpr device_kind kinds[] = {device_kind::cpu, device_kind::cuda, device_kind::sim};
 constexpr dtype types[] = {dtype::float32, dtype::float16, dtype::bfloat16};
+
+/// Enqueues on `s` an item that sleeps `ms` milliseconds, then writes `values` into `t` (a cpu
+/// tensor): late work, so that a copy not ordered after it reads what was there before.
+void write_late(strata::stream& s, const strata::tensor& t, std::vector<float> values, int ms) {
+  s.launch({.name = "write_late", .cpu = [t, values = std::move(values), ms] {
+              std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+              std::memcpy(t.raw_data(), values.data(), values.size() * sizeof(float));
+            }});
+}
+/// Enqueues on `s` an item that only sleeps: work queued after it on `s` runs late.
+void stall(strata::stream& s, int ms) {
+  s.launch({.name = "stall", .cpu = [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }});
+}
 
 }  // namespace
 
@@ -80,6 +98,86 @@ BOOST_AUTO_TEST_CASE(the_whole_buffer_copy_runs_on_a_cuda_stream_and_a_slice_bou
     BOOST_TEST_INFO("store " << to_string(r.store) << ", tensor " << to_string(r.tensor) << ", whole " << r.whole);
     BOOST_TEST((ki::plan_crossing(r.store, r.tensor, r.whole) == r.plan));
   }
+}
+
+// The copies of every plan, with cpu streams standing in for the GPU's (device copies and slice
+// items behave alike on both), on random data and slices at random offsets. Each direction is
+// checked against the data written late on the stream it must follow, and against the store's
+// next work (which must see the copy done: a late `other` stream shows it).
+BOOST_AUTO_TEST_CASE(the_copies_of_every_plan_move_the_slice_in_order_with_the_store_stream) {
+  strata::device_manager manager{strata::device_options{.cpu_threads_per_device = 1}};
+  auto devs = manager.create("cpu:3");
+  strata::stream producer = devs[2].create_stream();  // the caller's, writing a pushed value
+  std::mt19937 rng(20261205);
+  std::uniform_real_distribution<float> d(-1.f, 1.f);
+  auto random = [&](std::size_t n) {
+    std::vector<float> v(n);
+    for (auto& x : v) x = d(rng);
+    return v;
+  };
+  auto status = std::make_shared<ki::work_status>();
+  const ki::work_label label{"test: the copy", 0};
+  constexpr std::size_t total = 1000;
+  // `data_late`: what the copies read is written late on its own stream (they must wait for
+  // it); otherwise the tensor's stream is late (the store's next work must wait for it).
+  for (auto whole_copy : {ki::copier::tensor_stream, ki::copier::store_stream})
+    for (bool bounce : {false, true})
+      for (bool to_foreign : {false, true})
+        for (bool data_late : {true, false}) {
+        BOOST_TEST_INFO("tensor stream " << (whole_copy == ki::copier::tensor_stream) << ", bounce " << bounce
+                                         << ", to the tensor " << to_foreign << ", data late " << data_late);
+        strata::stream store = devs[0].create_stream(), other = devs[1].create_stream();
+        const std::size_t n = bounce ? 1 + rng() % (total - 1) : total;
+        const std::size_t offset = bounce ? rng() % (total - n + 1) : 0;
+        auto foreign_data = random(total), own_data = random(n), later = random(n);
+        auto foreign = strata::tensor::from_host<float>(std::span<const float>(random(total)), devs[1], other);
+        auto own = strata::tensor::from_host<float>(std::span<const float>(random(n)), devs[0], store);
+        other.synchronize();  // their first contents are in place before the scenario writes them
+        store.synchronize();
+        const int late = data_late ? 60 : 0;
+        std::vector<float> want;
+        if (to_foreign) {
+          write_late(store, own, own_data, late);  // what the store's stream holds when the pull runs
+          write_late(other, foreign, foreign_data, 0);  // the caller's earlier contents
+          foreign.set_ready_event(other.record());
+          store.wait(foreign.ready_event());
+          want = foreign_data;
+          std::copy(own_data.begin(), own_data.end(), want.begin() + static_cast<std::ptrdiff_t>(offset));
+        } else {
+          write_late(producer, foreign, foreign_data, late);  // the value
+          foreign.set_ready_event(producer.record());
+          store.wait(foreign.ready_event());  // as the store does before the crossing
+          want.assign(foreign_data.begin() + static_cast<std::ptrdiff_t>(offset),
+                      foreign_data.begin() + static_cast<std::ptrdiff_t>(offset + n));
+        }
+        if (!data_late) stall(other, 60);
+        ki::enqueue_crossing({whole_copy, bounce}, store, other, {foreign, offset}, own, n, to_foreign, status, label);
+        std::vector<float> seen(n);  // the store's next work: reads `own`, then overwrites it
+        store.launch({.name = "next", .cpu = [own, later, &seen] {
+                        std::memcpy(seen.data(), own.raw_data(), seen.size() * sizeof(float));
+                        std::memcpy(own.raw_data(), later.data(), later.size() * sizeof(float));
+                      }});
+        store.synchronize();
+        other.synchronize();
+        if (to_foreign) {
+          BOOST_TEST(foreign.to_host<float>(other) == want, boost::test_tools::per_element());
+          BOOST_TEST(seen == own_data, boost::test_tools::per_element());
+        } else {
+          BOOST_TEST(seen == want, boost::test_tools::per_element());
+        }
+        }
+  BOOST_TEST(!status->failed());
+}
+
+BOOST_AUTO_TEST_CASE(a_store_tensor_that_is_not_whole_is_refused_by_the_copies) {
+  strata::device_manager manager{strata::device_options{.cpu_threads_per_device = 1}};
+  auto devs = manager.create("cpu:2");
+  strata::stream store = devs[0].create_stream(), other = devs[1].create_stream();
+  auto foreign = strata::tensor::empty({10}, dtype::float32, devs[1], other);
+  auto own = strata::tensor::empty({12}, dtype::float32, devs[0], store);
+  BOOST_CHECK_THROW(ki::enqueue_crossing({ki::copier::tensor_stream, false}, store, other, {foreign, 0}, own, 10, false,
+                                         std::make_shared<ki::work_status>(), {"test: the copy", 0}),
+                    std::logic_error);
 }
 
 BOOST_AUTO_TEST_CASE(sim_tensors_given_to_a_cpu_store_are_refused_in_every_request_and_change_nothing) {

@@ -1,13 +1,18 @@
 #pragma once
 // Values and outputs on another device kind than the store's (MXNet's 'local' store takes GPU
-// values and copies them to its merge device): which tensors a store takes, and which copies
-// bring one to the store's memory or back. Decided on device kinds alone, so that it is tested
-// without a GPU; store_work.cpp enqueues the copies. Private to strata::kvstore.
+// values and copies them to its merge device): which tensors a store takes, which copies bring
+// one to the store's memory or back (decided on device kinds alone), and enqueuing them on given
+// streams, so that both are tested without a GPU (the copies with two cpu streams standing in).
+// Private to strata::kvstore.
 
+#include <cstddef>
+#include <memory>
 #include <optional>
 #include <string>
 
+#include "merge.hpp"
 #include "strata/device/kind.hpp"
+#include "strata/device/stream.hpp"
 #include "strata/device/tensor.hpp"
 
 namespace strata::kvstore::internal {
@@ -40,5 +45,23 @@ struct crossing_plan {
 
 /// The plan for a tensor that `crossing_refusal` accepts; `whole`: the tensor is not a slice.
 crossing_plan plan_crossing(device_kind store, device_kind tensor, bool whole);
+
+/// Enqueues the copies of `plan` that bring elements [offset, offset + n) of `foreign` (a float32
+/// tensor on another device kind) into `own` (a whole float32 tensor of the store, n elements,
+/// fresh: no work of the store uses it yet), or, when `to_foreign`, `own` into them. `store` is
+/// the store's stream (it has waited for the tensors' ready events); `other` a stream of
+/// `foreign`'s device, used when the plan bounces or copies on the tensor's stream. The copies
+/// follow what they read (`store`'s work so far; a value read on `other`: its ready event) and
+/// `store`'s next work follows them; no thread blocks. A failed slice kernel goes to `status`.
+/// \throws std::logic_error when `own` is not n elements.
+void enqueue_crossing(const crossing_plan& plan, stream& store, stream& other, const slice_ref& foreign, const tensor& own,
+                      std::size_t n, bool to_foreign, const std::shared_ptr<work_status>& status, const work_label& label);
+
+/// Enqueues on `s` a work item that copies `n` elements (of `dst`'s dtype, which is `src`'s) from
+/// `src` (from element `src_offset`) to `dst` (from `dst_offset`), both on `s`'s device kind: a
+/// kernel on cuda (device memory only: `s`'s GPU or its peers), a memcpy on cpu. A failure of the
+/// cuda kernel goes to `status`, named by `label`.
+void enqueue_slice_copy(stream& s, const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
+                        std::size_t n, const std::shared_ptr<work_status>& status, const work_label& label);
 
 }  // namespace strata::kvstore::internal

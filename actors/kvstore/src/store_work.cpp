@@ -28,38 +28,6 @@ void kvstore_actor::add_key(const kvstore::key& key, const kvstore::key& label, 
 }
 
 
-namespace {
-
-/// Enqueues on `s` a work item that copies `n` elements (of `dst`'s dtype, which is `src`'s) from
-/// `src` (from element `src_offset`) to `dst` (from `dst_offset`), both on `s`'s device kind: a
-/// kernel on cuda (which reads and writes device memory only: `s`'s GPU or its peers), a memcpy on
-/// cpu. A failure of the cuda kernel goes to `status`, named by `label`.
-void enqueue_slice_copy(stream& s, const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
-                        std::size_t n, const std::shared_ptr<work_status>& status, const work_label& label) {
-  const std::size_t element = size_of(dst.dtype());
-  if (s.get_device().kind() == device_kind::cuda) {  // the item only enqueues: keep both until it has run
-    dst.storage().record_stream(s);
-    src.storage().record_stream(s);
-  }
-  kernels::on_stream(s,
-                     {.name = "kvstore_copy_slice",
-                      .kind = work_kind::copy,
-                      .bytes = 2.0 * static_cast<double>(element * n)},
-                     [dst, dst_offset, src, src_offset, n, element, status, label](auto target) {
-                       if constexpr (kernels::is_cuda_target<decltype(target)>) {
-                         // cuda stores hold float32 keys only
-                         const float* from = src.device_data<float>() + src_offset;
-                         float* to = dst.device_data<float>() + dst_offset;
-                         run_guarded(*status, label, [&] { kernels::cuda::copy(target.context, n, from, to); });
-                       } else if (n > 0) {
-                         std::memcpy(static_cast<char*>(dst.raw_data()) + dst_offset * element,
-                                     static_cast<const char*>(src.raw_data()) + src_offset * element, n * element);
-                       }
-                     });
-}
-
-}  // namespace
-
 /// Copies `n` elements (of `dst`'s dtype, which is `src`'s) from `src` (from element
 /// `src_offset`) to `dst` (from `dst_offset`) on the store's stream: a plain stream copy for whole
 /// tensors (on cuda also between GPUs), a work item for slices. A tensor of another device kind
@@ -98,44 +66,14 @@ stream kvstore_actor::transfer_stream(const device& d) {
   return s;
 }
 
-/// `foreign` (elements [offset, offset + n), on another device kind than the store) into `own` (a
-/// whole tensor of the store, n elements, fresh: no work of the store uses it yet), or, when
-/// `to_foreign`, `own` into `foreign`: the copies `plan_crossing` names, ordered after what they read is ready
-/// and before the store's next work. No thread blocks: the streams wait for each other's events.
+/// A copy between a tensor of another device kind and a whole tensor of the store, on the streams
+/// that `plan_crossing` names (a tensor's stream: `transfer_stream`).
 void kvstore_actor::copy_across(const tensor& foreign, std::size_t offset, const tensor& own, std::size_t n,
                                 const std::shared_ptr<work_status>& status, const work_label& label, bool to_foreign) {
-  const std::size_t bytes = n * sizeof(float);  // only float32 tensors cross (crossing_refusal)
-  if (own.bytes() != bytes) throw std::logic_error("a copy across device kinds reaches a slice of a store's tensor");
-  const bool whole = offset == 0 && foreign.bytes() == bytes;
+  const bool whole = offset == 0 && foreign.bytes() == n * size_of(foreign.dtype());
   const crossing_plan plan = plan_crossing(device_.kind(), foreign.storage().kind(), whole);
-  device where = foreign.get_device();
-  const bool other_copies = plan.whole_copy == copier::tensor_stream;
-  stream other = plan.bounce || other_copies ? transfer_stream(where) : stream{};
-  stream& copying = other_copies ? other : stream_;
-  if (!to_foreign) {
-    tensor from = foreign;
-    // A cuda tensor is read on its GPU's stream as soon as it is ready (the store's earlier writes
-    // into it ran on that stream too); a cpu slice after the store's stream so far, which has
-    // waited for it and may have written it.
-    if (other_copies) other.wait(foreign.ready_event());
-    else if (plan.bounce) other.wait(stream_.record());
-    if (plan.bounce) {
-      from = tensor::empty({static_cast<std::int64_t>(n)}, dtype::float32, where, other);
-      enqueue_slice_copy(other, from, 0, foreign, offset, n, status, label);
-    }
-    if (plan.bounce && !other_copies) stream_.wait(other.record());
-    copying.copy(own.storage(), from.storage(), bytes);
-    if (other_copies) stream_.wait(other.record());
-  } else {
-    tensor to = plan.bounce ? tensor::empty({static_cast<std::int64_t>(n)}, dtype::float32, where, other) : foreign;
-    if (other_copies) other.wait(stream_.record());
-    copying.copy(to.storage(), own.storage(), bytes);
-    if (plan.bounce) {
-      if (!other_copies) other.wait(stream_.record());
-      enqueue_slice_copy(other, foreign, offset, to, 0, n, status, label);
-    }
-    if (plan.bounce || other_copies) stream_.wait(other.record());  // the store's value is read until then
-  }
+  stream other = plan.bounce || plan.whole_copy == copier::tensor_stream ? transfer_stream(foreign.get_device()) : stream{};
+  enqueue_crossing(plan, stream_, other, {foreign, offset}, own, n, to_foreign, status, label);
 }
 
 tensor kvstore_actor::converted(const tensor& t, dtype type, const std::shared_ptr<work_status>& status,
