@@ -1,7 +1,6 @@
 #include "validation.hpp"
 
 #include "crossing.hpp"
-
 #include "strata/device/shape.hpp"
 #include "strata/kernels/half.hpp"
 
