@@ -151,7 +151,8 @@ BOOST_FIXTURE_TEST_CASE(a_tensor_of_another_device_kind_is_refused_naming_the_ki
   auto r = await(kv.init("w", strata::tensor::empty(shape23, strata::dtype::float32, sim[0], sim_stream)));
   BOOST_REQUIRE(!r.has_value());
   BOOST_TEST(r.error().message() ==
-             "kvstore init: the value for key \"w\" is on sim:0, which a store on cpu:0 cannot read; expected a cpu tensor.");
+             "kvstore init: the value for key \"w\" is on sim:0, which a store on cpu:0 cannot read; expected a cpu or cuda "
+             "tensor (sim tensors hold no data).");
   strata::kvstore::client on_sim(sys, strata::kvstore::spawn(sys, {.kind = strata::kvstore::kind::device,
                                                                  .merge_device = sim[0]}));
   auto s = await(on_sim.init("w", make(random(6), shape23)));

@@ -10,7 +10,8 @@
 namespace strata::kvstore {
 
 actor_ref spawn(actor_system& system, kvstore::options options) {
-  // Any kind merges: cpu, sim, and cuda (a store of that GPU, taking cuda tensors of any GPU).
+  // Any kind merges: cpu, sim, and cuda (a store of that GPU, taking cuda tensors of any GPU); cpu
+  // and cuda stores take float32 tensors of each other's kind too (crossing.hpp).
   auto check_merge_device = [](const device& d, const char* what) {
     if (!d.valid())
       throw std::invalid_argument(std::string("kvstore::spawn: a device store needs ") + what + "; none was given.");

@@ -11,6 +11,7 @@
 #include <memory>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "admission.hpp"
@@ -151,6 +152,10 @@ private:
                const slice_ref& from, const std::shared_ptr<work_status>& status);
   void copy_elements(const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
                      std::size_t n, const std::shared_ptr<work_status>& status, const work_label& label);
+  /// A copy between a whole tensor of the store and a tensor of another device kind (crossing.hpp).
+  void copy_across(const tensor& foreign, std::size_t offset, const tensor& own, std::size_t n,
+                   const std::shared_ptr<work_status>& status, const work_label& label, bool to_foreign);
+  stream transfer_stream(const device& d);
   void keep_until_done(const tensor& t) const;
   /// `t` converted to `type` (float32 <-> float16 / bfloat16, cpu stores) into a new tensor, on
   /// the store's stream.
@@ -188,6 +193,7 @@ private:
   std::unique_ptr<device_manager> owned_devices_;
   device device_;
   stream stream_;
+  std::vector<std::pair<device, stream>> transfer_streams_;  // of the devices of tensors of another kind
   store_place place_;
   key_map keys_;
   std::optional<key_map> staged_;  // a shard's part of a load, until shard_commit

@@ -6,6 +6,7 @@
 #include <utility>
 #include <variant>
 
+#include "crossing.hpp"
 #include "strata/kernels/half.hpp"
 #include "strata/kernels/on_stream.hpp"
 #if STRATA_HAS_CUDA
@@ -29,33 +30,50 @@ void kvstore_actor::add_key(const kvstore::key& key, const kvstore::key& label, 
 
 /// Copies `n` elements (of `dst`'s dtype, which is `src`'s) from `src` (from element
 /// `src_offset`) to `dst` (from `dst_offset`) on the store's stream: a plain stream copy for whole
-/// tensors (on cuda also between GPUs), a work item for slices. A failure of the cuda work item
-/// goes to `status`, named by `label`.
+/// tensors (on cuda also between GPUs), a work item for slices. A tensor of another device kind
+/// (a cuda value of a cpu store, a cpu output of a cuda store) crosses through `copy_across`. A
+/// failure of the cuda work item goes to `status`, named by `label`.
 void kvstore_actor::copy_elements(const tensor& dst, std::size_t dst_offset, const tensor& src, std::size_t src_offset,
                                   std::size_t n, const std::shared_ptr<work_status>& status,
                                   const work_label& label) {
+  if (dst.storage().kind() != device_.kind() || src.storage().kind() != device_.kind()) {
+    const bool to_foreign = dst.storage().kind() != device_.kind();
+    if ((to_foreign ? src_offset : dst_offset) != 0)
+      throw std::logic_error("a copy across device kinds reaches a slice of a store's tensor");
+    if (to_foreign) copy_across(dst, dst_offset, src, n, status, label, true);
+    else copy_across(src, src_offset, dst, n, status, label, false);
+    return;
+  }
   const std::size_t element = size_of(dst.dtype());
   if (dst_offset == 0 && src_offset == 0 && dst.bytes() == n * element && src.bytes() == n * element) {
     stream_.copy(dst.storage(), src.storage(), n * element);
     return;
   }
-  keep_until_done(dst);
-  keep_until_done(src);
-  kernels::on_stream(stream_,
-                     {.name = "kvstore_copy_slice",
-                      .kind = work_kind::copy,
-                      .bytes = 2.0 * static_cast<double>(element * n)},
-                     [dst, dst_offset, src, src_offset, n, element, status, label](auto target) {
-                       if constexpr (kernels::is_cuda_target<decltype(target)>) {
-                         // cuda stores hold float32 keys only
-                         const float* from = src.device_data<float>() + src_offset;
-                         float* to = dst.device_data<float>() + dst_offset;
-                         run_guarded(*status, label, [&] { kernels::cuda::copy(target.context, n, from, to); });
-                       } else if (n > 0) {
-                         std::memcpy(static_cast<char*>(dst.raw_data()) + dst_offset * element,
-                                     static_cast<const char*>(src.raw_data()) + src_offset * element, n * element);
-                       }
-                     });
+  enqueue_slice_copy(stream_, dst, dst_offset, src, src_offset, n, status, label);
+}
+
+/// The stream of `d` that copies between the store's memory and tensors on `d`, made at its first
+/// use and kept (a stream whose copy failed keeps that error: it is replaced).
+stream kvstore_actor::transfer_stream(const device& d) {
+  for (auto& [dev, s] : transfer_streams_)
+    if (dev == d) {
+      if (s.error()) s = dev.create_stream();
+      return s;
+    }
+  device dev = d;
+  stream s = dev.create_stream();
+  transfer_streams_.emplace_back(dev, s);
+  return s;
+}
+
+/// A copy between a tensor of another device kind and a whole tensor of the store, on the streams
+/// that `plan_crossing` names (a tensor's stream: `transfer_stream`).
+void kvstore_actor::copy_across(const tensor& foreign, std::size_t offset, const tensor& own, std::size_t n,
+                                const std::shared_ptr<work_status>& status, const work_label& label, bool to_foreign) {
+  const bool whole = offset == 0 && foreign.bytes() == n * size_of(foreign.dtype());
+  const crossing_plan plan = plan_crossing(device_.kind(), foreign.storage().kind(), whole);
+  stream other = plan.bounce || plan.whole_copy == copier::tensor_stream ? transfer_stream(foreign.get_device()) : stream{};
+  enqueue_crossing(plan, stream_, other, {foreign, offset}, own, n, to_foreign, status, label);
 }
 
 tensor kvstore_actor::converted(const tensor& t, dtype type, const std::shared_ptr<work_status>& status,
@@ -86,12 +104,15 @@ void kvstore_actor::keep_until_done(const tensor& t) const {
   if (device_.kind() == device_kind::cuda) t.storage().record_stream(stream_);
 }
 
-/// A pushed value as the merge reads it. On a cuda store a value on another GPU is first copied
-/// into a staging tensor on the merge device (freed in stream order after the merge); the others
-/// are read where they are.
+/// A pushed value as the merge reads it. A value on another GPU than a cuda store's, or on another
+/// device kind than the store's (a cuda value of a cpu store: `copy_across`), is first copied into
+/// a staging tensor on the merge device (freed in stream order after the merge); the others are
+/// read where they are.
 slice_ref kvstore_actor::readable(const slice_ref& v, const key_state& state, const std::shared_ptr<work_status>& status) {
-  if (device_.kind() != device_kind::cuda) return v;
-  if (v.t.get_device().properties().gpu_ordinal == device_.properties().gpu_ordinal) {
+  const bool here = v.t.storage().kind() == device_.kind() &&
+                    (device_.kind() != device_kind::cuda ||
+                     v.t.get_device().properties().gpu_ordinal == device_.properties().gpu_ordinal);
+  if (here) {
     keep_until_done(v.t);
     return v;
   }

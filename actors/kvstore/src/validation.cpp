@@ -1,5 +1,6 @@
 #include "validation.hpp"
 
+#include "crossing.hpp"
 #include "strata/device/shape.hpp"
 #include "strata/kernels/half.hpp"
 
@@ -42,9 +43,8 @@ expected<void> check_tensor(const char* op, const char* role, const kvstore::key
   if (stored.shape && t.shape() != *stored.shape)
     return bad(where + " has shape " + shape_text(t.shape()) + ", expected " + shape_text(*stored.shape) +
                " (the stored shape).");
-  if (t.storage().kind() != place.kind)
-    return bad(where + " is on " + t.get_device().name() + ", which a store on " + place.name +
-               " cannot read; expected a " + std::string(to_string(place.kind)) + " tensor.");
+  if (auto why = crossing_refusal(place.kind, place.name, t.storage().kind(), t.get_device().name(), t.dtype()))
+    return bad(where + *why);
   return {};
 }
 

@@ -290,7 +290,9 @@ struct load_optimizer_states {
 /// shards at once: the updater must be thread-safe. On a sharded store `save` and `load` are
 /// barriers of the router too: requests that arrive meanwhile are served once they are done.
 /// A store on a cuda device takes float32 cuda tensors of any GPU: values on another GPU are
-/// copied to the merge device first, outputs on another GPU are written peer to peer.
+/// copied to the merge device first, outputs on another GPU are written peer to peer. cpu and
+/// cuda stores also take float32 tensors of the other kind (copied in stream order, MXNet's
+/// 'local' store fed by GPUs); sim tensors only sim stores (docs/kvstore.md, "values").
 /// \throws std::invalid_argument for a `device` store without a `merge_device`, `shards` or
 ///   `max_in_flight` of 0, or `shard_devices` of more than one kind.
 actor_ref spawn(actor_system& system, kvstore::options options = {});
