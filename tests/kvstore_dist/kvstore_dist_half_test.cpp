@@ -158,19 +158,22 @@ BOOST_AUTO_TEST_CASE(dist_sync_assign_sums_16_bit_pushes_in_float32_in_rank_orde
       BOOST_TEST((bytes_of(w, *got) == ref.value(k)));
     }
     train_both(w, kvs, ref, seed, keys, 1, 3);
-    // Two local values: summed on the worker in float32, rounded once to the key's dtype, sent.
+    // Three local values: summed on the worker in float32, rounded once to the key's dtype, sent.
     for (std::size_t k = 0; k < keys.size(); ++k) {
       const auto& key = keys[k];
-      auto got = kvs.pushpull(key.key, {make_as(w, type, grad(seed, kvs.rank(), 10 + static_cast<int>(k), 4, key), key.shape),
-                                        make_as(w, type, grad(seed, kvs.rank(), 20 + static_cast<int>(k), 4, key), key.shape)});
+      std::vector<strata::tensor> local;
+      for (int j = 1; j <= 3; ++j)
+        local.push_back(make_as(w, type, grad(seed, kvs.rank(), 10 * j + static_cast<int>(k), 4, key), key.shape));
+      auto got = kvs.pushpull(key.key, local);
       BOOST_REQUIRE_MESSAGE(got, (got ? "" : got.error().message()));
       std::vector<std::vector<float>> all;
       for (int r = 0; r < kvs.num_workers(); ++r) {
-        auto a = grad(seed, r, 10 + static_cast<int>(k), 4, key), b = grad(seed, r, 20 + static_cast<int>(k), 4, key);
-        for (std::size_t i = 0; i < a.size(); ++i) a[i] = as(type, a[i] + b[i]);
+        auto a = grad(seed, r, 10 + static_cast<int>(k), 4, key), b = grad(seed, r, 20 + static_cast<int>(k), 4, key),
+             c = grad(seed, r, 30 + static_cast<int>(k), 4, key);
+        for (std::size_t i = 0; i < a.size(); ++i) a[i] = as(type, a[i] + b[i] + c[i]);
         all.push_back(std::move(a));
       }
-      BOOST_TEST((bytes_of(w, *got) == ref.push_all(key, all)), "two local values, key " << key.key.to_string());
+      BOOST_TEST((bytes_of(w, *got) == ref.push_all(key, all)), "three local values, key " << key.key.to_string());
     }
     BOOST_REQUIRE(kvs.barrier());
   }
