@@ -409,11 +409,19 @@ BOOST_AUTO_TEST_CASE(a_value_of_another_dtype_is_refused_with_one_sentence_namin
     BOOST_TEST((bytes_of(w, *got) == bytes_of(w, make_as(w, type, sum, shape))));
   }
   BOOST_REQUIRE(kvs.barrier());
-  // dist_sync_allreduce keeps float32 keys only: a 16-bit init is refused on every rank.
+  // dist_sync_allreduce keeps float32 keys only: a 16-bit init, or a checkpoint with 16-bit keys,
+  // is refused on every rank.
+  const std::string shared = (std::filesystem::temp_directory_path() /
+                              ("strata_kvd_half_dtypes_" + std::to_string(w.shared_seed(kvs, std::int64_t{4})) + ".ckpt"))
+                                 .string();
+  BOOST_REQUIRE(kvs.save(shared));
   kvd::store all(w.sys, w.net, kvd::store_options{.mode = kvd::mode::allreduce, .value_device = w.cpu});
   says(all.init(std::int64_t{1}, make_as(w, dtype::float16, v, {4})),
        "kvstore dist init: the value for key 1 must be a float32 cpu tensor.");
+  says(all.load(shared), "kvstore dist load of \"" + shared +
+                             "\": key 1 is float16, and dist_sync_allreduce keeps float32 keys only; nothing changed.");
   BOOST_REQUIRE(all.barrier());
+  if (all.rank() == 0) std::filesystem::remove(shared);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

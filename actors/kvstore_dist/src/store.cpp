@@ -490,6 +490,13 @@ expected<void> store::load(const std::string& path) {
   if (!file) return file.error();
   if (!read_everywhere)
     return error(errc::runtime_failure, "kvstore dist load of \"" + path + "\": another rank could not read it; nothing changed.");
+  // Every rank reads the same file, so every rank refuses alike.
+  if (w.replica)
+    for (const auto& e : file->entries)
+      if (e.type != dtype::float32)
+        return error(errc::invalid_argument, "kvstore dist load of \"" + path + "\": key " + e.key.to_string() + " is " +
+                                                 std::string(to_string(e.type)) +
+                                                 ", and dist_sync_allreduce keeps float32 keys only; nothing changed.");
   expected<void> mine;
   if (w.replica) {
     auto got = w.replica->load(path).get();

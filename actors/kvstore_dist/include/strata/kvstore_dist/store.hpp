@@ -120,7 +120,8 @@ public:
 
   /// The key's value. `dist_sync`: the value after every version this worker has pushed to (it
   /// waits for the other workers' pushes of that version); `dist_async`: the current value. The
-  /// tensor lives on a cpu device of this rank; its ready event fires when the data is there.
+  /// tensor, of the key's dtype, lives on a cpu device of this rank; its ready event fires when
+  /// the data is there.
   expected<tensor> pull(const kvstore::key& key);
 
   /// `push` then `pull`: in `dist_sync` the merged round this push contributed to (MXNet's
@@ -140,7 +141,8 @@ public:
   /// keys above today's `big_array_bound` are cut for today's ranks.
   /// In dist_sync each worker's push count of a key becomes the key's saved version. The update
   /// rule is not saved: call `set_optimizer` before `load`. A missing or corrupt file fails on
-  /// every rank with one sentence, and nothing changes.
+  /// every rank with one sentence, and nothing changes; so does a file with a 16-bit key in
+  /// `dist_sync_allreduce`, which keeps float32 keys only.
   expected<void> load(const std::string& path);
 
   /// Installs the update rule on this rank's server shard. Every worker calls it (each shard
