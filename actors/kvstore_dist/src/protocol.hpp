@@ -125,6 +125,11 @@ struct load_msg {
   std::vector<loaded_key> keys;
 };
 
+/// A cpu tensor of `shape` and `type` (float32, float16 or bfloat16) on `dev` holding `values`,
+/// rounded once to nearest even for a 16-bit type.
+tensor rounded(const std::vector<float>& values, const std::vector<std::int64_t>& shape, dtype type, device& dev,
+               const stream& s);
+
 /// Spawns this rank's server shard (a kvstore actor behind it, on `device`).
 actor_ref spawn_server(actor_system& system, int world, kvstore_dist::mode mode, std::chrono::nanoseconds timeout,
                        device device);

@@ -145,25 +145,17 @@ private:
     }
     std::vector<float> floats(n);
     kvstore::decompress(m.type, m.threshold, m.codes.data(), floats.data(), n);
-    if (!kernels::is_half(st->type)) {
-      take(key, *st, m.rank, m.seq, tensor::from_host<float>(std::span<const float>(floats), m.shape, dev_, stream_), reply);
-      return;
-    }
-    std::vector<std::uint16_t> bits(n);
-    kernels::cpu::narrow(st->type, n, floats.data(), bits.data());
-    for (std::size_t i = 0; i < n; ++i)
-      if (kernels::half_value(st->type, bits[i]) != floats[i]) {
-        reply.deliver(error(errc::invalid_argument, "kvstore dist push: key " + key.to_string() + " is " +
-                                                         std::string(to_string(st->type)) +
-                                                         ", which does not hold the 2bit threshold " +
-                                                         std::to_string(m.threshold) +
-                                                         " exactly; choose one it holds (such as 0.5 or 0.25)."));
-        return;
-      }
-    auto raw = tensor::from_host<std::uint8_t>(
-        std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bits.data()), n * sizeof(std::uint16_t)), dev_,
-        stream_);
-    take(key, *st, m.rank, m.seq, tensor(m.shape, st->type, raw.storage(), raw.ready_event()), reply);
+    if (kernels::is_half(st->type))
+      for (float x : floats)
+        if (kernels::half_value(st->type, kernels::half_bits(st->type, x)) != x) {
+          reply.deliver(error(errc::invalid_argument, "kvstore dist push: key " + key.to_string() + " is " +
+                                                           std::string(to_string(st->type)) +
+                                                           ", which does not hold the 2bit threshold " +
+                                                           std::to_string(m.threshold) +
+                                                           " exactly; choose one it holds (such as 0.5 or 0.25)."));
+          return;
+        }
+    take(key, *st, m.rank, m.seq, rounded(floats, m.shape, st->type, dev_, stream_), reply);
   }
 
   /// The key's state when a push of `shape` and `type` fits it; else the reply gets the reason.
@@ -357,6 +349,17 @@ private:
 };
 
 }  // namespace
+
+tensor rounded(const std::vector<float>& values, const std::vector<std::int64_t>& shape, dtype type, device& dev,
+               const stream& s) {
+  if (!kernels::is_half(type)) return tensor::from_host<float>(std::span<const float>(values), shape, dev, s);
+  std::vector<std::uint16_t> bits(values.size());
+  kernels::cpu::narrow(type, values.size(), values.data(), bits.data());
+  auto raw = tensor::from_host<std::uint8_t>(
+      std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bits.data()), bits.size() * sizeof(std::uint16_t)),
+      dev, s);
+  return tensor(shape, type, raw.storage(), raw.ready_event());
+}
 
 actor_ref spawn_server(actor_system& system, int world, kvstore_dist::mode mode, std::chrono::nanoseconds timeout,
                        device dev) {

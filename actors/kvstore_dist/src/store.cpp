@@ -70,16 +70,6 @@ expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key,
   return sum;
 }
 
-tensor rounded(worker_state& w, const std::vector<float>& values, const std::vector<std::int64_t>& shape, dtype type) {
-  if (!kernels::is_half(type)) return tensor::from_host<float>(std::span<const float>(values), shape, w.dev, w.s);
-  std::vector<std::uint16_t> bits(values.size());
-  kernels::cpu::narrow(type, values.size(), values.data(), bits.data());
-  auto raw = tensor::from_host<std::uint8_t>(
-      std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bits.data()), bits.size() * sizeof(std::uint16_t)),
-      w.dev, w.s);
-  return tensor(shape, type, raw.storage(), raw.ready_event());
-}
-
 }  // namespace internal
 
 store::store(actor_system& system, net::endpoint& endpoint, store_options options)
@@ -355,7 +345,7 @@ expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& v
       dtype type = dtype::float32;
       auto sum = local_sum(w, key, values, nullptr, &type);
       if (!sum) return sum.error();
-      value = internal::rounded(w, *sum, value.shape(), type);
+      value = internal::rounded(*sum, value.shape(), type, w.dev, w.s);
     }
     bytes = static_cast<std::uint64_t>(value.numel()) * size_of(value.dtype());
     sent = done(ask<unit_t>(w, to, internal::push_msg{internal::to_wire(key), w.rank, seq, net::tensor_slice{value, 0, value.shape()}}));

@@ -52,7 +52,7 @@ expected<std::uint64_t> push_parts(worker_state& w, const kvstore::key& key, con
     dtype type = dtype::float32;
     auto sum = local_sum(w, key, values, &layout.shape, &type);
     if (!sum) return sum.error();
-    whole = rounded(w, *sum, layout.shape, type);
+    whole = rounded(*sum, layout.shape, type, w.dev, w.s);
   }
   // Every part leaves straight from its slice of `whole`: no copy to split.
   for (int p = 0; p < layout.parts(); ++p)

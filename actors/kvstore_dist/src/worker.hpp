@@ -65,10 +65,6 @@ expected<void> all_replies(std::vector<std::future<expected<T>>>& replies) {
 expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key, const std::vector<tensor>& values,
                                        const std::vector<std::int64_t>* shape, dtype* type = nullptr);
 
-/// A cpu tensor of `shape` and `type` (float32, float16 or bfloat16) holding `values`, rounded
-/// once to nearest even for a 16-bit type.
-tensor rounded(worker_state& w, const std::vector<float>& values, const std::vector<std::int64_t>& shape, dtype type);
-
 /// This worker's `seq`-th push of the split key `key`: each part sent to its rank at once
 /// (straight from a slice of the caller's tensor, or compressed with its slice of the residual),
 /// then every reply awaited. Answers the payload bytes sent.
