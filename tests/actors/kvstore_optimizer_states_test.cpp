@@ -8,17 +8,23 @@
 
 #include <unistd.h>
 
+#include <bit>
 #include <cmath>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <random>
 #include <string>
+#include <tuple>
 #include <variant>
 #include <vector>
 
+#include "strata/checksum.hpp"
 #include "strata/device/device_manager.hpp"
+#include "strata/kvstore/checkpoint.hpp"
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/strata.hpp"
+#include "support/half_device.hpp"
 #include "support/one_device.hpp"
 
 namespace {
@@ -234,6 +240,250 @@ BOOST_FIXTURE_TEST_CASE(set_learning_rate_without_an_optimizer_or_beside_a_sched
       BOOST_TEST(!await(store.set_learning_rate(0.1)).has_value());
     }
   }
+}
+
+namespace {
+
+using strata::dtype;
+
+/// Keys 1 (float16 [3, 7]) and 2 (bfloat16 [40]) and 3 (float32 [5]) under a multi_precision
+/// optimizer: the float32 master copies carry steps below half a 16-bit ulp.
+struct half_fixture : strata::test::half_device {
+  const std::vector<std::int64_t> shape_a{3, 7};
+  const std::vector<std::int64_t> shape_b{40};
+  const std::vector<std::int64_t> shape_c{5};
+
+  void init(kv::client& store, dtype type_a = dtype::float16) {
+    const auto a = random(21);
+    BOOST_REQUIRE(await(store.init({1, 2, 3}, {type_a == dtype::float32 ? make(a, shape_a) : make16(type_a, a, shape_a),
+                                              make16(dtype::bfloat16, random(40), shape_b), make(random(5), shape_c)}))
+                      .has_value());
+  }
+  struct grads {
+    std::vector<float> a, b, c;
+  };
+  std::vector<grads> steps(int n) {
+    std::vector<grads> out;
+    for (int i = 0; i < n; ++i) out.push_back({random(21), random(40), random(5)});
+    return out;
+  }
+  void train(kv::client& store, const std::vector<grads>& gs) {
+    for (const auto& g : gs)
+      BOOST_REQUIRE(await(store.push({1, 2, 3}, {make16(dtype::float16, g.a, shape_a), make16(dtype::bfloat16, g.b, shape_b),
+                                                 make(g.c, shape_c)}))
+                        .has_value());
+  }
+  /// Every key's bits: the 16-bit words of keys 1 and 2, the float32 bits of key 3.
+  std::vector<std::uint32_t> bits(kv::client& store) {
+    std::vector<std::uint32_t> out;
+    for (auto b : pulled_bits(store, 1, dtype::float16, 21, shape_a)) out.push_back(b);
+    for (auto b : pulled_bits(store, 2, dtype::bfloat16, 40)) out.push_back(b);
+    for (float f : value_of(store, 3, shape_c)) out.push_back(std::bit_cast<std::uint32_t>(f));
+    return out;
+  }
+};
+
+std::string file_bytes(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  return {(std::istreambuf_iterator<char>(in)), std::istreambuf_iterator<char>()};
+}
+
+/// `bytes` with a fresh checksum and end marker, written to `path`: a file that passes the
+/// format's checks but holds what a test edited into it.
+void write_resealed(const std::string& path, std::string bytes) {
+  bytes.resize(bytes.size() - 16);
+  const std::uint64_t sum = strata::fnv1a64(bytes, strata::fnv1a64_kvstore_basis);
+  bytes.append(reinterpret_cast<const char*>(&sum), sizeof sum);
+  bytes += "STRKVEND";
+  std::ofstream(path, std::ios::binary | std::ios::trunc) << bytes;
+}
+
+const std::vector<std::variant<strata::kernels::sgd_options, strata::kernels::adam_options>> small_steps{
+    strata::kernels::sgd_options{.lr = 2e-4, .momentum = 0.9, .weight_decay = 0.01},
+    strata::kernels::adam_options{.lr = 2e-4, .weight_decay = 0.01}};
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_CASE(multi_precision_master_copies_travel_in_the_optimizer_states_file_and_continue_bit_for_bit,
+                        half_fixture) {
+  const auto values = temp_path("mp_values.ckpt");
+  const auto bare = temp_path("mp_bare.ckpt");
+  const auto states = temp_path("mp_states.opt");
+  const auto again = temp_path("mp_again.opt");
+  for (const auto& opt : small_steps)
+    for (const auto& saver : fixture::stores())
+      for (const auto& loader : fixture::stores()) {
+        BOOST_TEST_CONTEXT(opt.index() << ", " << saver.shards << " -> " << loader.shards << " shards") {
+          auto install = [&](kv::client& store) {
+            BOOST_REQUIRE(std::visit([&](const auto& o) { return await(store.send(kv::set_optimizer{.options = o, .multi_precision = true})); },
+                                     opt).has_value());
+          };
+          kv::client a(sys, kv::spawn(sys, saver));
+          init(a);
+          install(a);
+          train(a, steps(3));
+          BOOST_REQUIRE(await(a.save(values)).has_value());
+          BOOST_REQUIRE(await(a.save_optimizer_states(states)).has_value());
+          const auto later = steps(4);
+          train(a, later);
+
+          // The values checkpoint without its master copies: only the states file brings them.
+          auto ckpt = kv::read_checkpoint(values);
+          BOOST_REQUIRE(ckpt.has_value());
+          BOOST_TEST_REQUIRE(ckpt->entries.at(0).master.size() == 21u);
+          BOOST_TEST_REQUIRE(ckpt->entries.at(1).master.size() == 40u);
+          for (auto& e : ckpt->entries) e.master.clear();
+          BOOST_REQUIRE(kv::write_checkpoint(bare, ckpt->entries).has_value());
+
+          kv::client b(sys, kv::spawn(sys, loader));  // no set_optimizer: the file brings it, multi_precision too
+          BOOST_REQUIRE(await(b.load(bare)).has_value());
+          BOOST_REQUIRE(await(b.load_optimizer_states(states)).has_value());
+          BOOST_REQUIRE(await(b.save_optimizer_states(again)).has_value());
+          BOOST_TEST((file_bytes(again) == file_bytes(states)));  // masters, states and header as saved
+          train(b, later);
+          BOOST_TEST(bits(b) == bits(a), boost::test_tools::per_element());
+
+          // Without the master copies (the same optimizer made afresh, masters from the rounded
+          // values) the run departs.
+          kv::client c(sys, kv::spawn(sys, loader));
+          BOOST_REQUIRE(await(c.load(bare)).has_value());
+          install(c);
+          train(c, later);
+          BOOST_TEST(bits(c) != bits(a));
+        }
+      }
+  for (const auto& f : {values, bare, states, again}) std::filesystem::remove(f);
+}
+
+namespace {
+
+/// An optimizer states file as strata wrote it before master copies ("STRKVOPT"): SGD with
+/// `momentum` and integer keys with one state array each, written here byte by byte.
+void write_previous_version(const std::string& path, const strata::kernels::sgd_options& o,
+                            const std::vector<std::tuple<std::int64_t, std::vector<std::int64_t>, std::vector<float>>>& keys) {
+  auto put = [](std::string& to, auto v) { to.append(reinterpret_cast<const char*>(&v), sizeof v); };
+  std::string header;  // SGD, its four fields, no scheduler; no multi_precision byte
+  put(header, std::uint8_t{1}), put(header, o.lr), put(header, o.momentum), put(header, o.weight_decay);
+  put(header, std::uint8_t{o.nesterov}), put(header, std::uint8_t{0});
+  std::string out = "STRKVOPT";
+  put(out, std::uint64_t{header.size()});
+  out += header;
+  put(out, std::uint64_t{keys.size()});
+  for (const auto& [key, shape, momentum] : keys) {  // no dtype, no master copy
+    put(out, std::uint8_t{0}), put(out, key), put(out, std::uint64_t{2}), put(out, std::int64_t{0});
+    put(out, std::uint64_t{shape.size()});
+    for (auto d : shape) put(out, d);
+    put(out, std::uint64_t{1});
+    out.append(reinterpret_cast<const char*>(momentum.data()), momentum.size() * sizeof(float));
+  }
+  write_resealed(path, out + std::string(16, '\0'));
+}
+
+}  // namespace
+
+BOOST_FIXTURE_TEST_CASE(an_optimizer_states_file_of_the_previous_version_still_loads, half_fixture) {
+  const auto old = temp_path("previous.opt");
+  const auto values = temp_path("previous_values.ckpt");
+  const strata::kernels::sgd_options sgd{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01};
+  for (const auto& loader : fixture::stores()) {
+    BOOST_TEST_CONTEXT(loader.shards << " shards") {
+      const auto w1 = representable(dtype::float16, random(21)), w2 = representable(dtype::bfloat16, random(40)),
+                 w3 = random(5);
+      const auto m1 = random(21), m2 = random(40), m3 = random(5);
+      write_previous_version(old, sgd, {{1, shape_a, m1}, {2, shape_b, m2}, {3, shape_c, m3}});
+      kv::client b(sys, kv::spawn(sys, loader));
+      BOOST_REQUIRE(await(b.init({1, 2, 3}, {make16(dtype::float16, w1, shape_a), make16(dtype::bfloat16, w2, shape_b),
+                                            make(w3, shape_c)}))
+                        .has_value());
+      BOOST_REQUIRE(await(b.load_optimizer_states(old)).has_value());
+
+      // The same values and momenta through a values checkpoint (tested on its own), under the
+      // same optimizer without multi_precision.
+      std::vector<kv::checkpoint_entry> entries{{.key = 1, .shape = shape_a, .arrays = {w1, m1}, .type = dtype::float16},
+                                                {.key = 2, .shape = shape_b, .arrays = {w2, m2}, .type = dtype::bfloat16},
+                                                {.key = 3, .shape = shape_c, .arrays = {w3, m3}}};
+      BOOST_REQUIRE(kv::write_checkpoint(values, entries).has_value());
+      kv::client c(sys, kv::spawn(sys, loader));
+      BOOST_REQUIRE(await(c.set_optimizer(sgd)).has_value());
+      BOOST_REQUIRE(await(c.load(values)).has_value());
+
+      const auto later = steps(3);
+      train(b, later);
+      train(c, later);
+      BOOST_TEST(bits(b) == bits(c), boost::test_tools::per_element());
+      BOOST_REQUIRE(await(b.save_optimizer_states(old)).has_value());
+      BOOST_TEST(file_bytes(old).substr(0, 8) == "STRKVOP2");
+    }
+  }
+  std::filesystem::remove(old);
+  std::filesystem::remove(values);
+}
+
+BOOST_FIXTURE_TEST_CASE(master_copies_that_do_not_fit_the_store_or_a_damaged_file_are_refused_with_one_sentence,
+                        half_fixture) {
+  const auto states = temp_path("mp_bad_states.opt");
+  const auto values = temp_path("mp_bad_values.ckpt");
+  const auto edited = temp_path("mp_edited.opt");
+  for (const auto& o : fixture::stores()) {
+    BOOST_TEST_CONTEXT(o.shards << " shards") {
+      auto refused = [&](strata::expected<strata::unit_t> r, const std::string& expected) {
+        BOOST_TEST_REQUIRE(!r.has_value());
+        BOOST_TEST(r.error().message().find(expected) != std::string::npos, r.error().message());
+        BOOST_TEST(r.error().message().find('\n') == std::string::npos);
+      };
+      kv::client a(sys, kv::spawn(sys, o));
+      init(a);
+      BOOST_REQUIRE(await(a.send(kv::set_optimizer{.options = strata::kernels::adam_options{.lr = 2e-4}, .multi_precision = true}))
+                        .has_value());
+      train(a, steps(2));
+      BOOST_REQUIRE(await(a.save(values)).has_value());
+      BOOST_REQUIRE(await(a.save_optimizer_states(states)).has_value());
+
+      // Key 1 of another dtype or shape in the store.
+      for (dtype other : {dtype::bfloat16, dtype::float32}) {
+        kv::client d(sys, kv::spawn(sys, o));
+        init(d, other);
+        refused(await(d.load_optimizer_states(states)),
+                "has key 1 of dtype float16 with a float32 master copy; the store holds it as " +
+                    std::string(strata::to_string(other)) + ".");
+      }
+      kv::client reshaped(sys, kv::spawn(sys, o));
+      BOOST_REQUIRE(await(reshaped.init({1, 2, 3}, {make16(dtype::float16, random(21), {7, 3}),
+                                                    make16(dtype::bfloat16, random(40), shape_b), make(random(5), shape_c)}))
+                        .has_value());
+      refused(await(reshaped.load_optimizer_states(states)), "has key 1 of shape [3, 7]; the store holds it with shape [7, 3].");
+
+      // Damaged files, onto a store that loaded the same point: it stays as it was.
+      kv::client twin(sys, kv::spawn(sys, o));
+      BOOST_REQUIRE(await(twin.load(values)).has_value());
+      BOOST_REQUIRE(await(twin.load_optimizer_states(states)).has_value());
+      const std::string bytes = file_bytes(states);
+      std::uint64_t header_length;
+      std::memcpy(&header_length, bytes.data() + 8, sizeof header_length);
+      const std::size_t header_end = 16 + header_length;
+      std::string flag_off = bytes;  // the header's last byte: multi_precision
+      flag_off[header_end - 1] = 0;
+      write_resealed(edited, flag_off);
+      refused(await(twin.load_optimizer_states(edited)),
+              "is truncated or corrupt: it has a master copy for key 1 but its optimizer is not multi_precision.");
+      std::string as_float32 = bytes;  // key 1's dtype byte: count, kind, key, version, step, rank, 2 dims, states
+      as_float32[header_end + 8 + 1 + 8 + 8 + 8 + 8 + 16 + 8] = 0;
+      write_resealed(edited, as_float32);
+      refused(await(twin.load_optimizer_states(edited)), "is truncated or corrupt: a float32 key carries a multi_precision master copy.");
+      std::ofstream(edited, std::ios::binary | std::ios::trunc) << bytes.substr(0, bytes.size() - 100);
+      refused(await(twin.load_optimizer_states(edited)), "is truncated or corrupt");
+      std::string flipped = bytes;  // a bit of key 3's Adam state
+      flipped[bytes.size() - 20] ^= 0x10;
+      std::ofstream(edited, std::ios::binary | std::ios::trunc) << flipped;
+      refused(await(twin.load_optimizer_states(edited)), "is truncated or corrupt: its checksum does not match its contents.");
+
+      const auto next = steps(2);
+      train(a, next);
+      train(twin, next);
+      BOOST_TEST(bits(twin) == bits(a), boost::test_tools::per_element());
+    }
+  }
+  for (const auto& f : {values, states, edited}) std::filesystem::remove(f);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -18,9 +18,11 @@ done
   "$dir/merged.strace" "$dir/pp.strace.rank0" "$dir/pp.strace.rank1" "$rounds"
 "$tool" summary "$dir/merged.strace" | tee "$dir/summary.txt"
 grep -q "pinger@r0" "$dir/summary.txt" && grep -q "ponger@r1" "$dir/summary.txt"
-grep -q "cross-rank messages: $((2 * (rounds + 1))) sent, $((2 * (rounds + 1))) received, $((2 * (rounds + 1))) linked" \
+grep -q "cross-rank messages: $((2 * (rounds + 2))) sent, $((2 * (rounds + 2))) received, $((2 * (rounds + 2))) linked" \
   "$dir/summary.txt" || { echo "FAIL: the summary does not count every cross-rank message as linked"; exit 1; }
+grep -q "send posted -> received: 6 linked (0 sends without their receive)" "$dir/summary.txt" ||
+  { echo "FAIL: the summary does not join the 6 tensor transfers"; exit 1; }
 "$tool" export "$dir/merged.strace" -o "$dir/merged.json"
 "$tool" timeline "$dir/merged.strace" -o "$dir/merged.svg"
 "$tool" dot "$dir/merged.strace" -o "$dir/merged.dot"
-echo "PASS: $((2 * (rounds + 1))) messages between two ranks linked from send to handling"
+echo "PASS: $((2 * (rounds + 2))) messages and 6 tensor transfers between two ranks linked"

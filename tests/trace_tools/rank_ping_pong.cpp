@@ -4,18 +4,23 @@
 //
 //   rank_ping_pong ROUNDS
 //
-// Rank 1 publishes "ponger" (answers each ping with a pong to its sender, and `add` requests);
-// rank 0's pinger sends one ping at a time and, after the last pong, one request. Each rank thus
-// sends ROUNDS + 1 messages to the other.
+// Rank 1 publishes "ponger" (answers each ping with a pong to its sender, echoes tensors, and
+// answers `add` requests); rank 0's pinger sends one ping at a time, after the last pong one
+// message of three tensors (4 KiB, 1 MiB + 3 B, 3 MiB of random bytes) that comes back, then one
+// request. Each rank thus sends ROUNDS + 2 messages and three tensors to the other, and both
+// join one allreduce at the end.
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <future>
+#include <iterator>
+#include <random>
 #include <span>
 #include <string>
 
 #include "../net/messages.hpp"  // ping, pong and add, declared for strata::net
 #include "strata/actor_system.hpp"
+#include "strata/device/all.hpp"
 #include "strata/net/endpoint.hpp"
 
 using namespace std::chrono_literals;
@@ -23,6 +28,10 @@ using namespace std::chrono_literals;
 using nettest::add;
 using nettest::ping;
 using nettest::pong;
+using nettest::tensor_msg;
+
+/// The tensor sizes rank 0 sends (tests/trace_tools/trace_merge_test.cpp expects them).
+constexpr std::size_t tensor_bytes[] = {4096, (std::size_t{1} << 20) + 3, std::size_t{3} << 20};
 
 int main(int argc, char** argv) {
   char* end = nullptr;
@@ -32,7 +41,8 @@ int main(int argc, char** argv) {
     return 2;
   }
   strata::actor_system sys(strata::system_config{.worker_threads = 1});
-  strata::net::endpoint net(sys);
+  strata::device cpu = strata::make_devices("cpu:1").front();
+  strata::net::endpoint net(sys, strata::net::endpoint_config{.receive_device = cpu});
   if (net.size() != 2) {
     std::fprintf(stderr, "rank_ping_pong: run it with mpirun -np 2 (this world has %d ranks)\n", net.size());
     return 2;
@@ -44,6 +54,7 @@ int main(int argc, char** argv) {
                           strata::spawn_options{.name = "ponger"},
                           [&finished](strata::actor& self) -> strata::behavior {
                             return {[&self](const ping& p) { self.send(self.current_sender(), pong{p.seq}); },
+                                    [&self](const tensor_msg& m) { self.send(self.current_sender(), m); },
                                     [&self, &finished](const add& a) {
                                       finished.set_value("rank 1 answered the request");
                                       self.quit();
@@ -55,14 +66,31 @@ int main(int argc, char** argv) {
     auto ponger = net.remote(1, "ponger").value();
     sys.spawn_fn_with(
         strata::spawn_options{.name = "pinger"},
-        [&finished, ponger, rounds](strata::actor& self) -> strata::behavior {
+        [&finished, ponger, rounds, cpu](strata::actor& self) -> strata::behavior {
           self.send(ponger, ping{1, ""});
-          return {[&self, &finished, ponger, rounds](const pong& p) {
-            if (p.seq < rounds) {
-              self.send(ponger, ping{p.seq + 1, ""});
+          return {[&self, ponger, rounds, cpu](const pong& p) mutable {
+                    if (p.seq < rounds) {
+                      self.send(ponger, ping{p.seq + 1, ""});
+                      return;
+                    }
+                    auto s = cpu.create_stream();
+                    std::mt19937 rng(static_cast<unsigned>(rounds));
+                    tensor_msg m;
+                    m.label = "echo";
+                    for (std::size_t n : tensor_bytes) {
+                      std::vector<std::uint8_t> bytes(n);
+                      for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
+                      m.tensors.push_back(strata::tensor::from_host<std::uint8_t>(bytes, cpu, s));
+                    }
+                    self.send(ponger, m);
+                  },
+                  [&self, &finished, ponger, rounds](const tensor_msg& echoed) {
+            if (echoed.tensors.size() != std::size(tensor_bytes)) {
+              finished.set_value("rank 0 got " + std::to_string(echoed.tensors.size()) + " tensors back");
+              self.quit();
               return;
             }
-            self.request<int>(ponger, 30s, add{static_cast<std::int32_t>(p.seq), 1}).then(
+            self.request<int>(ponger, 30s, add{static_cast<std::int32_t>(rounds), 1}).then(
                 [&self, &finished](int sum) {
                   finished.set_value("rank 0 got " + std::to_string(sum));
                   self.quit();

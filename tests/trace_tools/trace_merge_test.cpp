@@ -197,7 +197,7 @@ BOOST_AUTO_TEST_CASE(a_traced_two_rank_ping_pong_merges_into_linked_flows, *boos
   const auto& suite = boost::unit_test::framework::master_test_suite();
   BOOST_TEST_REQUIRE(suite.argc == 5, "expected: -- MERGED RANK0 RANK1 ROUNDS");
   const std::size_t rounds = std::strtoul(suite.argv[4], nullptr, 10);
-  const std::size_t per_rank = rounds + 1;  // pings (pongs) and the request (its response)
+  const std::size_t per_rank = rounds + 2;  // pings (pongs), the tensors (echoed), the request (its response)
   const auto merged = read_or_fail(suite.argv[1]);
   const auto r0 = read_or_fail(suite.argv[2]);
   const auto r1 = read_or_fail(suite.argv[3]);
@@ -252,4 +252,43 @@ BOOST_AUTO_TEST_CASE(a_traced_two_rank_ping_pong_merges_into_linked_flows, *boos
   for (const auto& e : j["traceEvents"])
     if (e["ph"] == "M" && e["name"] == "process_name") processes.insert(e["args"]["name"].get<std::string>());
   BOOST_TEST((processes == std::set<std::string>{"strata rank 0", "strata rank 1"}));
+
+  // The tensor data: three tensors each way, each one chunk posted and seen complete by the
+  // communication thread of both ranks, plus the allreduce of one float at the end.
+  const std::vector<std::uint64_t> sizes = {4096, (1u << 20) + 3, 3u << 20};
+  for (const auto* f : {&r0, &r1}) {
+    BOOST_TEST(count_kind(*f, event_kind::transfer_begin) == 2 * sizes.size() + 1, f->name);
+    BOOST_TEST(count_kind(*f, event_kind::transfer_end) == 2 * sizes.size() + 1, f->name);
+  }
+  std::map<std::pair<std::uint64_t, strata::trace::transfer>, std::multiset<std::uint64_t>> moved;  // (rank, what) -> bytes
+  for (const auto& t : m.transfers) {
+    BOOST_TEST(!t.unfinished);
+    BOOST_TEST(t.begin <= t.end);
+    moved[{t.rank, t.what}].insert(t.bytes);
+    if (t.what == strata::trace::transfer::allreduce) BOOST_TEST(t.bytes == sizeof(float));
+    else BOOST_TEST(t.peer == 1 - t.rank);
+  }
+  const std::multiset<std::uint64_t> each(sizes.begin(), sizes.end());
+  for (std::uint64_t rank : {0u, 1u}) {
+    const auto& sent = moved[std::make_pair(rank, strata::trace::transfer::send)];
+    const auto& received = moved[std::make_pair(rank, strata::trace::transfer::receive)];
+    const auto& reduced = moved[std::make_pair(rank, strata::trace::transfer::allreduce)];
+    BOOST_TEST((sent == each), "rank " << rank);
+    BOOST_TEST((received == each), "rank " << rank);
+    BOOST_TEST(reduced.size() == 1u, "rank " << rank);
+  }
+  // Each send joins the receive of its tag on the other rank: posted before that receive ends.
+  BOOST_TEST(s["transfers"]["linked"].get<std::size_t>() == 2 * sizes.size());
+  BOOST_TEST(s["transfers"]["unmatched_sends"].get<std::size_t>() == 0u);
+  std::size_t data_flows = 0;
+  std::set<std::string> network_tracks;
+  for (const auto& e : j["traceEvents"]) {
+    if (e["ph"] == "s" && e["cat"] == "network") ++data_flows;
+    if (e["ph"] == "M" && e["name"] == "thread_name" && e["args"]["name"].get<std::string>().rfind("network", 0) == 0)
+      network_tracks.insert(std::to_string(e["pid"].get<int>()) + " " + e["args"]["name"].get<std::string>());
+  }
+  BOOST_TEST(data_flows == 2 * sizes.size());
+  BOOST_TEST(network_tracks.count("1 network sends") == 1u);
+  BOOST_TEST(network_tracks.count("2 network receives") == 1u);
+  BOOST_TEST(network_tracks.count("2 network allreduces") == 1u);
 }

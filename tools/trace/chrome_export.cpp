@@ -6,6 +6,7 @@
 // its track (flow ends bind to the enclosing slice), so both viewers draw every arrow.
 
 #include <algorithm>
+#include <cstdio>
 #include <map>
 #include <set>
 
@@ -19,9 +20,22 @@ namespace {
 
 constexpr int actor_pid = 1;
 constexpr int device_pid = 2;
+constexpr int network_pid = 3;  // transfers between ranks, in a trace of one rank
 constexpr std::uint64_t anchor_ns = 1000;  // length of the small slice that holds an outside send
 
 double us(std::uint64_t ns) { return static_cast<double>(ns) / 1000.0; }
+
+/// "512 B", "4.0 KiB", "64.0 MiB".
+std::string byte_size(std::uint64_t bytes) {
+  if (bytes < 1024) return std::to_string(bytes) + " B";
+  const char* unit = "KiB";
+  double v = static_cast<double>(bytes) / 1024.0;
+  if (v >= 1024.0) v /= 1024.0, unit = "MiB";
+  if (v >= 1024.0) v /= 1024.0, unit = "GiB";
+  char text[32];
+  std::snprintf(text, sizeof text, "%.1f %s", v, unit);
+  return text;
+}
 
 struct span {
   std::uint64_t begin = 0;
@@ -229,6 +243,76 @@ json chrome_trace(const trace_model& m) {
       }
       make_disjoint(spans);
       emit_spans(pid, tid, spans);
+    }
+  }
+
+  // Transfers between ranks (kinds 16 and 17): per rank and direction, one lane for each transfer
+  // in flight at once, below the rank's device streams; in a merged trace an arrow joins each
+  // send to the receive of the same tag on the other rank.
+  if (!m.transfers.empty()) {
+    if (!merged) {
+      meta("process_name", network_pid, 0, {{"name", "strata network"}});
+      meta("process_sort_index", network_pid, 0, {{"sort_index", 3}});
+    }
+    using lane_key = std::tuple<std::uint64_t, trace::transfer, std::size_t>;  // rank, what, lane
+    std::vector<lane_key> lane_of(m.transfers.size());
+    std::map<std::pair<std::uint64_t, trace::transfer>, std::vector<std::uint64_t>> lane_ends;
+    std::map<lane_key, std::vector<span>> lanes;
+    for (std::size_t i = 0; i < m.transfers.size(); ++i) {
+      const auto& t = m.transfers[i];
+      auto& ends = lane_ends[{t.rank, t.what}];
+      std::size_t lane = 0;
+      while (lane < ends.size() && ends[lane] > t.begin) ++lane;
+      if (lane == ends.size()) ends.push_back(0);
+      ends[lane] = std::max(t.end, t.begin + 1);
+      lane_of[i] = {t.rank, t.what, lane};
+      json args = {{"bytes", t.bytes}, {"tag", t.key}};
+      if (t.what != trace::transfer::allreduce) args["peer_rank"] = t.peer;
+      if (t.unfinished) args["unfinished"] = true;
+      const std::string dir = t.what == trace::transfer::send      ? " to r" + std::to_string(t.peer)
+                              : t.what == trace::transfer::receive ? " from r" + std::to_string(t.peer)
+                                                                   : "";
+      lanes[lane_of[i]].push_back({t.begin, t.end,
+                                   {{"name", transfer_name(t.what) + " " + byte_size(t.bytes) + dir},
+                                    {"cat", "network"},
+                                    {"args", std::move(args)}}});
+    }
+    auto pid_of_rank = [&](std::uint64_t rank) { return merged ? static_cast<int>(rank) + 1 : network_pid; };
+    std::map<lane_key, std::uint64_t> lane_tid;
+    std::uint64_t tid = std::uint64_t{1} << 41;  // past every actor id and device track
+    for (const auto& [key, spans] : lanes) {
+      const auto& [rank, what, lane] = key;
+      lane_tid[key] = ++tid;
+      meta("thread_name", pid_of_rank(rank), tid,
+           {{"name", "network " + transfer_name(what) + "s" + (lane > 0 ? " (" + std::to_string(lane + 1) + ")" : "")}});
+      meta("thread_sort_index", pid_of_rank(rank), tid, {{"sort_index", tid}});
+      emit_spans(pid_of_rank(rank), tid, spans);  // disjoint by construction
+    }
+    if (merged) {
+      // (rank, peer, tag, what) -> indices into m.transfers, in time order (a reused tag: in turn)
+      std::map<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, trace::transfer>, std::vector<std::size_t>> by_key;
+      for (std::size_t i = 0; i < m.transfers.size(); ++i) {
+        const auto& t = m.transfers[i];
+        by_key[{t.rank, t.peer, t.key, t.what}].push_back(i);
+      }
+      for (const auto& [key, sends] : by_key) {
+        const auto& [rank, peer, tag, what] = key;
+        if (what != trace::transfer::send) continue;
+        auto rec = by_key.find({peer, rank, tag, trace::transfer::receive});
+        if (rec == by_key.end()) continue;
+        for (std::size_t k = 0; k < sends.size() && k < rec->second.size(); ++k) {
+          const std::size_t a = sends[k], b = rec->second[k];
+          const auto& from = m.transfers[a];
+          const auto& to = m.transfers[b];
+          ++flow_id;
+          events.push_back({{"name", "tensor data"}, {"cat", "network"}, {"ph", "s"}, {"id", flow_id},
+                            {"pid", pid_of_rank(from.rank)}, {"tid", lane_tid.at(lane_of[a])},
+                            {"ts", us(inside(from.begin, from.begin, from.end))}});
+          events.push_back({{"name", "tensor data"}, {"cat", "network"}, {"ph", "f"}, {"bp", "e"}, {"id", flow_id},
+                            {"pid", pid_of_rank(to.rank)}, {"tid", lane_tid.at(lane_of[b])},
+                            {"ts", us(inside(to.end, to.begin, to.end))}});
+        }
+      }
     }
   }
 

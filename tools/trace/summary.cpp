@@ -91,6 +91,56 @@ private:
 constexpr std::size_t top_path_segments = 5;
 constexpr std::size_t max_json_path_segments = 1000;
 
+/// Transfers between ranks per rank and direction, and in a merged trace each send joined to the
+/// receive of its tag on the other rank: from the send's post to the receive's completion.
+json transfers_json(const trace_model& m) {
+  json rows = json::array();
+  std::map<std::pair<std::uint64_t, trace::transfer>, std::vector<const transfer_slice*>> groups;
+  for (const auto& t : m.transfers) groups[{t.rank, t.what}].push_back(&t);
+  for (const auto& [key, list] : groups) {
+    std::vector<std::uint64_t> durations;
+    std::uint64_t bytes = 0, unfinished = 0;
+    for (const auto* t : list) {
+      durations.push_back(t->duration());
+      bytes += t->bytes;
+      unfinished += t->unfinished ? 1 : 0;
+    }
+    std::vector<transfer_slice> sorted;
+    for (const auto* t : list) sorted.push_back(*t);
+    rows.push_back({{"rank", key.first}, {"what", transfer_name(key.second)}, {"count", list.size()},
+                    {"bytes", bytes}, {"unfinished", unfinished}, {"busy_ns", union_length(sorted)},
+                    {"duration_ns", quantiles(durations)}});
+  }
+  json out = {{"by_rank", std::move(rows)}};
+  if (m.file != nullptr && m.file->merged()) {
+    std::map<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, trace::transfer>, std::vector<const transfer_slice*>>
+        by_key;
+    for (const auto& t : m.transfers) by_key[{t.rank, t.peer, t.key, t.what}].push_back(&t);
+    std::vector<std::uint64_t> latency;
+    std::vector<std::uint64_t> mb_per_s;  // bytes per microsecond = MB/s
+    std::uint64_t unmatched = 0;
+    for (const auto& [key, sends] : by_key) {
+      const auto& [rank, peer, tag, what] = key;
+      if (what != trace::transfer::send) continue;
+      auto rec = by_key.find({peer, rank, tag, trace::transfer::receive});
+      const std::size_t matched = rec == by_key.end() ? 0 : std::min(sends.size(), rec->second.size());
+      unmatched += sends.size() - matched;
+      for (std::size_t k = 0; k < matched; ++k) {
+        const auto* a = sends[k];
+        const auto* b = rec->second[k];
+        if (b->end < a->begin) continue;  // clocks off by more than the transfer took
+        latency.push_back(b->end - a->begin);
+        mb_per_s.push_back(b->end > a->begin ? b->bytes * 1000 / (b->end - a->begin) : 0);
+      }
+    }
+    out["linked"] = latency.size();
+    out["unmatched_sends"] = unmatched;
+    out["send_to_received_ns"] = quantiles(latency);
+    out["throughput_mb_per_s"] = quantiles(mb_per_s);
+  }
+  return out;
+}
+
 json path_segment_json(const trace_model& m, const path_segment& seg) {
   const trace_file& f = *m.file;
   json j;
@@ -174,6 +224,8 @@ json summary_json(const trace_model& m) {
     }
     out["cross_rank"] = {{"sent", m.remote_sends}, {"received", m.remote_receipts}, {"linked", linked}};
   }
+
+  if (!m.transfers.empty()) out["transfers"] = transfers_json(m);
 
   // Mailbox waits per receiving actor, latencies per type.
   std::map<std::uint64_t, std::vector<std::uint64_t>> waits;
@@ -417,6 +469,23 @@ void print_summary(const json& s, std::ostream& out) {
                    format_fixed(d["utilisation_percent"].get<double>(), 1),
                    format_fixed(d["active_utilisation_percent"].get<double>(), 1)});
     streams.print(out);
+  }
+
+  if (s.contains("transfers")) {
+    const auto& x = s["transfers"];
+    out << "\ntransfers between ranks (tensor data and collectives, as the communication thread saw them)\n";
+    text_table t({"rank", "what", "count", "bytes", "busy", "p50", "p99", "unfinished"});
+    for (const auto& r : x["by_rank"])
+      t.add({std::to_string(r["rank"].get<std::uint64_t>()), r["what"].get<std::string>(),
+             std::to_string(r["count"].get<std::uint64_t>()), std::to_string(r["bytes"].get<std::uint64_t>()),
+             format_ns(r["busy_ns"]), format_ns(r["duration_ns"]["p50"]), format_ns(r["duration_ns"]["p99"]),
+             std::to_string(r["unfinished"].get<std::uint64_t>())});
+    t.print(out);
+    if (x.contains("linked"))
+      out << "send posted -> received: " << x["linked"] << " linked (" << x["unmatched_sends"]
+          << " sends without their receive), p50 " << format_ns(x["send_to_received_ns"]["p50"]) << ", p99 "
+          << format_ns(x["send_to_received_ns"]["p99"]) << "; throughput p50 " << x["throughput_mb_per_s"]["p50"]
+          << " MB/s\n";
   }
 
   const auto& drops = s["drops"];

@@ -233,6 +233,9 @@ merge_result merge_traces(const std::vector<trace_file>& ranks) {
           // The sender's message id, which the link made this one's.
           o.peer = receipts.at({e.arg32, e.peer, rank}).matched ? o.msg : 0;
           break;
+        case event_kind::transfer_begin:
+        case event_kind::transfer_end:
+          break;  // actor and peer are ranks already; the MPI tag is the same on both ends
         case event_kind::device_begin:
         case event_kind::device_end:
           o.actor = (std::uint64_t{rank} << 32) | (e.actor & 0xffffffffu);

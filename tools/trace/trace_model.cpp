@@ -25,6 +25,15 @@ std::uint64_t trace_model::local_device(std::uint64_t device) const {
   return file != nullptr && file->merged() ? device & 0xffffffffu : device;
 }
 
+std::string transfer_name(trace::transfer what) {
+  switch (what) {
+    case trace::transfer::send: return "send";
+    case trace::transfer::receive: return "receive";
+    case trace::transfer::allreduce: return "allreduce";
+  }
+  return "transfer " + std::to_string(static_cast<unsigned>(what));
+}
+
 std::uint64_t percentile(std::vector<std::uint64_t>& values, double p) {
   if (values.empty()) return 0;
   if (!std::is_sorted(values.begin(), values.end())) std::sort(values.begin(), values.end());
@@ -52,6 +61,7 @@ trace_model build_model(const trace_file& file) {
   std::unordered_map<std::uint64_t, actor_state> state;
   std::unordered_map<std::uint64_t, std::uint64_t> enqueue_ts;
   std::map<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t>, device_slice> open_work;
+  std::map<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, std::uint16_t>, transfer_slice> open_transfers;
   std::unordered_map<std::uint64_t, std::uint32_t> placement;  // actor -> rank
 
   auto actor = [&](std::uint64_t id, std::uint64_t ts) -> actor_info& {
@@ -200,6 +210,31 @@ trace_model build_model(const trace_file& file) {
         open_work.erase(it);
         break;
       }
+      case event_kind::transfer_begin: {
+        transfer_slice t;
+        t.begin = t.end = e.ts_ns;
+        t.rank = e.actor;
+        t.peer = e.peer;
+        t.key = e.msg;
+        t.what = static_cast<trace::transfer>(e.type);
+        t.bytes = e.arg32;
+        auto [it, inserted] = open_transfers.try_emplace(std::make_tuple(e.actor, e.peer, e.msg, e.type), t);
+        if (!inserted) {  // the same transfer began twice: the first never ended
+          it->second.unfinished = true;
+          m.transfers.push_back(it->second);
+          it->second = t;
+        }
+        break;
+      }
+      case event_kind::transfer_end: {
+        auto it = open_transfers.find(std::make_tuple(e.actor, e.peer, e.msg, e.type));
+        if (it == open_transfers.end()) break;
+        it->second.end = e.ts_ns;
+        it->second.bytes = e.arg32;  // a receive may get fewer bytes than it posted for
+        m.transfers.push_back(it->second);
+        open_transfers.erase(it);
+        break;
+      }
       case event_kind::tag: {
         tag_record t{e.ts_ns, e.actor, file.string_at(e.msg), e.arg32};
         if (t.name == "pipeline.stage" && e.actor != 0) {
@@ -237,6 +272,14 @@ trace_model build_model(const trace_file& file) {
     c.unfinished = true;
     m.streams[{std::get<0>(key), std::get<1>(key)}].push_back(c);
   }
+  for (auto& [key, t] : open_transfers) {
+    transfer_slice c = t;
+    c.end = m.end;
+    c.unfinished = true;
+    m.transfers.push_back(c);
+  }
+  std::stable_sort(m.transfers.begin(), m.transfers.end(),
+                   [](const transfer_slice& a, const transfer_slice& b) { return a.begin < b.begin; });
   for (auto& [key, v] : m.streams)
     std::stable_sort(v.begin(), v.end(), [](const device_slice& a, const device_slice& b) { return a.begin < b.begin; });
   return m;

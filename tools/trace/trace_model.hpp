@@ -46,6 +46,21 @@ struct device_slice {
   bool unfinished = false;
 };
 
+/// One side of a transfer between ranks: transfer_begin .. transfer_end (docs/trace-format.md).
+struct transfer_slice {
+  std::uint64_t begin = 0;
+  std::uint64_t end = 0;
+  std::uint64_t rank = 0;   ///< The rank that recorded it.
+  std::uint64_t peer = 0;   ///< The other rank (0 for a collective).
+  std::uint64_t key = 0;    ///< MPI tag (the same on both ranks) or the collective's number.
+  trace::transfer what = trace::transfer::send;
+  std::uint64_t bytes = 0;
+  bool unfinished = false;  ///< No transfer_end before the trace ended.
+  std::uint64_t duration() const { return end - begin; }
+};
+/// "send", "receive", "allreduce" (or "transfer N" for a value this version does not know).
+std::string transfer_name(trace::transfer what);
+
 /// Mailbox depth after an event at `ts`.
 struct depth_sample {
   std::uint64_t ts = 0;
@@ -130,6 +145,7 @@ struct trace_model {
   std::vector<message_flow> flows;                         ///< Sends whose handler_begin is in the trace.
   std::vector<drop_record> drops;
   std::vector<tag_record> tags;
+  std::vector<transfer_slice> transfers;                   ///< Transfers between ranks, by begin time.
   std::uint64_t unknown_events = 0;                        ///< Kinds this reader does not know (skipped).
   std::uint64_t remote_sends = 0;                          ///< `remote_send` events: messages to other ranks.
   std::uint64_t remote_receipts = 0;                       ///< `remote_recv` events: messages from other ranks.

@@ -126,6 +126,8 @@ std::string kind_name(std::uint8_t kind) {
     case event_kind::remote_send: return "remote_send";
     case event_kind::remote_recv: return "remote_recv";
     case event_kind::placement: return "placement";
+    case event_kind::transfer_begin: return "transfer_begin";
+    case event_kind::transfer_end: return "transfer_end";
   }
   return "kind " + std::to_string(kind);
 }

@@ -28,7 +28,7 @@ constexpr char checkpoint_end[9] = "STRKVEND";
 /// optimizer states alone (`save_optimizer_states`), whose header carries the optimizer.
 struct file_kind {
   const char* magic;        // 8 bytes, written
-  const char* legacy_magic;  // read too: a file whose entries carry no dtype (all float32), or null
+  const char* legacy_magic;  // read too: a file whose entries carry no dtype and no master copy
   std::uint64_t value_arrays;  // arrays before the optimizer state: 1 (the value) or 0
   const char* request;      // "kvstore load" / "kvstore load_optimizer_states"
   const char* noun;         // "checkpoint" / "optimizer states file"
@@ -36,9 +36,9 @@ struct file_kind {
   const char* other_magic;  // the other kind's magic, for a precise sentence
   const char* other_hint;
 };
-constexpr file_kind values_file{"STRKV002", "STRKV001", 1, "kvstore load", "checkpoint", "a checkpoint", "STRKVOPT",
+constexpr file_kind values_file{"STRKV002", "STRKV001", 1, "kvstore load", "checkpoint", "a checkpoint", "STRKVOP",
                                 "it holds optimizer states only; load it with load_optimizer_states"};
-constexpr file_kind states_file{"STRKVOPT", nullptr, 0, "kvstore load_optimizer_states", "optimizer states file",
+constexpr file_kind states_file{"STRKVOP2", "STRKVOPT", 0, "kvstore load_optimizer_states", "optimizer states file",
                                 "an optimizer states file", "STRKV00",
                                 "it is a values checkpoint; load it with load"};
 
@@ -87,9 +87,10 @@ private:
   std::size_t pos_ = 0;
 };
 
-/// The entries of a file of `kind`; its header blob (optimizer states files) into `header`.
+/// The entries of a file of `kind`; its header blob (optimizer states files) into `header`, and
+/// whether it is of the current format (entries with dtype and master copy) into `typed_out`.
 std::vector<checkpoint_entry> parse_file(const std::string& bytes, const std::string& path, const file_kind& kind,
-                                         std::string* header) {
+                                         std::string* header, bool* typed_out) {
   auto corrupt = [&](const std::string& why) {
     return std::runtime_error(std::string(kind.request) + ": " + kind.noun + " \"" + path +
                               "\" is truncated or corrupt: " + why + ".");
@@ -100,11 +101,12 @@ std::vector<checkpoint_entry> parse_file(const std::string& bytes, const std::st
     throw std::runtime_error(std::string(kind.request) + ": \"" + path + "\" is not " + kind.a_noun + ": " +
                              kind.other_hint + ".");
   if (bytes.size() < 8 + sizeof(std::uint64_t) + trailer) throw corrupt(std::string("it is too short to be ") + kind.a_noun);
-  // A values file of "STRKV002" carries each key's dtype and multi_precision master copy;
-  // "STRKV001" (written before 16-bit keys) holds float32 keys only.
-  const bool typed = kind.legacy_magic != nullptr && bytes.compare(0, 8, kind.magic) == 0;
-  if (!typed && bytes.compare(0, 8, kind.legacy_magic != nullptr ? kind.legacy_magic : kind.magic) != 0)
+  // "STRKV002" and "STRKVOP2" carry each key's dtype and multi_precision master copy; "STRKV001"
+  // and "STRKVOPT" (written before 16-bit keys) neither.
+  const bool typed = bytes.compare(0, 8, kind.magic) == 0;
+  if (!typed && bytes.compare(0, 8, kind.legacy_magic) != 0)
     throw corrupt(std::string("it does not start with \"") + kind.magic + "\"");
+  if (typed_out != nullptr) *typed_out = typed;
   const std::size_t body = bytes.size() - trailer;
   if (bytes.compare(bytes.size() - 8, 8, checkpoint_end) != 0) throw corrupt("its end marker is missing");
   std::uint64_t stored_sum;
@@ -157,6 +159,7 @@ std::vector<checkpoint_entry> parse_file(const std::string& bytes, const std::st
       const auto master = in.get<std::uint8_t>();
       if (master > 1) throw corrupt("a master copy flag is neither 0 nor 1");
       has_master = master == 1;
+      if (has_master && !kernels::is_half(e.type)) throw corrupt("a float32 key carries a multi_precision master copy");
     }
     auto read_array = [&](dtype type) {
       in.require(numel * size_of(type));  // before allocating: a corrupt size must not allocate
@@ -182,14 +185,14 @@ std::vector<checkpoint_entry> parse_file(const std::string& bytes, const std::st
 }  // namespace
 
 namespace {
-expected<checkpoint> read_file(const std::string& path, const file_kind& kind, std::string* header) {
+expected<checkpoint> read_file(const std::string& path, const file_kind& kind, std::string* header, bool* typed) {
   std::ifstream file(path, std::ios::binary);
   if (!file)
     return bad(std::string(kind.request) + ": cannot open " + kind.noun + " \"" + path + "\": " + std::strerror(errno) + ".");
   std::string bytes((std::istreambuf_iterator<char>(file)), std::istreambuf_iterator<char>());
   checkpoint c;
   try {
-    c.entries = parse_file(bytes, path, kind, header);
+    c.entries = parse_file(bytes, path, kind, header, typed);
   } catch (const std::exception& e) {
     return bad(e.what());
   }
@@ -203,10 +206,12 @@ expected<checkpoint> read_file(const std::string& path, const file_kind& kind, s
 }
 }  // namespace
 
-expected<checkpoint> read_checkpoint_file(const std::string& path) { return read_file(path, values_file, nullptr); }
+expected<checkpoint> read_checkpoint_file(const std::string& path) {
+  return read_file(path, values_file, nullptr, nullptr);
+}
 
-expected<checkpoint> read_optimizer_states_file(const std::string& path, std::string& header) {
-  return read_file(path, states_file, &header);
+expected<checkpoint> read_optimizer_states_file(const std::string& path, std::string& header, bool& typed) {
+  return read_file(path, states_file, &header, &typed);
 }
 
 namespace {
@@ -233,7 +238,7 @@ std::string file_bytes(const file_kind& kind, const std::string* header, const s
     put<std::uint64_t>(out, e.shape.size());
     for (auto d : e.shape) put<std::int64_t>(out, d);
     put<std::uint64_t>(out, e.arrays.size() - kind.value_arrays);
-    if (kind.legacy_magic != nullptr) {  // "STRKV002": the dtype and the master copy
+    {  // the dtype and the master copy
       put<std::uint8_t>(out, static_cast<std::uint8_t>(e.type));
       put<std::uint8_t>(out, e.master.empty() ? 0 : 1);
     }
@@ -247,7 +252,7 @@ std::string file_bytes(const file_kind& kind, const std::string* header, const s
         out.append(reinterpret_cast<const char*>(v.data()), v.size() * sizeof(float));
       }
     }
-    if (kind.legacy_magic != nullptr) out.append(reinterpret_cast<const char*>(e.master.data()), e.master.size() * sizeof(float));
+    out.append(reinterpret_cast<const char*>(e.master.data()), e.master.size() * sizeof(float));
   }
   put<std::uint64_t>(out, fnv1a(out, out.size()));
   out.append(checkpoint_end, 8);

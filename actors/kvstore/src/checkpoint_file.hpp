@@ -31,10 +31,12 @@ using kvstore::write_checkpoint;
 expected<checkpoint> read_checkpoint_file(const std::string& path);
 expected<void> write_checkpoint_file(const std::string& path, const std::vector<checkpoint_entry>& entries);
 
-// Optimizer states (`save_optimizer_states`): "STRKVOPT", u64 length + header bytes (the optimizer,
-// optimizer_states.hpp), then the entries as above with no value (the state count may be 0), the
-// checksum and "STRKVEND". Each entry's `arrays` holds the optimizer state only.
-expected<checkpoint> read_optimizer_states_file(const std::string& path, std::string& header);
+// Optimizer states (`save_optimizer_states`): "STRKVOP2", u64 length + header bytes (the optimizer,
+// optimizer_states.hpp), then the entries as above with no value (the state count may be 0; dtype
+// and master copy as in "STRKV002"), the checksum and "STRKVEND". "STRKVOPT" files (before master
+// copies: `typed` false) lack the two u8 per entry and are still read. Each entry's `arrays` holds
+// the optimizer state only.
+expected<checkpoint> read_optimizer_states_file(const std::string& path, std::string& header, bool& typed);
 expected<void> write_optimizer_states_file(const std::string& path, const std::string& header,
                                            const std::vector<checkpoint_entry>& entries);
 

@@ -86,10 +86,11 @@ std::string encode_optimizer(const optimizer_setting& setting) {
         }
       },
       setting.scheduler);
+  w.put_flag(setting.multi_precision);
   return std::move(w.out);
 }
 
-expected<optimizer_setting> decode_optimizer(const std::string& header, const std::string& path) {
+expected<optimizer_setting> decode_optimizer(const std::string& header, bool typed, const std::string& path) {
   optimizer_setting setting;
   try {
     reader r(header);
@@ -133,6 +134,7 @@ expected<optimizer_setting> decode_optimizer(const std::string& header, const st
       }
       default: throw std::runtime_error("its learning-rate scheduler is unknown");
     }
+    if (typed) setting.multi_precision = r.get_flag();
     if (!r.done()) throw std::runtime_error("its optimizer header has bytes after its end");
   } catch (const std::exception& e) {
     return bad("kvstore load_optimizer_states: optimizer states file \"" + path + "\" is truncated or corrupt: " +
@@ -146,19 +148,27 @@ expected<optimizer_setting> decode_optimizer(const std::string& header, const st
 
 expected<optimizer_states> read_optimizer_states(const std::string& path, const shape_lookup& shape_of) {
   std::string header;
-  auto file = read_optimizer_states_file(path, header);
+  bool typed = false;
+  auto file = read_optimizer_states_file(path, header, typed);
   if (!file) return file.error();
-  auto setting = decode_optimizer(header, path);
+  auto setting = decode_optimizer(header, typed, path);
   if (!setting) return setting.error();
   const auto* sgd = std::get_if<kernels::sgd_options>(&setting->options);
   const std::size_t kept = sgd ? (sgd->momentum != 0.0 ? 1 : 0) : 2;
   const std::string what = "kvstore load_optimizer_states: optimizer states file \"" + path + "\"";
   for (const auto& e : file->entries) {
-    const auto* shape = shape_of(e.key).shape;
+    if (!e.master.empty() && !setting->multi_precision)
+      return bad(what + " is truncated or corrupt: it has a master copy for key " + e.key.to_string() +
+                 " but its optimizer is not multi_precision.");
+    const auto [shape, type] = shape_of(e.key);
     if (shape == nullptr) return bad(what + " has key " + e.key.to_string() + ", which the store does not hold.");
     if (*shape != e.shape)
       return bad(what + " has key " + e.key.to_string() + " of shape " + shape_text(e.shape) +
                  "; the store holds it with shape " + shape_text(*shape) + ".");
+    if (typed && type != e.type)  // "STRKVOPT" files name no dtype: their float32 states fit any key
+      return bad(what + " has key " + e.key.to_string() + " of dtype " + std::string(to_string(e.type)) +
+                 (e.master.empty() ? "" : " with a float32 master copy") + "; the store holds it as " +
+                 std::string(to_string(type)) + ".");
     if (!e.arrays.empty() && e.arrays.size() != kept)
       return bad(what + " has " + std::to_string(e.arrays.size()) + " state arrays for key " + e.key.to_string() +
                  "; its optimizer keeps " + std::to_string(kept) + ".");
@@ -168,11 +178,6 @@ expected<optimizer_states> read_optimizer_states(const std::string& path, const 
 
 expected<void> write_optimizer_states(const std::string& path, const optimizer_setting& setting,
                                       std::vector<checkpoint_entry> entries) {
-  for (const auto& e : entries)
-    if (!e.master.empty())
-      return bad("kvstore save_optimizer_states: key " + e.key.to_string() +
-                 " keeps a multi_precision master copy, which an optimizer states file does not hold yet; "
-                 "save a checkpoint (kvstore::save) instead.");
   for (auto& e : entries) e.arrays.erase(e.arrays.begin());  // the value stays out
   return write_optimizer_states_file(path, encode_optimizer(setting), entries);
 }

@@ -258,7 +258,7 @@ private:
   }
   template <class M>
   bool on_broadcast(M& m, response_promise<unit_t>& p, std::uint64_t) {
-    if constexpr (std::is_same_v<M, kvstore::set_optimizer>) optimizer_ = optimizer_setting{m.options, m.scheduler};
+    if constexpr (std::is_same_v<M, kvstore::set_optimizer>) optimizer_ = optimizer_setting{m.options, m.scheduler, m.multi_precision};
     if constexpr (std::is_same_v<M, kvstore::set_updater>) optimizer_.reset();
     if constexpr (std::is_same_v<M, kvstore::set_learning_rate>) {
       const bool scheduled = optimizer_ && !std::holds_alternative<std::monostate>(optimizer_->scheduler);

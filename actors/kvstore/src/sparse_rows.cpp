@@ -1,9 +1,11 @@
 #include "sparse_rows.hpp"
 
 #include <algorithm>
+#include <cstring>
 #include <string>
 
 #include "strata/device/shape.hpp"
+#include "strata/kernels/half.hpp"
 
 // Row pieces, the checks of row-sparse requests and the sum by id (docs/kvstore.md, "Row-sparse
 // values").
@@ -35,18 +37,20 @@ std::vector<std::int64_t> rows_shape(std::size_t ids, const std::vector<std::int
   return s;
 }
 
-/// One key's rows and ids against its stored shape: ids in range, rows of the right shape, a
-/// float32 cpu tensor.
+/// One key's rows and ids against its stored layout: ids in range, rows of the right shape, a cpu
+/// tensor of the key's dtype.
 expected<void> check_rows(const char* op, const char* role, const kvstore::key& key, const tensor& rows,
-                          const std::vector<std::int64_t>& ids, const std::vector<std::int64_t>& shape) {
+                          const std::vector<std::int64_t>& ids, const key_layout& layout) {
+  const auto& shape = *layout.shape;
+  const std::string type(to_string(layout.type));
   const std::string where = std::string("kvstore ") + op + ": the " + role + " for key " + key.to_string();
   if (shape.empty()) return bad(where + " names rows of a scalar key; row-sparse values need a key of rank 1 or more.");
   for (auto id : ids)
     if (id < 0 || id >= shape[0])
       return bad(where + " names row " + std::to_string(id) + ", outside [0, " + std::to_string(shape[0]) + ").");
-  if (!rows.valid()) return bad(where + " is an empty tensor; expected a float32 tensor.");
-  if (rows.dtype() != dtype::float32)
-    return bad(where + " has dtype " + std::string(to_string(rows.dtype())) + ", expected float32.");
+  if (!rows.valid()) return bad(where + " is an empty tensor; expected a " + type + " tensor.");
+  if (rows.dtype() != layout.type)
+    return bad(where + " has dtype " + std::string(to_string(rows.dtype())) + ", expected " + type + ".");
   const auto expected_shape = rows_shape(ids.size(), shape);
   if (rows.shape() != expected_shape)
     return bad(where + " has shape " + shape_text(rows.shape()) + ", expected " + shape_text(expected_shape) +
@@ -56,15 +60,11 @@ expected<void> check_rows(const char* op, const char* role, const kvstore::key& 
   return {};
 }
 
-/// The key's stored shape, or why it has none fit for row-sparse values: not initialised, or
-/// 16-bit (not built yet).
-expected<const std::vector<std::int64_t>*> key_shape(const char* op, const kvstore::key& key, const shape_lookup& shape_of) {
-  const auto [shape, type] = shape_of(key);
-  if (!shape) return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " is not initialised; call init first.");
-  if (type != dtype::float32)
-    return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " holds " + std::string(to_string(type)) +
-               " values; row-sparse pushes and pulls take float32 keys only.");
-  return shape;
+/// The key's stored layout, or the sentence for a key not initialised.
+expected<key_layout> initialised_key(const char* op, const kvstore::key& key, const shape_lookup& shape_of) {
+  const key_layout layout = shape_of(key);
+  if (!layout.shape) return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " is not initialised; call init first.");
+  return layout;
 }
 
 }  // namespace
@@ -91,12 +91,12 @@ expected<void> check_row_sparse_push(const kvstore::push_row_sparse& m, const sh
     return bad("kvstore push: " + std::to_string(m.keys.size()) + " keys and " + std::to_string(m.values.size()) +
                " row-sparse values; expected one value per key, at least one.");
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
-    auto shape = key_shape("push", m.keys[i], shape_of);
-    if (!shape) return shape.error();
-    if (m.values[i].shape != **shape)
+    auto layout = initialised_key("push", m.keys[i], shape_of);
+    if (!layout) return layout.error();
+    if (m.values[i].shape != *layout->shape)
       return bad("kvstore push: the row-sparse value for key " + m.keys[i].to_string() + " has shape " +
-                 shape_text(m.values[i].shape) + ", expected " + shape_text(**shape) + " (the stored shape).");
-    if (auto r = check_rows("push", "row-sparse value", m.keys[i], m.values[i].rows, m.values[i].row_ids, **shape); !r)
+                 shape_text(m.values[i].shape) + ", expected " + shape_text(*layout->shape) + " (the stored shape).");
+    if (auto r = check_rows("push", "row-sparse value", m.keys[i], m.values[i].rows, m.values[i].row_ids, *layout); !r)
       return r;
   }
   return {};
@@ -110,9 +110,9 @@ expected<void> check_row_sparse_pull(const kvstore::row_sparse_pull& m, const sh
                std::to_string(m.row_ids.size()) + " row id lists and " + std::to_string(m.outs.size()) +
                " outputs; expected one of each per key, at least one.");
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
-    auto shape = key_shape("row_sparse_pull", m.keys[i], shape_of);
-    if (!shape) return shape.error();
-    if (auto r = check_rows("row_sparse_pull", "output", m.keys[i], m.outs[i], m.row_ids[i], **shape); !r) return r;
+    auto layout = initialised_key("row_sparse_pull", m.keys[i], shape_of);
+    if (!layout) return layout.error();
+    if (auto r = check_rows("row_sparse_pull", "output", m.keys[i], m.outs[i], m.row_ids[i], *layout); !r) return r;
   }
   return {};
 }
@@ -121,23 +121,30 @@ summed_rows sum_by_id(const std::vector<row_pieces>& lists) {
   struct part {
     std::int64_t id;
     const row_piece* piece;
-    const float* from;
+    const row_pieces* list;
   };
   std::vector<part> order;
   std::size_t total = 0;
-  for (const auto& list : lists) {
-    const float* data = list.pieces.empty() ? nullptr : list.data.device_data<float>();
+  for (const auto& list : lists)
     for (const auto& p : list.pieces) {
-      order.push_back({p.id, &p, data + p.at});
+      order.push_back({p.id, &p, &list});
       total += p.length;
     }
-  }
   std::stable_sort(order.begin(), order.end(), [](const part& a, const part& b) { return a.id < b.id; });
   summed_rows out;
   out.data.reserve(total);
+  std::vector<float> widened;  // a 16-bit piece widened (exactly) to float32
   for (std::size_t i = 0; i < order.size(); ++i) {
     const row_piece& p = *order[i].piece;
-    const float* from = order[i].from;
+    const tensor& data = order[i].list->data;
+    const float* from = nullptr;
+    if (data.dtype() == dtype::float32) {
+      from = data.device_data<float>() + p.at;
+    } else {
+      widened.resize(p.length);
+      kernels::cpu::widen(data.dtype(), p.length, static_cast<const std::uint16_t*>(data.raw_data()) + p.at, widened.data());
+      from = widened.data();
+    }
     if (i == 0 || order[i - 1].id != p.id) {
       out.offsets.push_back(p.offset);
       out.lengths.push_back(p.length);

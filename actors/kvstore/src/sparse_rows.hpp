@@ -39,8 +39,9 @@ row_pieces pieces_within(const tensor& t, const std::vector<std::int64_t>& row_i
                                      std::size_t begin, std::size_t end);
 
 /// A row-sparse push against the keys held (`shape_of`) on a store at `place`: one value per
-/// key, keys initialised with float32 values, each value of the key's shape with rows
-/// `[row_ids.size(), shape[1], ...]` of float32 cpu tensors and ids in `[0, shape[0])`.
+/// key, keys initialised, each value of the key's shape with rows `[row_ids.size(), shape[1],
+/// ...]` of cpu tensors of the key's dtype (float32, float16 or bfloat16) and ids in
+/// `[0, shape[0])`.
 expected<void> check_row_sparse_push(const kvstore::push_row_sparse& m, const shape_lookup& shape_of,
                                      const store_place& place);
 /// A row_sparse_pull, likewise: one id list and one output per key, outputs as the push's rows.
@@ -63,9 +64,9 @@ struct summed_rows {
   std::vector<std::size_t> at;  // where each sum starts in `data`
   std::vector<float> data;
 };
-/// Sums the pieces of `lists` (float32 cpu data) by id, pieces of one id added in the order given:
-/// the same order, element for element, as one store adding whole rows, so sharded sums are bit
-/// for bit.
+/// Sums the pieces of `lists` (cpu data: float32, or float16 / bfloat16 widened exactly) by id in
+/// float32, pieces of one id added in the order given: the same order, element for element, as
+/// one store adding whole rows, so sharded sums are bit for bit.
 summed_rows sum_by_id(const std::vector<row_pieces>& lists);
 
 }  // namespace strata::kvstore::internal

@@ -266,6 +266,7 @@ expected<void> kvstore_actor::on_save_optimizer_states(kvstore::save_optimizer_s
   else if (const auto* adam = std::get_if<kernels::adam_options>(&rule_)) setting.options = *adam;
   else return bad(no_optimizer_to_save);
   setting.scheduler = scheduler_;
+  setting.multi_precision = multi_precision_;
   return snapshot([sys = &system(), me = self(), path = m.path, setting, p](expected<std::vector<checkpoint_entry>> taken) mutable {
     (void)sys->send(me, optimizer_states_taken{path, setting, std::move(taken), p});
   });
@@ -290,7 +291,7 @@ void kvstore_actor::install_optimizer_states(const optimizer_setting& setting, c
                                              const std::vector<checkpoint_piece>& pieces, response_promise<unit_t>& p) {
   std::visit([this](const auto& o) { rule_ = o; }, setting.options);
   scheduler_ = setting.scheduler;
-  multi_precision_ = false;  // not in the file: an optimizer states file holds no master copies
+  multi_precision_ = setting.multi_precision;
   for (auto& [key, state] : keys_) {
     state.optimizer_state.clear();
     state.master = {};
@@ -302,9 +303,11 @@ void kvstore_actor::install_optimizer_states(const optimizer_setting& setting, c
     state.step = e.step;
     std::size_t n = 1;
     for (auto d : piece.shape) n *= static_cast<std::size_t>(d);
-    for (const auto& a : e.arrays)
-      state.optimizer_state.push_back(
-          tensor::from_host<float>(std::span<const float>(a).subspan(piece.offset, n), state.value.shape(), device_, stream_));
+    auto part = [&](const std::vector<float>& a) {
+      return tensor::from_host<float>(std::span<const float>(a).subspan(piece.offset, n), state.value.shape(), device_, stream_);
+    };
+    for (const auto& a : e.arrays) state.optimizer_state.push_back(part(a));
+    if (!e.master.empty()) state.master = part(e.master);
   }
   reply_when_done(p, std::make_shared<work_status>());
 }

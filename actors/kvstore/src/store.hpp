@@ -172,8 +172,8 @@ private:
                                const std::shared_ptr<work_status>& status);
   /// Sums the pieces by id and runs the rule on those rows of `state` (a version).
   void update_rows(key_state& state, std::vector<row_pieces> lists, const std::shared_ptr<work_status>& status);
-  /// The pieces of `lists` with their data copied (on the stream) into one tensor of this store.
-  row_pieces kept_copy(const std::vector<row_pieces>& lists);
+  /// The pieces of `lists` (data of dtype `type`) copied (on the stream) into one tensor of this store.
+  row_pieces kept_copy(const std::vector<row_pieces>& lists, dtype type);
   /// Copies the pieces of each key into the outputs they name; returns the event marking it done.
   event enqueue_row_pull(const std::vector<kvstore::key>& keys, const std::vector<row_pieces>& outs);
   event enqueue_pull(const std::vector<kvstore::key>& keys, const std::vector<slice_ref>& outs,

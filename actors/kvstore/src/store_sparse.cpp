@@ -5,6 +5,7 @@
 #include <utility>
 #include <vector>
 
+#include "strata/kernels/half.hpp"
 #include "strata/kernels/on_stream.hpp"
 
 // Row-sparse values in a store or a shard (docs/kvstore.md, "Row-sparse values"): pushes of rows
@@ -128,11 +129,11 @@ void kvstore_actor::enqueue_row_sparse_push(const std::vector<kvstore::key>& key
       state.received = 0;
       state.sparse_round = false;
     }
-    if (!fresh.empty()) state.sparse_received.push_back(kept_copy(fresh));
+    if (!fresh.empty()) state.sparse_received.push_back(kept_copy(fresh, state.value.dtype()));
   }
 }
 
-row_pieces kvstore_actor::kept_copy(const std::vector<row_pieces>& lists) {
+row_pieces kvstore_actor::kept_copy(const std::vector<row_pieces>& lists, dtype type) {
   row_pieces kept;
   std::size_t total = 0;
   for (const auto& list : lists)
@@ -140,18 +141,20 @@ row_pieces kvstore_actor::kept_copy(const std::vector<row_pieces>& lists) {
       kept.pieces.push_back({p.id, p.offset, p.length, total});
       total += p.length;
     }
-  kept.data = tensor::empty({static_cast<std::int64_t>(total)}, dtype::float32, device_, stream_);
+  const std::size_t size = size_of(type);  // the key's dtype, which every list has (checked)
+  kept.data = tensor::empty({static_cast<std::int64_t>(total)}, type, device_, stream_);
   kernels::on_stream(stream_,
-                     {.name = "kvstore_row_sparse_keep", .kind = work_kind::copy, .bytes = 8.0 * static_cast<double>(total)},
-                     [lists, copy = kept.data](auto target) {
+                     {.name = "kvstore_row_sparse_keep", .kind = work_kind::copy,
+                      .bytes = 2.0 * static_cast<double>(size * total)},
+                     [lists, copy = kept.data, size](auto target) {
                        if constexpr (!kernels::is_cuda_target<decltype(target)>) {  // cpu stores only
-                         float* to = copy.template device_data<float>();
+                         auto* to = static_cast<std::byte*>(copy.raw_data());
                          for (const auto& list : lists) {
                            if (list.pieces.empty()) continue;
-                           const float* from = list.data.template device_data<float>();
+                           const auto* from = static_cast<const std::byte*>(list.data.raw_data());
                            for (const auto& p : list.pieces) {
-                             std::memcpy(to, from + p.at, p.length * sizeof(float));
-                             to += p.length;
+                             std::memcpy(to, from + p.at * size, p.length * size);
+                             to += p.length * size;
                            }
                          }
                        }
@@ -173,6 +176,16 @@ void kvstore_actor::update_rows(key_state& state, std::vector<row_pieces> lists,
     fresh = true;
   }
   const std::int64_t step = std::holds_alternative<kernels::adam_options>(rule) ? ++state.step : 0;
+  // A 16-bit key under multi_precision: its float32 master copy, made from the whole value at its
+  // first update as a dense update makes it; the rule then runs on the master's rows.
+  const dtype type = state.value.dtype();
+  const bool optimizer =
+      std::holds_alternative<kernels::sgd_options>(rule) || std::holds_alternative<kernels::adam_options>(rule);
+  bool fresh_master = false;
+  if (kernels::is_half(type) && optimizer && multi_precision_ && !state.master.valid()) {
+    state.master = tensor::empty(state.value.shape(), dtype::float32, device_, stream_);
+    fresh_master = true;
+  }
   ++state.version;
   if (!std::holds_alternative<std::monostate>(scheduler_)) {
     const double lr = learning_rate(scheduler_, static_cast<std::int64_t>(state.version));
@@ -185,6 +198,7 @@ void kvstore_actor::update_rows(key_state& state, std::vector<row_pieces> lists,
   kernels::on_stream(
       stream_, {.name = "kvstore_row_sparse_update", .kind = work_kind::pointwise},
       [lists = std::move(lists), stored = state.value, opt = state.optimizer_state, dense, rule, fresh, step, status,
+       master = kernels::is_half(type) && optimizer && multi_precision_ ? state.master : tensor{}, fresh_master, type,
        label = work_label{"push: the row-sparse update", state.label}](auto target) {
         if constexpr (kernels::is_cuda_target<decltype(target)>) {
           status->fail("kvstore push: row-sparse values have no cuda kernel.");  // refused before
@@ -196,16 +210,35 @@ void kvstore_actor::update_rows(key_state& state, std::vector<row_pieces> lists,
               for (std::size_t i = 0; i < sums.offsets.size(); ++i)
                 f(sums.offsets[i], sums.lengths[i], sums.data.data() + sums.at[i]);
             };
-            float* value = stored.template device_data<float>();
+            const bool half = kernels::is_half(type);
+            float* value = half ? nullptr : stored.template device_data<float>();
+            auto* bits = half ? static_cast<std::uint16_t*>(stored.raw_data()) : nullptr;
             const std::size_t n = static_cast<std::size_t>(stored.numel());
             for (const auto& t : opt)
               if (fresh) std::fill(t.template device_data<float>(), t.template device_data<float>() + n, 0.0f);
+            float* kept = master.valid() ? master.template device_data<float>() : nullptr;
+            if (fresh_master) kernels::cpu::widen(type, n, bits, kept);
+            // The optimizer's rows in float32: the value's, the master copy's (then rounded into
+            // the value), or the value's widened and rounded back (16-bit, no master).
+            std::vector<float> widened;
+            auto each_param = [&](auto&& f) {
+              each_row([&](std::size_t at, std::size_t len, const float* row) {
+                if (!half) return f(at, len, value + at, row);
+                float* param = kept ? kept + at : (widened.resize(len), widened.data());
+                if (!kept) kernels::cpu::widen(type, len, bits + at, param);
+                f(at, len, param, row);
+                kernels::cpu::narrow(type, len, param, bits + at);
+              });
+            };
             std::visit(
                 [&](const auto& r) {
                   using rule_type = std::decay_t<decltype(r)>;
-                  if constexpr (std::is_same_v<rule_type, std::monostate>) {
-                    std::fill(value, value + n, 0.0f);
-                    each_row([&](std::size_t at, std::size_t len, const float* row) { std::copy(row, row + len, value + at); });
+                  if constexpr (std::is_same_v<rule_type, std::monostate>) {  // a 16-bit sum is rounded once
+                    std::memset(stored.raw_data(), 0, n * size_of(type));
+                    each_row([&](std::size_t at, std::size_t len, const float* row) {
+                      if (half) kernels::cpu::narrow(type, len, row, bits + at);
+                      else std::copy(row, row + len, value + at);
+                    });
                   } else if constexpr (std::is_same_v<rule_type, kvstore::updater>) {
                     float* d = dense.template device_data<float>();
                     std::fill(d, d + n, 0.0f);
@@ -214,12 +247,12 @@ void kvstore_actor::update_rows(key_state& state, std::vector<row_pieces> lists,
                     r(label.key, dense, target_value);
                   } else if constexpr (std::is_same_v<rule_type, kernels::sgd_options>) {
                     float* momentum = opt.empty() ? nullptr : opt[0].template device_data<float>();
-                    each_row([&](std::size_t at, std::size_t len, const float* row) {
-                      kernels::cpu::sgd_step(len, value + at, row, momentum ? momentum + at : nullptr, r);
+                    each_param([&](std::size_t at, std::size_t len, float* param, const float* row) {
+                      kernels::cpu::sgd_step(len, param, row, momentum ? momentum + at : nullptr, r);
                     });
                   } else {
-                    each_row([&](std::size_t at, std::size_t len, const float* row) {
-                      kernels::cpu::adam_step(len, value + at, row, opt[0].template device_data<float>() + at,
+                    each_param([&](std::size_t at, std::size_t len, float* param, const float* row) {
+                      kernels::cpu::adam_step(len, param, row, opt[0].template device_data<float>() + at,
                                               opt[1].template device_data<float>() + at, step, r);
                     });
                   }
@@ -237,11 +270,15 @@ event kvstore_actor::enqueue_row_pull(const std::vector<kvstore::key>& keys, con
     kernels::on_stream(stream_, {.name = "kvstore_row_sparse_pull", .kind = work_kind::copy},
                        [stored = keys_.at(keys[i]).value, list = outs[i]](auto target) {
                          if constexpr (!kernels::is_cuda_target<decltype(target)>) {
-                           const float* from = stored.template device_data<float>();
-                           float* to = list.data.template device_data<float>();
+                           // The output has the key's dtype (checked), unless a load replaced the
+                           // key meanwhile: then nothing of it is copied.
+                           if (stored.dtype() != list.data.dtype()) return;
+                           const std::size_t size = size_of(stored.dtype());
+                           const auto* from = static_cast<const std::byte*>(stored.raw_data());
+                           auto* to = static_cast<std::byte*>(list.data.raw_data());
                            const auto n = static_cast<std::size_t>(stored.numel());
                            for (const auto& p : list.pieces)  // a load may have replaced the key meanwhile
-                             if (p.offset + p.length <= n) std::memcpy(to + p.at, from + p.offset, p.length * sizeof(float));
+                             if (p.offset + p.length <= n) std::memcpy(to + p.at * size, from + p.offset * size, p.length * size);
                          }
                        });
   }

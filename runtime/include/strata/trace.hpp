@@ -33,6 +33,16 @@ enum class event_kind : std::uint8_t {
   remote_send = 13,   ///< actor=sender (0 outside actors), peer=receiver's handle id here, msg, type, arg=its rank
   remote_recv = 14,   ///< actor=receiver, peer=message id on the sending rank, msg=id here, type, arg=sending rank
   placement = 15,     ///< actor, arg=the rank it ran on (written by `strata-trace merge`)
+  transfer_begin = 16,  ///< actor=this rank, peer=the other rank (0: a collective), msg=MPI tag or collective number,
+                        ///< type=`transfer`, arg=bytes (saturated at 2^32-1); posted by the communication thread
+  transfer_end = 17,    ///< same keys as transfer_begin; seen complete by the communication thread
+};
+
+/// What a transfer event (`transfer_begin` / `transfer_end`) moved; its `type` field.
+enum class transfer : std::uint16_t {
+  send = 1,       ///< a chunk of a tensor's data to `peer`
+  receive = 2,    ///< a chunk of a tensor's data from `peer`
+  allreduce = 3,  ///< an MPI allreduce of float32 values over every rank
 };
 
 /// One event, 40 bytes on disk and in memory (little-endian, no padding).

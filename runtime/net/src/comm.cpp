@@ -2,6 +2,7 @@
 
 #include <mpi.h>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdint>
 #include <cstring>
@@ -59,6 +60,16 @@ struct in_flight_requests {
     return count;
   }
 };
+
+/// Records one side of a transfer between ranks (docs/trace-format.md, kinds 16 and 17):
+/// actor = this rank, peer = the other rank, msg = the MPI tag (the same on both ranks) or the
+/// collective's sequence number, type = what moved, arg = its bytes (saturated at 2^32 - 1).
+void trace_transfer(trace::event_kind kind, trace::transfer what, int rank, int peer, std::uint64_t key,
+                    std::size_t bytes) noexcept {
+  const auto size = static_cast<std::uint32_t>(std::min<std::size_t>(bytes, std::numeric_limits<std::uint32_t>::max()));
+  trace::emit(kind, static_cast<std::uint64_t>(rank), static_cast<std::uint64_t>(peer), key,
+              static_cast<std::uint32_t>(what), size);
+}
 
 std::string mpi_error_text(int code) {
   char text[MPI_MAX_ERROR_STRING];
@@ -175,6 +186,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   started({});
 
   in_flight_requests active;
+  std::uint64_t collectives_posted = 0;
   std::deque<outgoing> batch;
   std::deque<endpoint_state::collective> collectives;
   std::vector<std::byte> frame_buffer;
@@ -197,7 +209,13 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
         c.done->set_value(error(errc::runtime_failure, "MPI_Iallreduce failed: " + mpi_error_text(rc)));
         continue;
       }
-      active.add(r, [done = std::move(c.done)](const MPI_Status&) { done->set_value({}); });
+      const std::uint64_t seq = collectives_posted++;
+      const std::size_t bytes = c.count * sizeof(float);
+      trace_transfer(trace::event_kind::transfer_begin, trace::transfer::allreduce, s.rank, 0, seq, bytes);
+      active.add(r, [done = std::move(c.done), rank = s.rank, seq, bytes](const MPI_Status&) {
+        trace_transfer(trace::event_kind::transfer_end, trace::transfer::allreduce, rank, 0, seq, bytes);
+        done->set_value({});
+      });
     }
     collectives.clear();
     for (auto& o : batch) {
@@ -205,7 +223,13 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       MPI_Request r = MPI_REQUEST_NULL;
       if (o.data != nullptr) {
         MPI_Isend(o.data, static_cast<int>(o.size), MPI_BYTE, o.dst, o.tag, comm, &r);
-        active.add(r, [hold = std::move(o.hold), staged = std::move(o.staged)](const MPI_Status&) {});
+        trace_transfer(trace::event_kind::transfer_begin, trace::transfer::send, s.rank, o.dst,
+                       static_cast<std::uint64_t>(o.tag), o.size);
+        active.add(r, [hold = std::move(o.hold), staged = std::move(o.staged), rank = s.rank, dst = o.dst, tag = o.tag,
+                       size = o.size](const MPI_Status&) {
+          trace_transfer(trace::event_kind::transfer_end, trace::transfer::send, rank, dst,
+                         static_cast<std::uint64_t>(tag), size);
+        });
       } else {
         auto bytes = std::make_shared<std::vector<std::byte>>(std::move(o.frame_bytes));
         MPI_Isend(bytes->data(), static_cast<int>(bytes->size()), MPI_BYTE, o.dst, 0, comm, &r);
@@ -234,9 +258,14 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       for (auto& c : s.receives) {
         MPI_Request r = MPI_REQUEST_NULL;
         MPI_Irecv(c.data, static_cast<int>(c.size), MPI_BYTE, c.src, c.tag, comm, &r);
-        active.add(r, [whole = std::move(c.whole), data = c.data, size = c.size, src = c.src](const MPI_Status& st) {
+        trace_transfer(trace::event_kind::transfer_begin, trace::transfer::receive, s.rank, c.src,
+                       static_cast<std::uint64_t>(c.tag), c.size);
+        active.add(r, [whole = std::move(c.whole), data = c.data, size = c.size, src = c.src, rank = s.rank,
+                       tag = c.tag](const MPI_Status& st) {
           int got = 0;
           MPI_Get_count(&st, MPI_BYTE, &got);
+          trace_transfer(trace::event_kind::transfer_end, trace::transfer::receive, rank, src,
+                         static_cast<std::uint64_t>(tag), static_cast<std::size_t>(got));
           if (static_cast<std::size_t>(got) < size) {  // the sender's tensor failed: its text, if any
             whole->failed = true;
             whole->error_text.append(static_cast<const char*>(data), static_cast<std::size_t>(got));

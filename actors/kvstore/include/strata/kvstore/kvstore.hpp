@@ -165,7 +165,8 @@ struct pushpull_in_place {
 /// those rows only: assign makes the key that sum (every other row zero: MXNet's store keeps the
 /// merged row-sparse array), SGD and Adam update only the pushed rows and their state (MXNet's
 /// lazy update; Adam's step counts pushes), a user updater gets the sum as a dense tensor.
-/// cpu stores, one shard or sharded (a row reaches the shards holding its elements); in
+/// Rows have the key's dtype: a 16-bit key's are summed in float32 and rounded once, and under
+/// multi_precision its master copy's pushed rows are updated. cpu stores, one shard or sharded (a row reaches the shards holding its elements); in
 /// synchronous mode each of a version's n values is one contribution, summed by id with the
 /// others, and the rule runs once on the union of their rows. Refused with one sentence: a row
 /// id out of range, rows whose shape is not `[row_ids.size(), shape[1], ...]`, cuda stores,
@@ -263,7 +264,8 @@ struct load {
 
 /// MXNet's `save_optimizer_states(fname, dump_optimizer=True)`: writes the optimizer installed by
 /// `set_optimizer` (its hyper-parameters and scheduler) and every key's optimizer state (SGD
-/// momentum, Adam's two moments and step), without the values, to `path` atomically, after the
+/// momentum, Adam's two moments and step; multi_precision and 16-bit keys' float32 master
+/// copies), without the values, to `path` atomically, after the
 /// work queued before it. A store without an optimizer (assign, or a user updater whose state the
 /// store cannot see) fails with one sentence. Any store, whatever its shard count, loads the
 /// file. Reply: `unit`.
@@ -272,7 +274,7 @@ struct save_optimizer_states {
 };
 /// MXNet's `load_optimizer_states`: installs the file's optimizer and scheduler and gives each key
 /// of the file its saved state. The file is read and checked whole first; a key it names must
-/// exist in the store with the same shape, else the request fails with one sentence and nothing
+/// exist in the store with the same shape and dtype, else the request fails with one sentence and nothing
 /// changes. Keys of the store that the file lacks start with fresh state; values and versions are
 /// untouched (the values live in `save` checkpoints). Reply: `unit`.
 struct load_optimizer_states {

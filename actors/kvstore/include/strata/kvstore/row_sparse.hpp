@@ -13,7 +13,8 @@ namespace strata::kvstore {
 
 class key;
 
-/// MXNet's `row_sparse` array: of a float32 tensor of `shape` (rows along the first dimension),
+/// MXNet's `row_sparse` array: of a tensor of `shape` (rows along the first dimension; float32, or
+/// float16 / bfloat16 for a key of that dtype),
 /// the rows named by `row_ids`, stacked in that order in `rows` (shape `[row_ids.size(),
 /// shape[1], ...]`); every other row is zero. Ids are in `[0, shape[0])`; a push may repeat one
 /// (its rows are summed).
