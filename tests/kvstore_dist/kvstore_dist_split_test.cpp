@@ -277,12 +277,12 @@ BOOST_AUTO_TEST_CASE(bad_input_to_a_split_store_gets_one_sentence_and_changes_no
   }
   kvd::store kv(w.sys, w.net, split_options(w));
   const int n = kv.num_workers();
-  // A split key must be float32: refused on every rank, and the key stays free.
+  // A split key must be float32, float16 or bfloat16: refused on every rank, and the key stays free.
   if (n > 1) {
     std::vector<std::int32_t> ints(20, 1);
     auto wrong = kv.init("big", strata::tensor::from_host<std::int32_t>(std::span<const std::int32_t>(ints), {20}, w.cpu, w.s));
     BOOST_REQUIRE(!wrong);
-    if (kv.rank() == 0) BOOST_TEST(wrong.error().message().find("must be a float32 cpu tensor") != std::string::npos);
+    if (kv.rank() == 0) BOOST_TEST(wrong.error().message().find("must be a float32, float16 or bfloat16 cpu tensor") != std::string::npos);
     else BOOST_TEST(wrong.error().message().find("rank 0's value was refused") != std::string::npos);
   }
   std::vector<float> v(20);

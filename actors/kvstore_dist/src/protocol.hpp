@@ -59,8 +59,9 @@ void serialize(A& a, push_msg& m) {
 
 /// A push compressed on the worker (`store::set_gradient_compression`): instead of the value,
 /// its packed codes (`kvstore::compress_packed`, 16 elements a word for 2bit, 32 for 1bit), the
-/// threshold they stand for and the value's shape. The owner decompresses it and goes on as for a
-/// `push_msg`. Reply: unit.
+/// threshold they stand for, the value's shape and its dtype (a 16-bit value is quantized widened
+/// to float32). The owner decompresses it (into the key's dtype, which must hold the decompressed
+/// values exactly) and goes on as for a `push_msg`. Reply: unit.
 struct compressed_push_msg {
   wire_key key;
   std::int32_t rank = 0;
@@ -69,10 +70,11 @@ struct compressed_push_msg {
   float threshold = 0.5f;
   std::vector<std::int64_t> shape;
   std::vector<std::uint32_t> codes;
+  dtype value_type = dtype::float32;
 };
 template <class A>
 void serialize(A& a, compressed_push_msg& m) {
-  a(m.key, m.rank, m.seq, m.type, m.threshold, m.shape, m.codes);
+  a(m.key, m.rank, m.seq, m.type, m.threshold, m.shape, m.codes, m.value_type);
 }
 
 /// The key's value once it has had `min_version` updates. Reply: tensor.
@@ -95,9 +97,9 @@ void serialize(A& a, barrier_msg& m) {
   a(m.rank, m.generation);
 }
 
-/// Local only: the update rule of this rank's shard. Reply: unit.
+/// Local only: the update rule of this rank's shard (`multi_precision` for 16-bit keys). Reply: unit.
 struct optimizer_msg {
-  std::variant<kernels::sgd_options, kernels::adam_options> options;
+  kvstore::set_optimizer rule;
 };
 
 /// Local only: a new rate for that rule, its state kept (kvstore::set_learning_rate). Reply: unit.
@@ -116,11 +118,17 @@ struct loaded_key {
   kvstore::key key;
   std::vector<std::int64_t> shape;
   std::uint64_t version = 0;
+  dtype type = dtype::float32;
 };
 struct load_msg {
   std::string path;
   std::vector<loaded_key> keys;
 };
+
+/// A cpu tensor of `shape` and `type` (float32, float16 or bfloat16) on `dev` holding `values`,
+/// rounded once to nearest even for a 16-bit type.
+tensor rounded(const std::vector<float>& values, const std::vector<std::int64_t>& shape, dtype type, device& dev,
+               const stream& s);
 
 /// Spawns this rank's server shard (a kvstore actor behind it, on `device`).
 actor_ref spawn_server(actor_system& system, int world, kvstore_dist::mode mode, std::chrono::nanoseconds timeout,

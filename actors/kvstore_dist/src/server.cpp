@@ -12,6 +12,7 @@
 
 #include "protocol.hpp"
 #include "strata/device/shape.hpp"
+#include "strata/kernels/half.hpp"
 
 namespace strata::kvstore_dist::internal {
 
@@ -90,6 +91,7 @@ private:
   };
   struct key_state {
     std::vector<std::int64_t> shape;
+    dtype type = dtype::float32;                         // the dtype the key was initialised with
     std::uint64_t done = 0;                              // updates applied
     std::map<std::uint64_t, version_slots> versions;     // dist_sync: the values of each version
     bool merging = false;
@@ -105,10 +107,12 @@ private:
     }
     tensor value = part_of(m.value, dev_, stream_);
     auto shape = value.shape();
+    const dtype type = value.dtype();
     request<void>(store_, timeout_, kvstore::init{{key}, {std::move(value)}})
         .then(
-            [this, key, shape, reply]() mutable {
+            [this, key, shape, type, reply]() mutable {
               keys_[key].shape = shape;
+              keys_[key].type = type;
               reply.deliver(unit_t{});
             },
             [reply](error e) mutable { reply.deliver(std::move(e)); });
@@ -122,11 +126,12 @@ private:
     take(key, *st, m.rank, m.seq, part_of(m.value, dev_, stream_), reply);
   }
 
-  // A worker's compressed push: its codes become the floats they stand for, then as a push.
+  // A worker's compressed push: its codes become the floats they stand for (in the key's dtype,
+  // which must hold them exactly), then as a push.
   void on_compressed_push(compressed_push_msg& m) {
     auto key = from_wire(m.key);
     auto reply = make_response_promise<unit_t>();
-    key_state* st = pushable(key, m.shape, dtype::float32, reply);
+    key_state* st = pushable(key, m.shape, m.value_type, reply);
     if (st == nullptr) return;
     std::size_t n = 1;
     for (auto d : m.shape) n *= static_cast<std::size_t>(d);
@@ -140,7 +145,17 @@ private:
     }
     std::vector<float> floats(n);
     kvstore::decompress(m.type, m.threshold, m.codes.data(), floats.data(), n);
-    take(key, *st, m.rank, m.seq, tensor::from_host<float>(std::span<const float>(floats), m.shape, dev_, stream_), reply);
+    if (kernels::is_half(st->type))
+      for (float x : floats)
+        if (kernels::half_value(st->type, kernels::half_bits(st->type, x)) != x) {
+          reply.deliver(error(errc::invalid_argument, "kvstore dist push: key " + key.to_string() + " is " +
+                                                           std::string(to_string(st->type)) +
+                                                           ", which does not hold the 2bit threshold " +
+                                                           std::to_string(m.threshold) +
+                                                           " exactly; choose one it holds (such as 0.5 or 0.25)."));
+          return;
+        }
+    take(key, *st, m.rank, m.seq, rounded(floats, m.shape, st->type, dev_, stream_), reply);
   }
 
   /// The key's state when a push of `shape` and `type` fits it; else the reply gets the reason.
@@ -152,9 +167,16 @@ private:
                                                        " was never initialised; call init first (every worker)."));
       return nullptr;
     }
-    if (shape != it->second.shape || type != dtype::float32) {
+    if (type != it->second.type) {
+      reply.deliver(error(errc::invalid_argument, "kvstore dist push: the value for key " + key.to_string() +
+                                                       " has dtype " + std::string(to_string(type)) + ", expected " +
+                                                       std::string(to_string(it->second.type)) + "."));
+      return nullptr;
+    }
+    if (shape != it->second.shape) {
       reply.deliver(error(errc::invalid_argument, "kvstore dist push: the value for key " + key.to_string() + " is " +
-                                                       shape_text(shape) + ", expected float32 " +
+                                                       shape_text(shape) + ", expected " +
+                                                       std::string(to_string(type)) + " " +
                                                        shape_text(it->second.shape) + "."));
       return nullptr;
     }
@@ -261,7 +283,7 @@ private:
   }
 
   void send_value(const kvstore::key& key, response_promise<tensor> reply) {
-    tensor out = tensor::empty(keys_[key].shape, dtype::float32, dev_, stream_);
+    tensor out = tensor::empty(keys_[key].shape, keys_[key].type, dev_, stream_);
     request<std::vector<tensor>>(store_, timeout_, kvstore::pull{{key}, {out}})
         .then([reply](std::vector<tensor> outs) mutable { reply.deliver(std::move(outs.front())); },
               [reply](error e) mutable { reply.deliver(std::move(e)); });
@@ -278,7 +300,7 @@ private:
 
   void on_optimizer(optimizer_msg& m) {
     auto reply = make_response_promise<unit_t>();
-    request<void>(store_, timeout_, kvstore::set_optimizer{m.options})
+    request<void>(store_, timeout_, std::move(m.rule))
         .then(
             [this, reply]() mutable {
               has_optimizer_ = true;
@@ -307,6 +329,7 @@ private:
               for (auto& k : keys) {
                 key_state& st = keys_[k.key];
                 st.shape = std::move(k.shape);
+                st.type = k.type;
                 st.done = k.version;
               }
               reply.deliver(unit_t{});
@@ -326,6 +349,17 @@ private:
 };
 
 }  // namespace
+
+tensor rounded(const std::vector<float>& values, const std::vector<std::int64_t>& shape, dtype type, device& dev,
+               const stream& s) {
+  if (!kernels::is_half(type)) return tensor::from_host<float>(std::span<const float>(values), shape, dev, s);
+  std::vector<std::uint16_t> bits(values.size());
+  kernels::cpu::narrow(type, values.size(), values.data(), bits.data());
+  auto raw = tensor::from_host<std::uint8_t>(
+      std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bits.data()), bits.size() * sizeof(std::uint16_t)),
+      dev, s);
+  return tensor(shape, type, raw.storage(), raw.ready_event());
+}
 
 actor_ref spawn_server(actor_system& system, int world, kvstore_dist::mode mode, std::chrono::nanoseconds timeout,
                        device dev) {

@@ -13,6 +13,7 @@
 #include "worker.hpp"
 #include "strata/checksum.hpp"
 #include "strata/device/shape.hpp"
+#include "strata/kernels/half.hpp"
 
 namespace strata::kvstore_dist {
 
@@ -28,24 +29,42 @@ expected<void> done(expected<unit_t> r) {
   return {};
 }
 
+/// A cpu tensor's elements as host floats: float32 as they are, float16 and bfloat16 widened
+/// (exactly).
+std::vector<float> widened(internal::worker_state& w, const tensor& t) {
+  if (!kernels::is_half(t.dtype())) return t.to_host<float>(w.s);
+  std::vector<std::uint16_t> bits(static_cast<std::size_t>(t.numel()));
+  t.copy_to_host(bits.data(), w.s).synchronize();
+  std::vector<float> out(bits.size());
+  kernels::cpu::widen(t.dtype(), bits.size(), bits.data(), out.data());
+  return out;
+}
+
 }  // namespace
 
 namespace internal {
 
 expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key,
-                                       const std::vector<tensor>& values, const std::vector<std::int64_t>* shape) {
+                                       const std::vector<tensor>& values, const std::vector<std::int64_t>* shape,
+                                       dtype* type) {
   if (values.empty()) return error(errc::invalid_argument, "kvstore dist push: no values for key " + key.to_string() + ".");
+  const dtype first = values.front().dtype();
+  const bool takes = first == dtype::float32 || (type != nullptr && kernels::is_half(first));
   for (const auto& v : values) {
-    if (v.dtype() != dtype::float32 || v.shape() != values.front().shape() || v.get_device().kind() != device_kind::cpu)
+    if (!takes || v.dtype() != first || v.shape() != values.front().shape() || v.get_device().kind() != device_kind::cpu)
       return error(errc::invalid_argument, "kvstore dist push: the values for key " + key.to_string() +
-                                               " must be float32 cpu tensors of one shape.");
+                                               (type != nullptr ? " must be cpu tensors of one shape and one dtype, "
+                                                                  "float32, float16 or bfloat16."
+                                                                : " must be float32 cpu tensors of one shape."));
     if (shape != nullptr && v.shape() != *shape)
       return error(errc::invalid_argument, "kvstore dist push: the value for key " + key.to_string() + " is " +
-                                               shape_text(v.shape()) + ", expected float32 " + shape_text(*shape) + ".");
+                                               shape_text(v.shape()) + ", expected " + std::string(to_string(first)) +
+                                               " " + shape_text(*shape) + ".");
   }
-  std::vector<float> sum = values.front().to_host<float>(w.s);
+  if (type != nullptr) *type = first;
+  std::vector<float> sum = widened(w, values.front());
   for (std::size_t i = 1; i < values.size(); ++i) {
-    std::vector<float> next = values[i].to_host<float>(w.s);
+    std::vector<float> next = widened(w, values[i]);
     for (std::size_t j = 0; j < sum.size(); ++j) sum[j] += next[j];
   }
   return sum;
@@ -245,11 +264,13 @@ expected<void> store::init(const kvstore::key& key, const tensor& value) {
     if (!value.valid())
       mine = error(errc::invalid_argument, "kvstore dist init: the value for key " + key.to_string() + " is no tensor.");
     else if (internal::split_of(value.shape(), w.options.big_array_bound, w.world) &&
-             (value.dtype() != dtype::float32 || value.get_device().kind() != device_kind::cpu))
+             ((value.dtype() != dtype::float32 && !kernels::is_half(value.dtype())) ||
+              value.get_device().kind() != device_kind::cpu))
       mine = error(errc::invalid_argument, "kvstore dist init: key " + key.to_string() + " has " +
                                                std::to_string(value.numel()) + " elements, more than big_array_bound " +
                                                std::to_string(w.options.big_array_bound) +
-                                               ", so it is split over the ranks and must be a float32 cpu tensor.");
+                                               ", so it is split over the ranks and must be a float32, float16 or "
+                                               "bfloat16 cpu tensor.");
   }
   // Rank 0's shape decides on every rank whether the key is split (the others' values are
   // ignored, as in MXNet).
@@ -299,7 +320,8 @@ expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& v
   expected<void> sent;
   std::uint64_t bytes = 0;
   if (w.compression != kvstore::compression_type::none) {
-    auto sum = local_sum(w, key, values, nullptr);
+    dtype type = dtype::float32;  // a 16-bit value is compressed widened; the owner checks the key's dtype
+    auto sum = local_sum(w, key, values, nullptr, &type);
     if (!sum) return sum.error();
     const std::size_t n = sum->size();
     // The rule adds the gradient to the residual (r = residual + grad, commutative in IEEE
@@ -310,7 +332,7 @@ expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& v
     const std::vector<float> zeros(kept == w.residuals.end() || kept->second.size() != n ? n : 0, 0.0f);
     const float* old = zeros.empty() ? kept->second.data() : zeros.data();
     internal::compressed_push_msg m{internal::to_wire(key), w.rank, seq, w.compression, w.threshold,
-                                    values.front().shape(), std::vector<std::uint32_t>(kvstore::packed_words(w.compression, n))};
+                                    values.front().shape(), std::vector<std::uint32_t>(kvstore::packed_words(w.compression, n)), type};
     kvstore::compress_packed(w.compression, w.threshold, old, sum->data(), m.codes.data(), n);
     bytes = m.codes.size() * sizeof(std::uint32_t) + sizeof(float);
     sent = done(ask<unit_t>(w, to, std::move(m)));
@@ -318,12 +340,14 @@ expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& v
   } else {
     tensor value = values.empty() ? tensor() : values.front();
     if (values.size() != 1) {
-      // Several local values (one per device, as MXNet's workers): summed here, in the order given.
-      auto sum = local_sum(w, key, values, nullptr);
+      // Several local values (one per device, as MXNet's workers): summed here, in the order given
+      // (16-bit ones in float32, then rounded once to their dtype).
+      dtype type = dtype::float32;
+      auto sum = local_sum(w, key, values, nullptr, &type);
       if (!sum) return sum.error();
-      value = tensor::from_host<float>(std::span<const float>(*sum), value.shape(), w.dev, w.s);
+      value = internal::rounded(*sum, value.shape(), type, w.dev, w.s);
     }
-    bytes = static_cast<std::uint64_t>(value.numel()) * sizeof(float);
+    bytes = static_cast<std::uint64_t>(value.numel()) * size_of(value.dtype());
     sent = done(ask<unit_t>(w, to, internal::push_msg{internal::to_wire(key), w.rank, seq, net::tensor_slice{value, 0, value.shape()}}));
   }
   if (!sent) return sent;
@@ -456,6 +480,13 @@ expected<void> store::load(const std::string& path) {
   if (!file) return file.error();
   if (!read_everywhere)
     return error(errc::runtime_failure, "kvstore dist load of \"" + path + "\": another rank could not read it; nothing changed.");
+  // Every rank reads the same file, so every rank refuses alike.
+  if (w.replica)
+    for (const auto& e : file->entries)
+      if (e.type != dtype::float32)
+        return error(errc::invalid_argument, "kvstore dist load of \"" + path + "\": key " + e.key.to_string() + " is " +
+                                                 std::string(to_string(e.type)) +
+                                                 ", and dist_sync_allreduce keeps float32 keys only; nothing changed.");
   expected<void> mine;
   if (w.replica) {
     auto got = w.replica->load(path).get();
@@ -476,13 +507,13 @@ expected<void> store::load(const std::string& path) {
       if (auto layout = internal::split_of(e.shape, w.options.big_array_bound, w.world)) {
         if (w.rank < layout->parts()) {
           owned.push_back(internal::cut_part(e, *layout, w.rank));
-          keys.push_back(internal::loaded_key{e.key, owned.back().shape, e.version});
+          keys.push_back(internal::loaded_key{e.key, owned.back().shape, e.version, e.type});
         }
         splits[e.key] = std::move(*layout);
         continue;
       }
       if (home_of(e.key, w.world) != w.rank) continue;
-      keys.push_back(internal::loaded_key{e.key, e.shape, e.version});
+      keys.push_back(internal::loaded_key{e.key, e.shape, e.version, e.type});
       owned.push_back(std::move(e));
     }
     const std::string mine_path = path + ".load" + std::to_string(w.rank);
@@ -515,12 +546,12 @@ expected<void> change_rule(internal::worker_state& w, OnReplica on_replica, Msg 
 
 }  // namespace
 
-expected<void> store::set_optimizer(kernels::sgd_options options) {
-  return change_rule(*state_, [&](kvstore::client& c) { return c.set_optimizer(options); }, internal::optimizer_msg{options});
-}
+expected<void> store::set_optimizer(kernels::sgd_options options) { return set_optimizer(kvstore::set_optimizer{options}); }
 
-expected<void> store::set_optimizer(kernels::adam_options options) {
-  return change_rule(*state_, [&](kvstore::client& c) { return c.set_optimizer(options); }, internal::optimizer_msg{options});
+expected<void> store::set_optimizer(kernels::adam_options options) { return set_optimizer(kvstore::set_optimizer{options}); }
+
+expected<void> store::set_optimizer(kvstore::set_optimizer rule) {
+  return change_rule(*state_, [&](kvstore::client& c) { return c.send(rule); }, internal::optimizer_msg{rule});
 }
 
 expected<void> store::set_learning_rate(double lr) {

@@ -8,6 +8,7 @@
 #include <utility>
 
 #include "strata/device/shape.hpp"
+#include "strata/kernels/half.hpp"
 #include "worker.hpp"
 
 namespace strata::kvstore_dist::internal {
@@ -20,7 +21,8 @@ expected<std::uint64_t> push_parts(worker_state& w, const kvstore::key& key, con
     replies.push_back(w.sys->request<unit_t>(w.servers[static_cast<std::size_t>(part)], w.options.timeout, std::move(msg)));
   };
   if (w.compression != kvstore::compression_type::none) {
-    auto sum = local_sum(w, key, values, &layout.shape);
+    dtype type = dtype::float32;
+    auto sum = local_sum(w, key, values, &layout.shape, &type);
     if (!sum) return sum.error();
     // Each part is quantized with its slice of the key's residual; the rule is per element, so
     // the parts give what the whole key would (see the unsplit push for the residual's trick).
@@ -31,7 +33,7 @@ expected<std::uint64_t> push_parts(worker_state& w, const kvstore::key& key, con
       const auto n = static_cast<std::size_t>(layout.size(p));
       const auto at = static_cast<std::size_t>(layout.offset(p));
       compressed_push_msg m{to_wire(key), w.rank, seq, w.compression, w.threshold, {layout.size(p)},
-                            std::vector<std::uint32_t>(kvstore::packed_words(w.compression, n))};
+                            std::vector<std::uint32_t>(kvstore::packed_words(w.compression, n)), type};
       kvstore::compress_packed(w.compression, w.threshold, old + at, sum->data() + at, m.codes.data(), n);
       bytes += m.codes.size() * sizeof(std::uint32_t) + sizeof(float);
       send(p, std::move(m));
@@ -41,18 +43,21 @@ expected<std::uint64_t> push_parts(worker_state& w, const kvstore::key& key, con
     w.residuals[key] = std::move(*sum);
     return bytes;
   }
+  // The owners check the dtype against the key's (a 16-bit key takes only its own).
   tensor whole = values.empty() ? tensor() : values.front();
-  if (values.size() != 1 || !whole.valid() || whole.dtype() != dtype::float32 || whole.shape() != layout.shape ||
-      whole.get_device().kind() != device_kind::cpu) {
-    // Several local values (or one to check): summed here, in the order given.
-    auto sum = local_sum(w, key, values, &layout.shape);
+  if (values.size() != 1 || !whole.valid() || (whole.dtype() != dtype::float32 && !kernels::is_half(whole.dtype())) ||
+      whole.shape() != layout.shape || whole.get_device().kind() != device_kind::cpu) {
+    // Several local values (or one to check): summed here, in the order given (16-bit ones in
+    // float32, rounded once to their dtype).
+    dtype type = dtype::float32;
+    auto sum = local_sum(w, key, values, &layout.shape, &type);
     if (!sum) return sum.error();
-    whole = tensor::from_host<float>(std::span<const float>(*sum), layout.shape, w.dev, w.s);
+    whole = rounded(*sum, layout.shape, type, w.dev, w.s);
   }
   // Every part leaves straight from its slice of `whole`: no copy to split.
   for (int p = 0; p < layout.parts(); ++p)
     send(p, push_msg{to_wire(key), w.rank, seq, net::tensor_slice{whole, layout.offset(p), {layout.size(p)}}});
-  bytes = static_cast<std::uint64_t>(whole.numel()) * sizeof(float);
+  bytes = static_cast<std::uint64_t>(whole.numel()) * size_of(whole.dtype());
   auto sent = all_replies(replies);
   if (!sent) return sent.error();
   return bytes;
@@ -64,7 +69,8 @@ expected<tensor> pull_parts(worker_state& w, const kvstore::key& key, const spli
   for (int p = 0; p < layout.parts(); ++p)
     replies.push_back(w.sys->request<tensor>(w.servers[static_cast<std::size_t>(p)], w.options.timeout,
                                              pull_msg{to_wire(key), min_version}));
-  tensor out = tensor::empty(layout.shape, dtype::float32, w.dev, w.s);
+  // The key's dtype is its parts' (each owner answers in it).
+  tensor out;
   expected<void> first;
   for (int p = 0; p < layout.parts(); ++p) {
     auto part = replies[static_cast<std::size_t>(p)].get();
@@ -73,10 +79,14 @@ expected<tensor> pull_parts(worker_state& w, const kvstore::key& key, const spli
       first = part.error();
       continue;
     }
-    if (part->numel() != layout.size(p) || part->dtype() != dtype::float32) {
+    if (!out.valid() && (part->dtype() == dtype::float32 || kernels::is_half(part->dtype())))
+      out = tensor::empty(layout.shape, part->dtype(), w.dev, w.s);
+    if (part->numel() != layout.size(p) || !out.valid() || part->dtype() != out.dtype()) {
       first = error(errc::runtime_failure, "kvstore dist pull: rank " + std::to_string(p) + " answered " +
-                                               shape_text(part->shape()) + " for part " + std::to_string(p) + " of key " +
-                                               key.to_string() + ", expected float32 [" + std::to_string(layout.size(p)) + "].");
+                                               std::string(to_string(part->dtype())) + " " + shape_text(part->shape()) +
+                                               " for part " + std::to_string(p) + " of key " + key.to_string() +
+                                               ", expected " + std::string(to_string(out.valid() ? out.dtype() : dtype::float32)) +
+                                               " [" + std::to_string(layout.size(p)) + "].");
       continue;
     }
     try {
@@ -86,7 +96,9 @@ expected<tensor> pull_parts(worker_state& w, const kvstore::key& key, const spli
                                                " did not arrive: " + e.what());
       continue;
     }
-    std::memcpy(out.data<float>() + layout.offset(p), part->data<float>(), static_cast<std::size_t>(layout.size(p)) * sizeof(float));
+    const std::size_t element = size_of(out.dtype());
+    std::memcpy(static_cast<std::byte*>(out.raw_data()) + static_cast<std::size_t>(layout.offset(p)) * element,
+                part->raw_data(), static_cast<std::size_t>(layout.size(p)) * element);
   }
   if (!first) return first.error();
   return out;

@@ -58,10 +58,12 @@ expected<void> all_replies(std::vector<std::future<expected<T>>>& replies) {
   return first;
 }
 
-/// `values` summed on this worker, in the order given, as host floats; each must be a float32
-/// cpu tensor of one shape (`*shape` when given).
+/// `values` summed on this worker, in the order given, as host floats (16-bit values widened,
+/// exactly, and summed in float32); each must be a cpu tensor of one shape (`*shape` when given).
+/// Without `type` they must be float32; with it they may be float32, float16 or bfloat16, all of
+/// one dtype, which `*type` receives.
 expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key, const std::vector<tensor>& values,
-                                       const std::vector<std::int64_t>* shape);
+                                       const std::vector<std::int64_t>* shape, dtype* type = nullptr);
 
 /// This worker's `seq`-th push of the split key `key`: each part sent to its rank at once
 /// (straight from a slice of the caller's tensor, or compressed with its slice of the residual),

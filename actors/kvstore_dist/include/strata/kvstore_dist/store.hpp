@@ -106,18 +106,22 @@ public:
 
   /// Collective: rank 0's `value` becomes the key's initial value (the others' are ignored, as
   /// in MXNet's distributed stores; rank 0's shape decides whether the key is split), then a
-  /// barrier. Fails on every rank for a key that exists, and for a split key that is not float32.
+  /// barrier. The key keeps the value's dtype: float32, or float16 / bfloat16 (summed in float32,
+  /// rounded once per update, as the one-process cpu store's 16-bit keys). Fails on every rank for
+  /// a key that exists, and for a value the store cannot keep.
   expected<void> init(const kvstore::key& key, const tensor& value);
 
-  /// Pushes this worker's contribution for `key`: `values` (float32 cpu tensors of the key's
-  /// shape) summed here in the order given, then sent to the owner (compressed, after
-  /// `set_gradient_compression`). `dist_sync`: it counts
+  /// Pushes this worker's contribution for `key`: `values` (cpu tensors of the key's shape and
+  /// dtype; another dtype is refused with one sentence naming both) summed here in the order given
+  /// (16-bit ones in float32, rounded once to the key's dtype), then sent to the owner (compressed,
+  /// after `set_gradient_compression`). `dist_sync`: it counts
   /// towards this worker's next version of the key; `dist_async`: it updates the key at once.
   expected<void> push(const kvstore::key& key, const std::vector<tensor>& values);
 
   /// The key's value. `dist_sync`: the value after every version this worker has pushed to (it
   /// waits for the other workers' pushes of that version); `dist_async`: the current value. The
-  /// tensor lives on a cpu device of this rank; its ready event fires when the data is there.
+  /// tensor, of the key's dtype, lives on a cpu device of this rank; its ready event fires when
+  /// the data is there.
   expected<tensor> pull(const kvstore::key& key);
 
   /// `push` then `pull`: in `dist_sync` the merged round this push contributed to (MXNet's
@@ -137,13 +141,18 @@ public:
   /// keys above today's `big_array_bound` are cut for today's ranks.
   /// In dist_sync each worker's push count of a key becomes the key's saved version. The update
   /// rule is not saved: call `set_optimizer` before `load`. A missing or corrupt file fails on
-  /// every rank with one sentence, and nothing changes.
+  /// every rank with one sentence, and nothing changes; so does a file with a 16-bit key in
+  /// `dist_sync_allreduce`, which keeps float32 keys only.
   expected<void> load(const std::string& path);
 
   /// Installs the update rule on this rank's server shard. Every worker calls it (each shard
   /// updates its own keys), before the first push.
   expected<void> set_optimizer(kernels::sgd_options options);
   expected<void> set_optimizer(kernels::adam_options options);
+  /// With every field of the one-process kvstore's rule, e.g. `.multi_precision = true`: each
+  /// float16 or bfloat16 key keeps a float32 master copy on its server shard (docs/kvstore.md,
+  /// "16-bit values and multi_precision").
+  expected<void> set_optimizer(kvstore::set_optimizer rule);
   /// MXNet's `Optimizer.set_learning_rate`: this rank's shard (or replica) takes rate `lr` and
   /// keeps its keys' optimizer state (`kvstore::set_learning_rate`). Every worker calls it with
   /// the same rate, then `barrier()` before the next push, so that every shard has it.
@@ -156,13 +165,18 @@ public:
   /// quantizes this worker's locally summed value with a residual this worker keeps per key
   /// (MXNet's error feedback, `kvstore::compress`) and sends only the packed codes and the
   /// threshold (`kvstore::compress_packed`: 2 bits an element for 2bit, 1 for 1bit); the owner
-  /// decompresses and merges as before. Inits, pulls and checkpoints are not compressed. It may
+  /// decompresses and merges as before. A float16 or bfloat16 key's value is quantized widened to
+  /// float32 with a float32 residual (as the one-process store); its owner refuses, with one
+  /// sentence, a 2bit threshold the key's dtype does not hold exactly (0.5 and 0.25 it holds),
+  /// since the decompressed values must enter the key's dtype unrounded. Inits, pulls and
+  /// checkpoints are not compressed. It may
   /// be called again between pushes: the new setting starts from zero residuals (as does `load`).
   /// Refused with one sentence, nothing changed: in `dist_sync_allreduce` (MXNet does not
   /// compress there either), an unknown type, a bad threshold, or another rank's refusal.
   expected<void> set_gradient_compression(std::string type, float threshold = 0.5f);
 
-  /// Bytes of push payload this worker has sent: 4 per element of an uncompressed push; for a
+  /// Bytes of push payload this worker has sent: the dtype's size (4, or 2 for a 16-bit key) per
+  /// element of an uncompressed push; for a
   /// compressed one its code words (4 bytes per 16 elements for 2bit, per 32 for 1bit, rounded
   /// up) plus 4 for the threshold. In `dist_sync_allreduce`, 4 per element this worker gave to
   /// the allreduce. The message headers (key, rank, sequence number, shape) are not counted.
