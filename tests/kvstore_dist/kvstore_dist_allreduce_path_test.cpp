@@ -176,7 +176,7 @@ BOOST_AUTO_TEST_CASE(packing_sums_each_keys_values_in_order_into_its_place_and_u
     std::size_t n = 1;
     for (auto d : shapes[i]) n *= static_cast<std::size_t>(d);
     sizes.push_back(n);
-    const int count = 1 + static_cast<int>(i % 3);  // 1, 2 or 3 values for a key
+    const int count = 3 - static_cast<int>(i % 3);  // 3, 2 or 1 values for a key
     for (int c = 0; c < count; ++c) {
       std::vector<float> v(n);
       for (auto& x : v) x = u(rng);
