@@ -31,7 +31,8 @@ enum class mode : std::uint8_t {
   /// `dist_sync_allreduce` (Horovod's way): no servers; every rank keeps a replica of every key.
   /// `pushpull` sums the gradients of all ranks with one fused allreduce (in key order), then each
   /// rank applies the same update to its replica. `push` alone is refused; `pull` reads the
-  /// replica.
+  /// replica. With a cuda `store_options::replica_device` the gradients stay on the GPU: one
+  /// packed device buffer per step, summed with NCCL (or staged through the host: `cuda_sum`).
   allreduce,
 };
 
