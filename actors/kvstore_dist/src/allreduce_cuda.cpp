@@ -6,6 +6,7 @@
 #include <memory>
 #include <mutex>
 #include <optional>
+#include <stdexcept>
 #include <thread>
 #include <utility>
 
@@ -113,8 +114,11 @@ void open_cuda_link(worker_state& w) {
   w.link = std::make_shared<cuda_link>();
   if (w.path != sum_path::nccl) return;
 #if STRATA_HAS_NCCL
-  auto comm = w.world == 1 ? nccl::communicator::create_single(w.replica_dev)
-                           : nccl::communicator::create(*w.net, w.replica_dev);
+  // The communicator waits for other ranks as long as the store's calls do.
+  const nccl::communicator_config config{
+      .timeout = std::chrono::duration_cast<std::chrono::milliseconds>(w.options.timeout)};
+  auto comm = w.world == 1 ? nccl::communicator::create_single(w.replica_dev, config)
+                           : nccl::communicator::create(*w.net, w.replica_dev, config);
   if (!comm)
     throw error_exception(error(comm.error().code(), "kvstore_dist::store: the NCCL communicator of the replicas on " +
                                                          w.replica_dev.name() + " could not be made: " + comm.error().message()));
@@ -168,10 +172,15 @@ expected<std::vector<tensor>> cuda_pushpull(worker_state& w, const std::vector<k
   }
   auto plan = plan_packing(keys, sizes);
   if (!plan) return plan.error();
-  auto summed = sum_over_ranks(w, pack_sums(w.replica_dev, w.rs, *plan, values));
-  if (!summed) return summed.error();
+  if (keys.empty()) return std::vector<tensor>();
+  tensor packed = pack_sums(w.replica_dev, w.rs, *plan, values);
+  if (plan->total > 0) {  // keys of no elements only: nothing to sum (the same on every rank)
+    auto summed = sum_over_ranks(w, std::move(packed));
+    if (!summed) return summed.error();
+    packed = std::move(*summed);
+  }
   w.bytes_pushed += plan->total * sizeof(float);
-  return replica_step(w, keys, *plan, unpack(w.replica_dev, w.rs, *summed, *plan, shapes));
+  return replica_step(w, keys, *plan, unpack(w.replica_dev, w.rs, packed, *plan, shapes));
 }
 
 }  // namespace strata::kvstore_dist::internal
