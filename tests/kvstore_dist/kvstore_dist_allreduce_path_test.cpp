@@ -7,12 +7,16 @@
 #include <boost/test/unit_test.hpp>
 
 #include <algorithm>
+#include <chrono>
+#include <future>
+#include <thread>
 #include <cstring>
 #include <random>
 #include <stdexcept>
 #include <string>
 #include <vector>
 
+#include "allreduce_cuda.hpp"
 #include "allreduce_path.hpp"
 #include "strata/actor_system.hpp"
 #include "strata/kvstore_dist/store.hpp"
@@ -211,6 +215,57 @@ BOOST_AUTO_TEST_CASE(packing_sums_each_keys_values_in_order_into_its_place_and_u
     BOOST_TEST(std::memcmp(part.data(), expected.data() + at, part.size() * sizeof(float)) == 0);
     at += part.size();
   }
+}
+
+BOOST_AUTO_TEST_CASE(a_failed_link_ends_the_wait_for_a_sum_that_never_comes_with_a_named_error) {
+  using namespace std::chrono_literals;
+  auto dev = strata::make_devices("cpu:1").front();
+  auto s = dev.create_stream();
+  // The end of a "sum" held back until the test releases it (a peer that never joins).
+  std::promise<void> release;
+  std::shared_future<void> gate = release.get_future().share();
+  s.launch({.name = "held_sum", .cpu = [gate] { gate.wait(); }});
+  const strata::event held = s.record();
+  const std::string head = "kvstore dist pushpull: the allreduce of this step failed, and no replica was updated: ";
+
+  // Another rank leaves while this one waits: the wait ends with rank_down.
+  auto link = ki::make_cuda_link();
+  std::thread leaver([&] {
+    std::this_thread::sleep_for(50ms);
+    ki::abort_cuda_link(*link, strata::errc::rank_down, "another rank left the job: rank 1");
+    ki::abort_cuda_link(*link, strata::errc::runtime_failure, "a later reason is ignored");
+  });
+  const auto t0 = std::chrono::steady_clock::now();
+  auto lost = ki::await_sum(*link, held, 60s);
+  leaver.join();
+  BOOST_TEST((std::chrono::steady_clock::now() - t0 < 30s));
+  BOOST_REQUIRE(!lost);
+  BOOST_TEST(lost.error().code() == strata::errc::rank_down);
+  BOOST_TEST(lost.error().message() == head + "another rank left the job: rank 1");
+
+  // No sum within the timeout: the link aborts itself (request_timeout), and stays failed.
+  auto slow = ki::make_cuda_link();
+  auto late = ki::await_sum(*slow, held, 100ms);
+  BOOST_REQUIRE(!late);
+  BOOST_TEST(late.error().code() == strata::errc::request_timeout);
+  BOOST_TEST(late.error().message().rfind(head + "the sum did not finish within 100 ms (store_options::timeout)", 0) == 0,
+             late.error().message());
+
+  release.set_value();
+  s.synchronize();
+  // A failed link fails every later step, even one whose sum has finished.
+  auto after = ki::await_sum(*link, held, 60s);
+  BOOST_REQUIRE(!after);
+  BOOST_TEST(after.error().message() == head + "another rank left the job: rank 1");
+  // A working link and a finished sum: done.
+  auto fresh = ki::make_cuda_link();
+  BOOST_TEST(static_cast<bool>(ki::await_sum(*fresh, held, 60s)));
+  // A sum whose work failed: its error, named.
+  s.launch({.name = "failed_sum", .cpu = [] { throw std::runtime_error("the GPU said no"); }});
+  auto failed = ki::await_sum(*fresh, s.record(), 60s);
+  BOOST_REQUIRE(!failed);
+  BOOST_TEST(failed.error().message().find(head) == 0);
+  BOOST_TEST(failed.error().message().find("the GPU said no") != std::string::npos, failed.error().message());
 }
 
 BOOST_AUTO_TEST_CASE(the_store_refuses_a_replica_device_or_cuda_sum_its_mode_does_not_take) {

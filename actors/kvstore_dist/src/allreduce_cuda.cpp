@@ -56,9 +56,12 @@ error step_failed(const error& why) {
                                why.message());
 }
 
-/// Waits on the calling thread (the store's caller, never a scheduler thread) until `done`, the
-/// end of the sum, has fired, the link has failed, or `timeout` has passed (then the link is
-/// aborted: NCCL kernels that wait for a peer end).
+}  // namespace
+
+std::shared_ptr<cuda_link> make_cuda_link() { return std::make_shared<cuda_link>(); }
+
+void abort_cuda_link(cuda_link& link, errc code, const std::string& why) { link.abort(code, why); }
+
 expected<void> await_sum(cuda_link& link, const event& done, std::chrono::nanoseconds timeout) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!done.query()) {
@@ -77,10 +80,14 @@ expected<void> await_sum(cuda_link& link, const event& done, std::chrono::nanose
       std::rethrow_exception(ex);
     } catch (const std::exception& e) {
       return step_failed(error(errc::runtime_failure, e.what()));
+    } catch (...) {
+      return step_failed(error(errc::runtime_failure, "the sum's work failed with an exception that is no std::exception"));
     }
   }
   return {};
 }
+
+namespace {
 
 /// Sums `packed` over the ranks as `w.path` says; answers the summed tensor (`packed` itself on
 /// the NCCL path) once the sum is there.
@@ -111,7 +118,7 @@ expected<tensor> sum_over_ranks(worker_state& w, tensor packed) {
 }  // namespace
 
 void open_cuda_link(worker_state& w) {
-  w.link = std::make_shared<cuda_link>();
+  w.link = make_cuda_link();
   if (w.path != sum_path::nccl) return;
 #if STRATA_HAS_NCCL
   // The communicator waits for other ranks as long as the store's calls do.

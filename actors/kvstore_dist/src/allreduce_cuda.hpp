@@ -2,6 +2,9 @@
 // dist_sync_allreduce with a cuda replica (allreduce_cuda.cpp): the NCCL communicator (or MPI
 // staging) that sums a step's packed buffer, and the step itself.
 
+#include <chrono>
+#include <memory>
+#include <string>
 #include <vector>
 
 #include "allreduce_path.hpp"
@@ -13,6 +16,18 @@ struct worker_state;
 /// How a cuda replica's sums cross the ranks: the NCCL communicator (path nccl) and the watch
 /// that aborts it when another rank leaves; a failure, once set, fails every later step.
 struct cuda_link;
+
+/// A link with no communicator (the staged path; tests).
+std::shared_ptr<cuda_link> make_cuda_link();
+/// Ends every sum in flight (ncclCommAbort) and fails this and later steps with `why` (code
+/// `code`); the first call decides. Thread-safe.
+void abort_cuda_link(cuda_link& link, errc code, const std::string& why);
+/// Waits on the calling thread (the store's caller, never a scheduler thread) until `done`, the
+/// end of the sum, has fired, the link has failed, or `timeout` has passed (then the link is
+/// aborted with request_timeout: NCCL kernels that wait for a peer end). A failed link, or an
+/// error that `done` carries, is the step's error: `kvstore dist pushpull: the allreduce of this
+/// step failed, and no replica was updated: <why>`.
+expected<void> await_sum(cuda_link& link, const event& done, std::chrono::nanoseconds timeout);
 
 /// Collective (every rank, when the store is made): makes `w.link` for `w.path` (nccl or
 /// staged_mpi). \throws error_exception with one sentence when the communicator cannot be made.
