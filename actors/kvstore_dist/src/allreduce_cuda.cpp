@@ -152,7 +152,10 @@ void open_cuda_link(worker_state& w) {
       if (auto link = weak.lock()) link->abort(errc::rank_down, "another rank left the job: " + d.reason.message());
     }};
   });
-  if (auto published = w.net->publish(w.link->watch, name); !published) throw error_exception(published.error());
+  if (auto published = w.net->publish(w.link->watch, name); !published) {
+    w.sys->stop(w.link->watch);
+    throw error_exception(published.error());
+  }
 #else
   throw std::invalid_argument("kvstore_dist::store: this build has no strata::nccl");
 #endif
