@@ -30,10 +30,14 @@ esac
 
 programs=(tests/kernels_cuda/test_kernels_cuda tests/device/test_device_cuda tests/actors/test_kvstore_cuda
           tests/lm/test_lm_cuda tools/bench/strata-bench-lm-gpu samples/lstm_lm/lstm_lm)
-# The 1-rank NCCL smoke test, where the build has strata::nccl (CUDA, MPI and NCCL found). The
-# tests that need mpirun (net_cuda_np2, nccl_cuda_np2) stay out: the bundle carries no MPI launcher.
+# The 1-rank NCCL smoke test, where the build has strata::nccl (CUDA, MPI and NCCL found), and the
+# allreduce store on a cuda replica in a world of one. The tests that need mpirun (net_cuda_np2,
+# nccl_cuda_np2, kvstore_dist_cuda_np2) stay out: the bundle carries no MPI launcher.
 if grep -qs 'nccl_cuda' "$build/tests/net_cuda/CTestTestfile.cmake"; then
   programs+=(tests/net_cuda/test_nccl_cuda)
+fi
+if grep -qs 'kvstore_dist_cuda' "$build/tests/net_cuda/CTestTestfile.cmake"; then
+  programs+=(tests/net_cuda/test_kvstore_dist_cuda)
 fi
 targets=()
 for p in "${programs[@]}"; do targets+=("$(basename "$p")"); done

@@ -104,7 +104,7 @@ if [ "$dry" = 1 ]; then
   fake() { printf '#!/bin/sh\necho "%s: fake step"\n%s\n' "$1" "$2" >"$logs/$1"; chmod +x "$logs/$1"; echo "$logs/$1"; }
   tests=("kernels_cuda:$(fake kernels_cuda 'exit 0')" "device_cuda:$(fake device_cuda 'exit 77')"
          "kvstore_cuda:$(fake kvstore_cuda 'echo "1 test case out of 4 failed"; exit 1')" "lm_cuda:$(fake lm_cuda 'exit 0')"
-         "nccl_cuda:$(fake nccl_cuda 'exit 0')")
+         "nccl_cuda:$(fake nccl_cuda 'exit 0')" "kvstore_dist_cuda:$(fake kvstore_dist_cuda 'exit 0')")
   bench=$(fake strata-bench-lm-gpu "sleep ${STRATA_GPU_CHECK_DRY_SLEEP:-0}; echo 'summary: fake'")
   lm=$(fake lstm_lm 'echo "step 20 loss 1.0"')
   sanitizer=$(fake compute-sanitizer 'echo "========= ERROR SUMMARY: 0 errors"')
@@ -157,6 +157,7 @@ PY
   tests=("kernels_cuda:$bin/test_kernels_cuda" "device_cuda:$bin/test_device_cuda"
          "kvstore_cuda:$bin/test_kvstore_cuda" "lm_cuda:$bin/test_lm_cuda")
   [ -x "$bin/test_nccl_cuda" ] && tests+=("nccl_cuda:$bin/test_nccl_cuda")
+  [ -x "$bin/test_kvstore_dist_cuda" ] && tests+=("kvstore_dist_cuda:$bin/test_kvstore_dist_cuda")
   bench=$bin/strata-bench-lm-gpu
   lm=$bin/lstm_lm
   corpus=(--corpus "$root/corpus.txt")
@@ -179,6 +180,7 @@ else
   tests=(kernels_cuda:tests/kernels_cuda/test_kernels_cuda device_cuda:tests/device/test_device_cuda
          kvstore_cuda:tests/actors/test_kvstore_cuda lm_cuda:tests/lm/test_lm_cuda)
   [ -x "$build/tests/net_cuda/test_nccl_cuda" ] && tests+=(nccl_cuda:tests/net_cuda/test_nccl_cuda)
+  [ -x "$build/tests/net_cuda/test_kvstore_dist_cuda" ] && tests+=(kvstore_dist_cuda:tests/net_cuda/test_kvstore_dist_cuda)
   for i in "${!tests[@]}"; do tests[$i]="${tests[$i]%%:*}:$build/${tests[$i]#*:}"; done
   bench=$build/tools/bench/strata-bench-lm-gpu
   lm=$build/samples/lstm_lm/lstm_lm
@@ -222,9 +224,10 @@ else
   fi
   kprog=${tests[0]#*:}
   # Which files the programs resolve; a library that does not resolve stops the run.
-  # (nccl_cuda is left out: without the image's libnccl.so.2 only its own row fails, below.)
+  # (nccl_cuda and kvstore_dist_cuda are left out: without the image's libnccl.so.2 only their
+  # own rows fail, below.)
   missing=$(for e in "${tests[@]}" "x:$bench" "x:$lm"; do
-    [ "${e%%:*}" = nccl_cuda ] && continue
+    case "${e%%:*}" in nccl_cuda | kvstore_dist_cuda) continue ;; esac
     f=${e#*:}; [ -x "$f" ] && ldd "$f" 2>&1 | grep 'not found' | sed "s|^|$(basename "$f"): |"; done | sort -u)
   libs=$(ldd "$kprog" 2>/dev/null | awk '/libcudart|libcublas/ {print $1 " -> " $3}' | paste -sd';' -)
   [ "$mode" = bundle ] && sed -n 's/^image libraries: /the bundle needs from the image: /p' "$root/MANIFEST"
@@ -258,7 +261,8 @@ fi
 row "driver/runtime/cuBLAS" ok "driver CUDA $(cuda_text "$driver"), runtime $(cuda_text "$runtime"), cuBLAS ${cublas_version:-$cublas_major}"
 
 # ---- 1. the cuda tests, one program each (what `ctest -R cuda` runs) ------------------------------
-# nccl_cuda is the 1-rank NCCL smoke test (a world of one: no mpirun, which the bundle lacks).
+# nccl_cuda is the 1-rank NCCL smoke test and kvstore_dist_cuda the allreduce store on a cuda
+# replica (worlds of one: no mpirun, which the bundle lacks).
 export STRATA_REQUIRE_GPU=1
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 for entry in "${tests[@]}"; do

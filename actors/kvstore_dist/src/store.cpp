@@ -87,9 +87,21 @@ store::store(actor_system& system, net::endpoint& endpoint, store_options option
     throw std::invalid_argument("kvstore_dist::store: big_array_bound is " + std::to_string(w.options.big_array_bound) +
                                 "; expected 0 or more elements (keys with more elements than it are split over the ranks).");
   w.s = w.dev.create_stream();
+  const device& given = w.options.replica_device;
+  auto path = internal::choose_sum_path(w.options.mode, given ? std::optional<device_kind>(given.kind()) : std::nullopt,
+                                        given ? given.name() : std::string(), w.options.cuda_sum, internal::nccl_built());
+  if (!path) throw std::invalid_argument(path.error().message());
+  w.path = *path;
   if (w.options.mode == mode::allreduce) {
-    w.replica = std::make_unique<kvstore::client>(system, kvstore::spawn(system, kvstore::options{.name = "kvstore_dist.replica"}),
-                                                  w.options.timeout);
+    w.replica_dev = w.path == internal::sum_path::host_mpi ? w.dev : given;
+    w.rs = w.replica_dev.create_stream();
+    kvstore::options replica{.name = "kvstore_dist.replica"};
+    if (w.path != internal::sum_path::host_mpi) {
+      replica.kind = kvstore::kind::device;
+      replica.merge_device = w.replica_dev;
+      internal::open_cuda_link(w);
+    }
+    w.replica = std::make_unique<kvstore::client>(system, kvstore::spawn(system, std::move(replica)), w.options.timeout);
     return;
   }
   w.server = internal::spawn_server(system, w.world, w.options.mode, w.options.timeout, w.dev);
@@ -115,6 +127,7 @@ store::~store() {
     actor_ref replica = state_->replica->store();
     state_->replica.reset();
     state_->sys->stop(replica);
+    internal::close_cuda_link(*state_);
   }
   if (state_->server) state_->sys->stop(state_->server);
 }
@@ -129,6 +142,26 @@ std::string store::type() const {
 }
 int store::rank() const noexcept { return state_->rank; }
 int store::num_workers() const noexcept { return state_->world; }
+
+namespace internal {
+
+expected<std::vector<tensor>> replica_step(worker_state& w, const std::vector<kvstore::key>& keys, const pack_plan& plan,
+                                           std::vector<tensor> merged) {
+  std::vector<kvstore::key> push_keys;
+  std::vector<tensor> outs;
+  for (std::size_t i : plan.order) {
+    push_keys.push_back(keys[i]);
+    outs.push_back(tensor::empty(w.shapes[keys[i]], dtype::float32, w.replica_dev, w.rs));
+  }
+  if (auto pushed = w.replica->push(push_keys, std::move(merged)).get(); !pushed) return pushed.error();
+  auto pulled = w.replica->pull(push_keys, outs).get();
+  if (!pulled) return pulled.error();
+  std::vector<tensor> result(keys.size());
+  for (std::size_t j = 0; j < plan.order.size(); ++j) result[plan.order[j]] = std::move((*pulled)[j]);
+  return result;
+}
+
+}  // namespace internal
 
 namespace {
 
@@ -190,42 +223,25 @@ expected<std::optional<std::vector<std::int64_t>>> shape_of_rank0(internal::work
 }
 
 
-/// dist_sync_allreduce: `sums[i]` (this worker's value of `keys[i]`, a key of the replica) summed
-/// over the ranks by one allreduce, packed in key order; then the same update on every replica.
-/// Answers the replica's values, in the order of `keys`.
+/// dist_sync_allreduce, host path: `sums[i]` (this worker's value of `keys[i]`, a key of the
+/// replica) summed over the ranks by one allreduce, packed in key order; then the same update on
+/// every replica. Answers the replica's values, in the order of `keys`.
 expected<std::vector<tensor>> fused_pushpull(internal::worker_state& w, const std::vector<kvstore::key>& keys,
                                              std::vector<std::vector<float>> sums) {
-  std::vector<std::size_t> order(keys.size());
-  for (std::size_t i = 0; i < order.size(); ++i) order[i] = i;
-  std::sort(order.begin(), order.end(), [&](std::size_t a, std::size_t b) { return keys[a] < keys[b]; });
-  for (std::size_t i = 1; i < order.size(); ++i)
-    if (keys[order[i]] == keys[order[i - 1]])
-      return error(errc::invalid_argument, "kvstore dist pushpull: key " + keys[order[i]].to_string() +
-                                               " appears twice; dist_sync_allreduce takes each key once per call.");
+  std::vector<std::size_t> sizes;
+  for (const auto& s : sums) sizes.push_back(s.size());
+  auto plan = internal::plan_packing(keys, sizes);
+  if (!plan) return plan.error();
   std::vector<float> packed;
-  std::vector<std::size_t> offsets;
-  for (std::size_t i : order) {
-    offsets.push_back(packed.size());
-    packed.insert(packed.end(), sums[i].begin(), sums[i].end());
-  }
+  packed.reserve(plan->total);
+  for (std::size_t i : plan->order) packed.insert(packed.end(), sums[i].begin(), sums[i].end());
   if (auto summed = allreduce(w, packed); !summed) return summed.error();
   w.bytes_pushed += packed.size() * sizeof(float);
-  std::vector<kvstore::key> push_keys;
-  std::vector<tensor> merged, outs;
-  for (std::size_t j = 0; j < order.size(); ++j) {
-    const auto& key = keys[order[j]];
-    const auto& shape = w.shapes[key];
-    const std::size_t n = sums[order[j]].size();
-    push_keys.push_back(key);
-    merged.push_back(tensor::from_host<float>(std::span<const float>(packed.data() + offsets[j], n), shape, w.dev, w.s));
-    outs.push_back(tensor::empty(shape, dtype::float32, w.dev, w.s));
-  }
-  if (auto pushed = w.replica->push(push_keys, merged).get(); !pushed) return pushed.error();
-  auto pulled = w.replica->pull(push_keys, outs).get();
-  if (!pulled) return pulled.error();
-  std::vector<tensor> result(keys.size());
-  for (std::size_t j = 0; j < order.size(); ++j) result[order[j]] = std::move((*pulled)[j]);
-  return result;
+  std::vector<tensor> merged;
+  for (std::size_t j = 0; j < plan->order.size(); ++j)
+    merged.push_back(tensor::from_host<float>(std::span<const float>(packed.data() + plan->offsets[j], sums[plan->order[j]].size()),
+                                              w.shapes[keys[plan->order[j]]], w.dev, w.s));
+  return internal::replica_step(w, keys, *plan, std::move(merged));
 }
 
 }  // namespace
@@ -244,14 +260,19 @@ expected<void> store::init(const kvstore::key& key, const tensor& value) {
   auto& w = *state_;
   if (w.replica) {
     // Rank 0's value reaches every replica: the others add zeros (x + 0 is x, exactly).
-    if (value.dtype() != dtype::float32 || value.get_device().kind() != device_kind::cpu)
-      return error(errc::invalid_argument, "kvstore dist init: the value for key " + key.to_string() +
-                                               " must be a float32 cpu tensor.");
-    std::vector<float> host = w.rank == 0 ? value.to_host<float>(w.s) : std::vector<float>(static_cast<std::size_t>(value.numel()), 0.0f);
+    // A cuda replica also takes a value on its own GPU (read on the replica's stream).
+    const bool on_replica = w.rs != w.s && value.valid() && value.get_device().kind() == device_kind::cuda &&
+                            value.get_device().properties().gpu_ordinal == w.replica_dev.properties().gpu_ordinal;
+    if (value.dtype() != dtype::float32 || !(on_replica || value.get_device().kind() == device_kind::cpu))
+      return error(errc::invalid_argument, "kvstore dist init: the value for key " + key.to_string() + " must be a float32 " +
+                                               (w.rs != w.s ? "tensor on cpu or on " + w.replica_dev.name() : std::string("cpu tensor")) +
+                                               ".");
+    std::vector<float> host = w.rank == 0 ? value.to_host<float>(on_replica ? w.rs : w.s)
+                                          : std::vector<float>(static_cast<std::size_t>(value.numel()), 0.0f);
     if (auto summed = allreduce(w, host); !summed) return summed;
     if (w.shapes.count(key) != 0)
       return error(errc::invalid_argument, "kvstore dist init: key " + key.to_string() + " exists already.");
-    auto got = w.replica->init(key, tensor::from_host<float>(std::span<const float>(host), value.shape(), w.dev, w.s)).get();
+    auto got = w.replica->init(key, tensor::from_host<float>(std::span<const float>(host), value.shape(), w.replica_dev, w.rs)).get();
     if (!got) return got.error();
     w.shapes[key] = value.shape();
     return {};
@@ -361,7 +382,7 @@ expected<tensor> store::pull(const kvstore::key& key) {
   if (w.replica) {
     auto shape = w.shapes.find(key);
     if (shape == w.shapes.end()) return never_initialised("pull", key);
-    auto got = w.replica->pull(key, tensor::empty(shape->second, dtype::float32, w.dev, w.s)).get();
+    auto got = w.replica->pull(key, tensor::empty(shape->second, dtype::float32, w.replica_dev, w.rs)).get();
     if (!got) return got.error();
     return std::move(got->front());
   }
@@ -376,6 +397,11 @@ expected<tensor> store::pushpull(const kvstore::key& key, const std::vector<tens
     auto& w = *state_;
     auto shape = w.shapes.find(key);
     if (shape == w.shapes.end()) return never_initialised("pushpull", key);
+    if (w.link) {
+      auto got = internal::cuda_pushpull(w, {key}, {values});
+      if (!got) return got.error();
+      return std::move(got->front());
+    }
     auto sum = local_sum(w, key, values, &shape->second);
     if (!sum) return sum.error();
     std::vector<std::vector<float>> sums;
@@ -405,10 +431,16 @@ expected<std::vector<tensor>> store::pushpull(const std::vector<kvstore::key>& k
     }
     return outs;
   }
+  for (const auto& k : keys)
+    if (w.shapes.count(k) == 0) return never_initialised("pushpull", k);
+  if (w.link) {
+    std::vector<std::vector<tensor>> each;
+    for (const auto& v : values) each.push_back({v});
+    return internal::cuda_pushpull(w, keys, each);
+  }
   std::vector<std::vector<float>> sums;
   for (std::size_t i = 0; i < keys.size(); ++i) {
     auto shape = w.shapes.find(keys[i]);
-    if (shape == w.shapes.end()) return never_initialised("pushpull", keys[i]);
     auto host = local_sum(w, keys[i], {values[i]}, &shape->second);
     if (!host) return host.error();
     sums.push_back(std::move(*host));

@@ -9,6 +9,7 @@
 #include <string>
 #include <vector>
 
+#include "allreduce_cuda.hpp"
 #include "protocol.hpp"
 #include "split.hpp"
 
@@ -34,6 +35,12 @@ struct worker_state {
   // dist_sync_allreduce: this rank's replica of every key, and the keys' shapes.
   std::unique_ptr<kvstore::client> replica;
   std::map<kvstore::key, std::vector<std::int64_t>> shapes;
+  // The replica's device and stream (`dev` and `s` on the host path), how its sums cross the
+  // ranks, and for a cuda replica the NCCL communicator or MPI staging.
+  device replica_dev;
+  stream rs;
+  sum_path path = sum_path::host_mpi;
+  std::shared_ptr<cuda_link> link;
   // set_gradient_compression: the setting and this worker's residual of each key it pushed (the
   // whole key's; a split key's parts use their slices of it).
   kvstore::compression_type compression = kvstore::compression_type::none;

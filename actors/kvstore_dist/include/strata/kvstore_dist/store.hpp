@@ -31,8 +31,23 @@ enum class mode : std::uint8_t {
   /// `dist_sync_allreduce` (Horovod's way): no servers; every rank keeps a replica of every key.
   /// `pushpull` sums the gradients of all ranks with one fused allreduce (in key order), then each
   /// rank applies the same update to its replica. `push` alone is refused; `pull` reads the
-  /// replica.
+  /// replica. With a cuda `store_options::replica_device` the gradients stay on the GPU: one
+  /// packed device buffer per step, summed with NCCL (or staged through the host: `cuda_sum`).
   allreduce,
+};
+
+/// `dist_sync_allreduce` with a cuda `store_options::replica_device`: how a step's packed sum
+/// crosses the ranks.
+enum class cuda_sum : std::uint8_t {
+  /// `nccl` when this build has strata::nccl (`STRATA_NCCL=AUTO` found NCCL, or `ON`), else
+  /// `staged_mpi`.
+  automatic,
+  /// One `ncclAllReduce` on the replica's GPU (`nccl::communicator`, made when the store is
+  /// made). The constructor throws when this build has no strata::nccl.
+  nccl,
+  /// The packed buffer copied to the host, summed with MPI (`endpoint::allreduce_sum`, as host
+  /// tensors are), copied back. Ranks may share a GPU (NCCL puts one rank per GPU).
+  staged_mpi,
 };
 
 /// Settings of a distributed store. Every field has a working default.
@@ -53,6 +68,15 @@ struct store_options {
   /// makes the constructor throw. (MXNet splits at `>=` the bound; here only above it.)
   std::int64_t big_array_bound = 1'000'000;
   static constexpr std::int64_t never_split = std::numeric_limits<std::int64_t>::max();
+  /// `dist_sync_allreduce` only: where this rank keeps its replica and takes its gradients.
+  /// Empty or cpu: float32 cpu tensors, packed into one host buffer and summed with MPI. A cuda
+  /// device: float32 tensors on that GPU, packed into one buffer there and summed as `cuda_sum`
+  /// says; the replica is a cuda kvstore on that device, and pulls answer tensors there. A sim
+  /// device, or any device in `dist_sync` / `dist_async`, makes the constructor throw.
+  device replica_device;
+  /// `dist_sync_allreduce` with a cuda `replica_device` only (anything but `automatic` elsewhere
+  /// makes the constructor throw).
+  kvstore_dist::cuda_sum cuda_sum = kvstore_dist::cuda_sum::automatic;
 };
 
 namespace internal {
@@ -81,7 +105,9 @@ struct worker_state;
 /// \endcode
 class store {
 public:
-  /// \throws std::invalid_argument for a non-cpu `value_device`.
+  /// \throws std::invalid_argument for a non-cpu `value_device`, or a `replica_device` or
+  ///   `cuda_sum` that the mode does not take; error_exception when the NCCL communicator of a
+  ///   cuda replica cannot be made (on every rank: its creation is a collective).
   store(actor_system& system, net::endpoint& endpoint, store_options options = {});
   /// Stops this rank's server shard. Call `barrier()` first when other workers may still use it.
   ~store();

@@ -1,0 +1,51 @@
+#pragma once
+// dist_sync_allreduce with a cuda replica (allreduce_cuda.cpp): the NCCL communicator (or MPI
+// staging) that sums a step's packed buffer, and the step itself.
+
+#include <chrono>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "allreduce_path.hpp"
+
+namespace strata::kvstore_dist::internal {
+
+struct worker_state;
+
+/// How a cuda replica's sums cross the ranks: the NCCL communicator (path nccl) and the watch
+/// that aborts it when another rank leaves; a failure, once set, fails every later step.
+struct cuda_link;
+
+/// A link with no communicator (the staged path; tests).
+std::shared_ptr<cuda_link> make_cuda_link();
+/// Ends every sum in flight (ncclCommAbort) and fails this and later steps with `why` (code
+/// `code`); the first call decides. Thread-safe.
+void abort_cuda_link(cuda_link& link, errc code, const std::string& why);
+/// Waits on the calling thread (the store's caller, never a scheduler thread) until `done`, the
+/// end of the sum, has fired, the link has failed, or `timeout` has passed (then the link is
+/// aborted with request_timeout: NCCL kernels that wait for a peer end). A failed link, or an
+/// error that `done` carries, is the step's error: `kvstore dist pushpull: the allreduce of this
+/// step failed, and no replica was updated: <why>`.
+expected<void> await_sum(cuda_link& link, const event& done, std::chrono::nanoseconds timeout);
+
+/// Collective (every rank, when the store is made): makes `w.link` for `w.path` (nccl or
+/// staged_mpi). \throws error_exception with one sentence when the communicator cannot be made.
+void open_cuda_link(worker_state& w);
+/// Stops the watch and drops the communicator.
+void close_cuda_link(worker_state& w);
+
+/// One step of a cuda replica: `values[i]` (float32 tensors on the replica's GPU, of key
+/// `keys[i]`'s shape; every key initialised) summed on this rank in the order given into one
+/// packed buffer in key order, summed over the ranks, unpacked and pushed to the replica, whose
+/// values are answered in the order of `keys`. The caller's thread waits for the sum (so that a
+/// failed or aborted sum never reaches the replica); no scheduler thread waits on the GPU.
+expected<std::vector<tensor>> cuda_pushpull(worker_state& w, const std::vector<kvstore::key>& keys,
+                                            const std::vector<std::vector<tensor>>& values);
+
+/// The end of every allreduce step (store.cpp): `merged` (the summed values, in key order) pushed
+/// to the replica, then pulled; answers them in the order of `keys`.
+expected<std::vector<tensor>> replica_step(worker_state& w, const std::vector<kvstore::key>& keys, const pack_plan& plan,
+                                           std::vector<tensor> merged);
+
+}  // namespace strata::kvstore_dist::internal
