@@ -261,11 +261,12 @@ expected<void> store::init(const kvstore::key& key, const tensor& value) {
   if (w.replica) {
     // Rank 0's value reaches every replica: the others add zeros (x + 0 is x, exactly).
     // A cuda replica also takes a value on its own GPU (read on the replica's stream).
-    const bool on_replica = w.rs != w.s && value.valid() && value.get_device().kind() == device_kind::cuda &&
+    const bool cuda_replica = w.replica_dev.kind() == device_kind::cuda;
+    const bool on_replica = cuda_replica && value.valid() && value.get_device().kind() == device_kind::cuda &&
                             value.get_device().properties().gpu_ordinal == w.replica_dev.properties().gpu_ordinal;
     if (value.dtype() != dtype::float32 || !(on_replica || value.get_device().kind() == device_kind::cpu))
       return error(errc::invalid_argument, "kvstore dist init: the value for key " + key.to_string() + " must be a float32 " +
-                                               (w.rs != w.s ? "tensor on cpu or on " + w.replica_dev.name() : std::string("cpu tensor")) +
+                                               (cuda_replica ? "tensor on cpu or on " + w.replica_dev.name() : std::string("cpu tensor")) +
                                                ".");
     std::vector<float> host = w.rank == 0 ? value.to_host<float>(on_replica ? w.rs : w.s)
                                           : std::vector<float>(static_cast<std::size_t>(value.numel()), 0.0f);

@@ -187,6 +187,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
 
   in_flight_requests active;
   std::uint64_t collectives_posted = 0;
+  int data_sends = 0;  // tensor chunks posted and not complete
   std::deque<outgoing> batch;
   std::deque<endpoint_state::collective> collectives;
   std::vector<std::byte> frame_buffer;
@@ -225,10 +226,12 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
         MPI_Isend(o.data, static_cast<int>(o.size), MPI_BYTE, o.dst, o.tag, comm, &r);
         trace_transfer(trace::event_kind::transfer_begin, trace::transfer::send, s.rank, o.dst,
                        static_cast<std::uint64_t>(o.tag), o.size);
+        ++data_sends;
         active.add(r, [hold = std::move(o.hold), staged = std::move(o.staged), rank = s.rank, dst = o.dst, tag = o.tag,
-                       size = o.size](const MPI_Status&) {
+                       size = o.size, &data_sends](const MPI_Status&) {
           trace_transfer(trace::event_kind::transfer_end, trace::transfer::send, rank, dst,
                          static_cast<std::uint64_t>(tag), size);
+          --data_sends;
         });
       } else {
         auto bytes = std::make_shared<std::vector<std::byte>>(std::move(o.frame_bytes));
@@ -260,8 +263,13 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
         MPI_Irecv(c.data, static_cast<int>(c.size), MPI_BYTE, c.src, c.tag, comm, &r);
         trace_transfer(trace::event_kind::transfer_begin, trace::transfer::receive, s.rank, c.src,
                        static_cast<std::uint64_t>(c.tag), c.size);
+        s.data_receives.emplace(std::make_pair(c.src, c.tag), false);
         active.add(r, [whole = std::move(c.whole), data = c.data, size = c.size, src = c.src, rank = s.rank,
-                       tag = c.tag](const MPI_Status& st) {
+                       tag = c.tag, &s](const MPI_Status& st) {
+          if (auto it = s.data_receives.find({src, tag}); it != s.data_receives.end()) {
+            if (it->second) --s.flowing_receives;
+            s.data_receives.erase(it);
+          }
           int got = 0;
           MPI_Get_count(&st, MPI_BYTE, &got);
           trace_transfer(trace::event_kind::transfer_end, trace::transfer::receive, rank, src,
@@ -291,10 +299,12 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       continue;
     }
     // Back off: poll with yields for spin_us after the last work, then sleep in growing steps
-    // (woken at once by the outbox; MPI traffic waits for the next poll). Transfers in flight
-    // keep the steps short, since their data moves only while this thread calls MPI.
+    // (woken at once by the outbox; MPI traffic waits for the next poll). Bytes known to be
+    // moving (a chunk this rank sends, or one whose sender said it is on its way) keep the
+    // polling going without sleeps, since they move only while this thread calls MPI; other
+    // transfers in flight (a receive still waiting for its sender's data) keep the steps short.
     const auto idle = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - idle_since).count();
-    if (idle < s.spin_us) {
+    if (idle < s.spin_us || data_sends > 0 || s.flowing_receives > 0) {
       std::this_thread::yield();
       continue;
     }

@@ -165,7 +165,21 @@ void endpoint_state::push_chunks(int dst, const outgoing_tensor& t, int first_ta
     text = std::make_shared<std::string>(std::move(what));
     text->resize(std::min(text->size(), std::min(chunk_bytes, t.bytes) - 1));
   }
+  // Bytes of a big tensor are about to flow: say so first (same tag 0 as the message frame that
+  // announced them, so it arrives after it), and the receiver polls without sleeping meanwhile.
+  std::vector<std::byte> flowing;
+  if (!text && t.bytes >= flowing_bytes) {
+    std::vector<tensor> none;
+    writer w(flowing, none, this);
+    w(frame::flowing, static_cast<std::int32_t>(first_tag), static_cast<std::uint32_t>(n));
+  }
   std::lock_guard lock(out_mu);
+  if (!flowing.empty() && !goodbye_sent[static_cast<std::size_t>(dst)]) {
+    outgoing f;
+    f.dst = dst;
+    f.frame_bytes = std::move(flowing);
+    outbox.push_back(std::move(f));
+  }
   for (std::size_t i = 0; i < n; ++i) {
     outgoing o;
     o.dst = dst;
@@ -543,8 +557,9 @@ std::future<expected<void>> endpoint::allreduce_sum(std::span<float> values) {
 
 endpoint_stats endpoint::stats() const {
   auto& s = *state_;
-  return endpoint_stats{s.frames_sent.load(), s.frames_received.load(), s.tensor_bytes_sent.load(),
-                        s.tensor_bytes_received.load(), s.refused.load()};
+  return endpoint_stats{s.frames_sent.load(),           s.frames_received.load(), s.tensor_bytes_sent.load(),
+                        s.tensor_bytes_received.load(), s.refused.load(),         s.flowing_frames.load(),
+                        static_cast<std::uint64_t>(s.flowing_receives.load())};
 }
 
 }  // namespace strata::net

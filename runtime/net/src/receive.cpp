@@ -200,6 +200,20 @@ void endpoint_state::handle_frame(int src, const std::byte* data, std::size_t n)
     case frame::goodbye:
       peer_left(src);
       return;
+    case frame::flowing: {
+      std::int32_t first_tag = 0;
+      std::uint32_t chunks = 0;
+      r(first_tag, chunks);
+      flowing_frames.fetch_add(1, std::memory_order_relaxed);
+      for (std::uint32_t i = 0; i < chunks; ++i) {
+        const int tag = static_cast<int>(1 + (static_cast<std::uint64_t>(first_tag - 1) + i) % static_cast<std::uint64_t>(tag_ub - 1));
+        auto it = data_receives.find({src, tag});
+        if (it == data_receives.end() || it->second) continue;  // already complete (or named twice)
+        it->second = true;
+        ++flowing_receives;
+      }
+      return;
+    }
   }
   throw error_exception(error(errc::invalid_argument, "rank " + std::to_string(src) + " sent an unknown frame"));
 }

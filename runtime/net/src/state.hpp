@@ -29,7 +29,11 @@ class event_point;
 namespace strata::net::detail {
 
 /// First byte of every control frame (MPI tag 0).
-enum class frame : std::uint8_t { message = 1, watch, unwatch, stop, resolved, goodbye };
+enum class frame : std::uint8_t { message = 1, watch, unwatch, stop, resolved, goodbye, flowing };
+
+/// A tensor of at least this many bytes is preceded by a `flowing` frame when its chunks leave,
+/// so that the receiving communication thread polls without sleeping while its bytes arrive.
+inline constexpr std::size_t flowing_bytes = std::size_t{64} << 10;
 
 /// Tensor payloads go in MPI messages of at most this many bytes (MPI counts are int).
 inline constexpr std::size_t chunk_bytes = std::size_t{1} << 30;
@@ -143,6 +147,11 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
 
   // Communication thread only.
   std::vector<incoming_chunk> receives;  // posted after each frame
+  /// Chunk receives posted and not complete, by (source rank, tag): true once a `flowing` frame
+  /// said their bytes are on their way. `flowing_receives` counts the true ones.
+  std::map<std::pair<int, int>, bool> data_receives;
+  std::atomic<int> flowing_receives{0};        // written by the communication thread only
+  std::atomic<std::uint64_t> flowing_frames{0};
   int decode_tag = 0;                    // next data tag of the frame being decoded
   device recv_device;
   stream recv_stream;

@@ -33,6 +33,11 @@ struct endpoint_stats {
   std::uint64_t tensor_bytes_sent = 0;
   std::uint64_t tensor_bytes_received = 0;
   std::uint64_t refused = 0;           ///< Sends refused (no serialization, rank down, bad tensor).
+  /// `flowing` frames received: the sender said the bytes of one of its tensors (64 KiB or more)
+  /// are leaving, and the communication thread polls without sleeping until they are in.
+  std::uint64_t flowing_frames_received = 0;
+  /// Tensor receives marked flowing and not complete now (0 whenever no data is on its way).
+  std::uint64_t flowing_receives = 0;
 };
 
 /// One per process: starts MPI (`MPI_Init_thread`) and the communication thread, which is the
