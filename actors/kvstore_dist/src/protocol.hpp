@@ -2,6 +2,7 @@
 // The messages between a worker and the server shards of a distributed store (they cross ranks),
 // and the server actor.
 
+#include <algorithm>
 #include <cstdint>
 #include <string>
 #include <variant>
@@ -85,6 +86,54 @@ struct pull_msg {
 template <class A>
 void serialize(A& a, pull_msg& m) {
   a(m.key, m.min_version);
+}
+
+/// One worker's row-sparse contribution (`store::push` of a kvstore::row_sparse): the rows
+/// `row_ids` of the key, stacked in `rows`. For a whole key `part_offset` is -1, `shape` the
+/// value's and `rows` `[row_ids.size(), shape[1], ...]` (the caller's tensor, sent as it is). For
+/// a part of a split key: the whole key's rows of `row_length` elements that reach the part, which
+/// starts at element `part_offset` of the whole key, and in `rows` (1-D) each row's piece within
+/// the part, in id order (no tensor when no row reaches it). Reply: unit, as for a `push_msg`.
+struct sparse_push_msg {
+  wire_key key;
+  std::int32_t rank = 0;
+  std::uint64_t seq = 0;
+  std::vector<std::int64_t> row_ids;
+  std::vector<std::int64_t> shape;
+  std::int64_t part_offset = -1;
+  std::int64_t row_length = 0;
+  net::tensor_slice rows;
+};
+template <class A>
+void serialize(A& a, sparse_push_msg& m) {
+  a(m.key, m.rank, m.seq, m.row_ids, m.shape, m.part_offset, m.row_length, m.rows);
+}
+
+/// `store::row_sparse_pull`: the rows `row_ids` of the key (of a whole key: `part_offset` -1,
+/// reply `[row_ids.size(), shape[1], ...]`; of a split key's part: the pieces of those whole-key
+/// rows within the part, reply 1-D, in id order) once it has had `min_version` updates.
+/// Reply: tensor.
+struct sparse_pull_msg {
+  wire_key key;
+  std::vector<std::int64_t> row_ids;
+  std::int64_t part_offset = -1;
+  std::int64_t row_length = 0;
+  std::uint64_t min_version = 0;
+};
+template <class A>
+void serialize(A& a, sparse_pull_msg& m) {
+  a(m.key, m.row_ids, m.part_offset, m.row_length, m.min_version);
+}
+
+/// Where row `id` of a key whose rows have `row_length` elements meets the part of `size`
+/// elements from element `offset` of the whole key: elements [`begin`, `end`) of the whole key,
+/// empty (`begin` >= `end`) when it does not.
+struct row_piece_span {
+  std::int64_t begin = 0;
+  std::int64_t end = 0;
+};
+inline row_piece_span piece_in_part(std::int64_t id, std::int64_t row_length, std::int64_t offset, std::int64_t size) {
+  return {std::max(id * row_length, offset), std::min((id + 1) * row_length, offset + size)};
 }
 
 /// To rank 0's server: `rank` reached its `generation`-th barrier. Reply: unit when all have.

@@ -64,7 +64,9 @@ public:
         [this](init_msg& m) { on_init(m); },
         [this](push_msg& m) { on_push(m); },
         [this](compressed_push_msg& m) { on_compressed_push(m); },
+        [this](sparse_push_msg& m) { on_sparse_push(m); },
         [this](const pull_msg& m) { on_pull(m); },
+        [this](sparse_pull_msg& m) { on_sparse_pull(m); },
         [this](const barrier_msg& m) { on_barrier(m); },
         [this](optimizer_msg& m) { on_optimizer(m); },
         [this](const learning_rate_msg& m) {
@@ -83,11 +85,19 @@ private:
   struct parked_pull {
     std::uint64_t min_version = 0;
     response_promise<tensor> reply;
+    std::optional<sparse_pull_msg> rows;  // a row_sparse_pull's request, else a pull of the value
+  };
+  /// One worker's value of a key: dense, or row-sparse (`is_sparse`).
+  struct contribution {
+    tensor dense;
+    kvstore::row_sparse sparse;
+    bool is_sparse = false;
   };
   struct version_slots {
-    std::vector<tensor> values;  // by rank
+    std::vector<contribution> values;  // by rank
     std::vector<char> have;
     int count = 0;
+    bool sparse = false;  // the kind of the values it collects (the first one's)
   };
   struct key_state {
     std::vector<std::int64_t> shape;
@@ -123,7 +133,7 @@ private:
     auto reply = make_response_promise<unit_t>();
     key_state* st = pushable(key, m.value.shape, m.value.base.dtype(), reply);
     if (st == nullptr) return;
-    take(key, *st, m.rank, m.seq, part_of(m.value, dev_, stream_), reply);
+    take(key, *st, m.rank, m.seq, contribution{part_of(m.value, dev_, stream_)}, reply);
   }
 
   // A worker's compressed push: its codes become the floats they stand for (in the key's dtype,
@@ -155,7 +165,77 @@ private:
                                                            " exactly; choose one it holds (such as 0.5 or 0.25)."));
           return;
         }
-    take(key, *st, m.rank, m.seq, rounded(floats, m.shape, st->type, dev_, stream_), reply);
+    take(key, *st, m.rank, m.seq, contribution{rounded(floats, m.shape, st->type, dev_, stream_)}, reply);
+  }
+
+  // A worker's row-sparse value: checked whole on arrival (a synchronous version keeps it until
+  // the others' are there), so that a bad one is refused with nothing changed.
+  void on_sparse_push(sparse_push_msg& m) {
+    auto key = from_wire(m.key);
+    auto reply = make_response_promise<unit_t>();
+    auto it = keys_.find(key);
+    if (it == keys_.end()) {
+      reply.deliver(error(errc::invalid_argument, "kvstore dist push: key " + key.to_string() +
+                                                       " was never initialised; call init first (every worker)."));
+      return;
+    }
+    auto value = sparse_value(key, it->second, m, part_of(m.rows, dev_, stream_));
+    if (!value) {
+      reply.deliver(value.error());
+      return;
+    }
+    take(key, it->second, m.rank, m.seq, contribution{tensor(), std::move(*value), true}, reply);
+  }
+
+  /// The kvstore's row-sparse value of `m` for this shard's key: the rows as they came for a whole
+  /// key; for a part (a 1-D key here) each element of the pieces a row of its own.
+  expected<kvstore::row_sparse> sparse_value(const kvstore::key& key, const key_state& st, sparse_push_msg& m,
+                                             tensor rows) {
+    const std::string where = "kvstore dist push: the row-sparse value for key " + key.to_string();
+    auto bad = [](std::string text) { return error(errc::invalid_argument, std::move(text)); };
+    if (rows.valid() && rows.dtype() != st.type)
+      return bad(where + " has dtype " + std::string(to_string(rows.dtype())) + ", expected " +
+                 std::string(to_string(st.type)) + ".");
+    if (m.part_offset < 0) {
+      if (st.shape.empty()) return bad(where + " names rows of a scalar key; row-sparse values need a key of rank 1 or more.");
+      if (m.shape != st.shape)
+        return bad(where + " has shape " + shape_text(m.shape) + ", expected " + shape_text(st.shape) + " (the stored shape).");
+      for (auto id : m.row_ids)
+        if (id < 0 || id >= st.shape[0])
+          return bad(where + " names row " + std::to_string(id) + ", outside [0, " + std::to_string(st.shape[0]) + ").");
+      auto want = st.shape;
+      want[0] = static_cast<std::int64_t>(m.row_ids.size());
+      if (!rows.valid() || rows.shape() != want)
+        return bad(where + " has rows of shape " + shape_text(rows.valid() ? rows.shape() : std::vector<std::int64_t>{}) +
+                   ", expected " + shape_text(want) + " (one row per id).");
+      return kvstore::row_sparse{std::move(rows), std::move(m.row_ids), st.shape};
+    }
+    auto elements = part_elements(key, st, m.row_ids, m.part_offset, m.row_length, "push");
+    if (!elements) return elements.error();
+    const std::vector<std::int64_t> want{static_cast<std::int64_t>(elements->size())};
+    if (rows.valid() ? rows.shape() != want : !elements->empty())
+      return bad(where + " has " + std::to_string(rows.valid() ? rows.numel() : 0) + " elements for its part from element " +
+                 std::to_string(m.part_offset) + ", expected " + std::to_string(elements->size()) + ".");
+    if (!rows.valid()) rows = tensor::empty(want, st.type, dev_, stream_);
+    return kvstore::row_sparse{std::move(rows), std::move(*elements), st.shape};
+  }
+
+  /// The elements of this shard's part (from element `offset` of the whole key) that the whole
+  /// key's rows `ids` of `row_length` elements reach, in id order, as indices into the part.
+  static expected<std::vector<std::int64_t>> part_elements(const kvstore::key& key, const key_state& st,
+                                                           const std::vector<std::int64_t>& ids, std::int64_t offset,
+                                                           std::int64_t row_length, const char* op) {
+    std::vector<std::int64_t> elements;
+    const std::int64_t size = st.shape.size() == 1 ? st.shape[0] : 0;
+    for (auto id : ids) {
+      const auto piece = piece_in_part(id, row_length, offset, size);
+      if (row_length <= 0 || id < 0 || piece.begin >= piece.end)
+        return error(errc::invalid_argument, std::string("kvstore dist ") + op + ": row " + std::to_string(id) + " of key " +
+                                                 key.to_string() + " does not reach the part from element " +
+                                                 std::to_string(offset) + " kept here.");
+      for (auto e = piece.begin; e < piece.end; ++e) elements.push_back(e - offset);
+    }
+    return elements;
   }
 
   /// The key's state when a push of `shape` and `type` fits it; else the reply gets the reason.
@@ -184,7 +264,7 @@ private:
   }
 
   /// One worker's value of `key`: an update at once (dist_async) or a slot of its version.
-  void take(const kvstore::key& key, key_state& st, int rank, std::uint64_t seq, tensor value,
+  void take(const kvstore::key& key, key_state& st, int rank, std::uint64_t seq, contribution value,
             response_promise<unit_t>& reply) {
     if (mode_ == kvstore_dist::mode::async) {
       if (!has_optimizer_) {
@@ -193,7 +273,9 @@ private:
                             "needs set_optimizer first (as MXNet's)."));
         return;
       }
-      request<void>(store_, timeout_, kvstore::push{{key}, {std::move(value)}})
+      std::vector<contribution> one;
+      one.push_back(std::move(value));
+      update(key, std::move(one))
           .then(
               [this, key, reply]() mutable {
                 ++keys_[key].done;
@@ -220,6 +302,15 @@ private:
                                                        key.to_string() + " twice."));
       return;
     }
+    // As the one-process synchronous store: a version collects one kind of value.
+    if (slots.count > 0 && slots.sparse != value.is_sparse) {
+      reply.deliver(error(errc::invalid_argument, "kvstore dist push: key " + key.to_string() + " has " +
+                                                       (slots.sparse ? "row-sparse" : "dense") + " values towards version " +
+                                                       std::to_string(seq) +
+                                                       "; a version collects dense or row-sparse values, not both."));
+      return;
+    }
+    slots.sparse = value.is_sparse;
     slots.values[static_cast<std::size_t>(rank)] = std::move(value);
     slots.have[static_cast<std::size_t>(rank)] = 1;
     ++slots.count;
@@ -235,11 +326,10 @@ private:
     auto it = st.versions.find(st.done + 1);
     if (it == st.versions.end()) return;
     if (it->second.count < world_) return;
-    std::vector<tensor> values = std::move(it->second.values);
+    std::vector<contribution> values = std::move(it->second.values);
     st.versions.erase(it);
     st.merging = true;
-    std::vector<kvstore::key> keys(values.size(), key);
-    request<void>(store_, timeout_, kvstore::push{std::move(keys), std::move(values)})
+    update(key, std::move(values))
         .then(
             [this, key]() {
               key_state& s = keys_[key];
@@ -254,6 +344,20 @@ private:
               for (auto& p : s.pulls) p.reply.deliver(e);
               s.pulls.clear();
             });
+  }
+
+  /// One update of `key` from `values` (of one kind), summed in the order given by one request
+  /// to the kvstore: dense ones by element, row-sparse ones by row id, the rule run on the union.
+  request_handle<void> update(const kvstore::key& key, std::vector<contribution> values) {
+    std::vector<kvstore::key> keys(values.size(), key);
+    if (!values.empty() && values.front().is_sparse) {
+      std::vector<kvstore::row_sparse> rows;
+      for (auto& v : values) rows.push_back(std::move(v.sparse));
+      return request<void>(store_, timeout_, kvstore::push_row_sparse{std::move(keys), std::move(rows)});
+    }
+    std::vector<tensor> dense;
+    for (auto& v : values) dense.push_back(std::move(v.dense));
+    return request<void>(store_, timeout_, kvstore::push{std::move(keys), std::move(dense)});
   }
 
   void on_pull(const pull_msg& m) {
@@ -272,12 +376,53 @@ private:
     it->second.pulls.push_back(parked_pull{m.min_version, std::move(reply)});
   }
 
+  void on_sparse_pull(sparse_pull_msg& m) {
+    auto key = from_wire(m.key);
+    auto reply = make_response_promise<tensor>();
+    auto it = keys_.find(key);
+    if (it == keys_.end()) {
+      reply.deliver(error(errc::invalid_argument, "kvstore dist row_sparse_pull: key " + key.to_string() +
+                                                       " was never initialised; call init first (every worker)."));
+      return;
+    }
+    if (it->second.done >= m.min_version) {
+      send_rows(key, m, std::move(reply));
+      return;
+    }
+    const std::uint64_t min_version = m.min_version;
+    it->second.pulls.push_back(parked_pull{min_version, std::move(reply), std::move(m)});
+  }
+
+  /// The rows `m` asks for, read by the kvstore into a tensor of their own: of a whole key
+  /// `[ids, shape[1], ...]`, of a part its elements that the rows reach (1-D).
+  void send_rows(const kvstore::key& key, const sparse_pull_msg& m, response_promise<tensor> reply) {
+    const key_state& st = keys_[key];
+    std::vector<std::int64_t> ids = m.row_ids;
+    std::vector<std::int64_t> shape = st.shape;
+    if (m.part_offset < 0) {
+      if (shape.empty())
+        return reply.deliver(error(errc::invalid_argument, "kvstore dist row_sparse_pull: key " + key.to_string() +
+                                                                " is a scalar; row-sparse pulls need a key of rank 1 or more."));
+      shape[0] = static_cast<std::int64_t>(ids.size());
+    } else {
+      auto elements = part_elements(key, st, m.row_ids, m.part_offset, m.row_length, "row_sparse_pull");
+      if (!elements) return reply.deliver(elements.error());
+      ids = std::move(*elements);
+      shape = {static_cast<std::int64_t>(ids.size())};
+    }
+    tensor out = tensor::empty(shape, st.type, dev_, stream_);
+    request<std::vector<tensor>>(store_, timeout_, kvstore::row_sparse_pull{{key}, {std::move(ids)}, {out}})
+        .then([reply](std::vector<tensor> outs) mutable { reply.deliver(std::move(outs.front())); },
+              [reply](error e) mutable { reply.deliver(std::move(e)); });
+  }
+
   void serve_pulls(const kvstore::key& key) {
     key_state& st = keys_[key];
     std::vector<parked_pull> waiting;
     for (auto& p : st.pulls) {
-      if (p.min_version <= st.done) send_value(key, std::move(p.reply));
-      else waiting.push_back(std::move(p));
+      if (p.min_version > st.done) waiting.push_back(std::move(p));
+      else if (p.rows) send_rows(key, *p.rows, std::move(p.reply));
+      else send_value(key, std::move(p.reply));
     }
     st.pulls = std::move(waiting);
   }
@@ -372,3 +517,4 @@ STRATA_NET_DECLARE(strata::kvstore_dist::internal::init_msg, strata::kvstore_dis
                    strata::kvstore_dist::internal::compressed_push_msg,
                    strata::kvstore_dist::internal::pull_msg, strata::kvstore_dist::internal::barrier_msg,
                    strata::tensor);
+STRATA_NET_DECLARE(strata::kvstore_dist::internal::sparse_push_msg, strata::kvstore_dist::internal::sparse_pull_msg);

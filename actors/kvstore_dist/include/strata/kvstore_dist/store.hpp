@@ -144,6 +144,26 @@ public:
   /// towards this worker's next version of the key; `dist_async`: it updates the key at once.
   expected<void> push(const kvstore::key& key, const std::vector<tensor>& values);
 
+  /// MXNet's `push` of a `row_sparse` value (an embedding's gradient; a name of its own, since
+  /// `push(key, {tensor})` would also read as a row_sparse of that tensor): only the rows travel, to the
+  /// key's owner (of a split key: each row cut at the part boundaries, each piece to its part's
+  /// owner). `dist_sync`: it is this worker's contribution to its next version of the key; a
+  /// version collects dense or row-sparse values, not both (the other kind is refused, as by the
+  /// one-process synchronous store), and when every worker's is there the rows are summed by id
+  /// in rank order and the rule runs once on their union (assign: the key becomes that sum, every
+  /// other row zero). `dist_async`: an update at once (an optimizer is required). Rows have the
+  /// key's dtype. Refused with one sentence, nothing changed: compression on, a row id outside
+  /// the key, rows of another shape or dtype, a key not initialised, `dist_sync_allreduce`.
+  expected<void> push_row_sparse(const kvstore::key& key, const kvstore::row_sparse& value);
+
+  /// MXNet's `row_sparse_pull(key, out, row_ids)`: rows `row_ids` of the key (in that order, an id
+  /// may repeat; `dist_sync`: after every version this worker has pushed to) copied into `out`, a
+  /// cpu tensor of the key's dtype and shape `[row_ids.size(), shape[1], ...]`. Only those rows
+  /// travel (of a split key: from each part they reach). Refused with one sentence, `out`
+  /// untouched: a row id outside the key, an `out` of another shape or dtype, a key not
+  /// initialised, `dist_sync_allreduce`.
+  expected<void> row_sparse_pull(const kvstore::key& key, tensor& out, const std::vector<std::int64_t>& row_ids);
+
   /// The key's value. `dist_sync`: the value after every version this worker has pushed to (it
   /// waits for the other workers' pushes of that version); `dist_async`: the current value. The
   /// tensor, of the key's dtype, lives on a cpu device of this rank; its ready event fires when
