@@ -300,6 +300,10 @@ BOOST_AUTO_TEST_CASE(bad_row_sparse_input_is_refused_with_one_sentence_and_chang
     auto other_dtype = good;
     other_dtype.rows = make_as(w, dtype::float16, w.host(good.rows), good.rows.shape());
     refused(kv.push_row_sparse(spec.key, other_dtype), "has dtype float16, expected float32");
+    // Row 0 alone: a split key's later parts get no rows, and refuse the dtype all the same.
+    auto first_row = value_of(w, seed, kv.rank(), static_cast<int>(k), 1, spec, true);
+    first_row.rows = make_as(w, dtype::float16, w.host(first_row.rows), first_row.rows.shape());
+    refused(kv.push_row_sparse(spec.key, first_row), "has dtype float16, expected float32");
     refused(kv.push_row_sparse("nobody", good), "never initialised");
     auto wrong_out = strata::tensor::empty({2, 1}, dtype::float32, w.cpu, w.s);
     refused(kv.row_sparse_pull(spec.key, wrong_out, {0, 1}), "(one row per id)");
@@ -329,7 +333,8 @@ BOOST_AUTO_TEST_CASE(bad_row_sparse_input_is_refused_with_one_sentence_and_chang
   BOOST_REQUIRE(kv.set_gradient_compression("none"));
   // Nothing refused changed a key: a good round after them still equals one process bit for bit.
   for (std::size_t k = 0; k < keys.size(); ++k) {
-    BOOST_REQUIRE(kv.push_row_sparse(keys[k].key, value_of(w, seed, kv.rank(), static_cast<int>(k), 2, keys[k])));
+    auto pushed = kv.push_row_sparse(keys[k].key, value_of(w, seed, kv.rank(), static_cast<int>(k), 2, keys[k]));
+    BOOST_REQUIRE_MESSAGE(pushed, (pushed ? "" : pushed.error().message()));
     std::vector<strata::kvstore::row_sparse> all;
     for (int r = 0; r < n; ++r) all.push_back(value_of(w, seed, r, static_cast<int>(k), 2, keys[k]));
     BOOST_REQUIRE(ref.push(keys[k].key, all).get());

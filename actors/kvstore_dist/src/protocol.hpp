@@ -93,7 +93,8 @@ void serialize(A& a, pull_msg& m) {
 /// value's and `rows` `[row_ids.size(), shape[1], ...]` (the caller's tensor, sent as it is). For
 /// a part of a split key: the whole key's rows of `row_length` elements that reach the part, which
 /// starts at element `part_offset` of the whole key, and in `rows` (1-D) each row's piece within
-/// the part, in id order (no tensor when no row reaches it). Reply: unit, as for a `push_msg`.
+/// the part, in id order (no tensor when no row reaches it). `type` is the rows' dtype, checked
+/// by every part, reached or not, so that all refuse alike. Reply: unit, as for a `push_msg`.
 struct sparse_push_msg {
   wire_key key;
   std::int32_t rank = 0;
@@ -103,10 +104,11 @@ struct sparse_push_msg {
   std::int64_t part_offset = -1;
   std::int64_t row_length = 0;
   net::tensor_slice rows;
+  dtype type = dtype::float32;
 };
 template <class A>
 void serialize(A& a, sparse_push_msg& m) {
-  a(m.key, m.rank, m.seq, m.row_ids, m.shape, m.part_offset, m.row_length, m.rows);
+  a(m.key, m.rank, m.seq, m.row_ids, m.shape, m.part_offset, m.row_length, m.rows, m.type);
 }
 
 /// `store::row_sparse_pull`: the rows `row_ids` of the key (of a whole key: `part_offset` -1,

@@ -193,8 +193,8 @@ private:
                                              tensor rows) {
     const std::string where = "kvstore dist push: the row-sparse value for key " + key.to_string();
     auto bad = [](std::string text) { return error(errc::invalid_argument, std::move(text)); };
-    if (rows.valid() && rows.dtype() != st.type)
-      return bad(where + " has dtype " + std::string(to_string(rows.dtype())) + ", expected " +
+    if (m.type != st.type || (rows.valid() && rows.dtype() != st.type))
+      return bad(where + " has dtype " + std::string(to_string(rows.valid() ? rows.dtype() : m.type)) + ", expected " +
                  std::string(to_string(st.type)) + ".");
     if (m.part_offset < 0) {
       if (st.shape.empty()) return bad(where + " names rows of a scalar key; row-sparse values need a key of rank 1 or more.");

@@ -89,7 +89,7 @@ expected<void> store::push_row_sparse(const kvstore::key& key, const kvstore::ro
   if (split == w.splits.end()) {
     // The owner checks the value against the key (it alone knows the key's shape and dtype).
     send(owner(key), internal::sparse_push_msg{internal::to_wire(key), w.rank, seq, value.row_ids, value.shape, -1, 0,
-                                               net::tensor_slice{rows, 0, rows.shape()}});
+                                               net::tensor_slice{rows, 0, rows.shape()}, rows.dtype()});
   } else {
     const auto& layout = split->second;
     if (value.shape != layout.shape)
@@ -122,7 +122,8 @@ expected<void> store::push_row_sparse(const kvstore::key& key, const kvstore::ro
         }
       }
       send(p, internal::sparse_push_msg{internal::to_wire(key), w.rank, seq, std::move(part.ids), layout.shape,
-                                        layout.offset(p), length, net::tensor_slice{packed, 0, {part.elements}}});
+                                        layout.offset(p), length, net::tensor_slice{packed, 0, {part.elements}},
+                                        rows.dtype()});
     }
   }
   if (auto sent = internal::all_replies(replies); !sent) return sent;
