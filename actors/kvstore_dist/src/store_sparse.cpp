@@ -68,6 +68,17 @@ expected<void> ids_in_range(const char* op, const char* role, const kvstore::key
   return {};
 }
 
+/// Waits until the rows rank `from` answered with are here, or says why they never came.
+expected<void> arrival(const tensor& rows, const kvstore::key& key, int from) {
+  try {
+    rows.ready_event().synchronize();
+  } catch (const std::exception& e) {
+    return error(errc::runtime_failure, "kvstore dist row_sparse_pull: the rows of key " + key.to_string() + " from rank " +
+                                            std::to_string(from) + " did not arrive: " + e.what());
+  }
+  return {};
+}
+
 }  // namespace
 
 expected<void> store::push_row_sparse(const kvstore::key& key, const kvstore::row_sparse& value) {
@@ -149,7 +160,7 @@ expected<void> store::row_sparse_pull(const kvstore::key& key, tensor& out, cons
                            internal::sparse_pull_msg{internal::to_wire(key), row_ids, -1, 0, min_version});
     if (!got) return got.error();
     if (got->dtype() != out.dtype() || got->shape() != out.shape()) return wrong_output(got->dtype(), got->shape());
-    got->ready_event().synchronize();
+    if (auto arrived = arrival(*got, key, owner(key)); !arrived) return arrived;
     out.ready_event().synchronize();
     std::memcpy(out.raw_data(), got->raw_data(), out.bytes());
     return {};
@@ -190,12 +201,7 @@ expected<void> store::row_sparse_pull(const kvstore::key& key, tensor& out, cons
     const auto& part = parts[static_cast<std::size_t>(p)];
     if (part.ids.empty()) continue;
     const tensor& answer = got[static_cast<std::size_t>(p)];
-    try {
-      answer.ready_event().synchronize();  // its bytes have arrived
-    } catch (const std::exception& e) {
-      return error(errc::runtime_failure, "kvstore dist row_sparse_pull: part " + std::to_string(p) + " of key " +
-                                              key.to_string() + " did not arrive: " + e.what());
-    }
+    if (auto arrived = arrival(answer, key, p); !arrived) return arrived;
     const auto* from = static_cast<const std::byte*>(answer.raw_data());
     for (std::size_t j = 0; j < part.ids.size(); ++j) {
       const auto piece = internal::piece_in_part(part.ids[j], length, layout.offset(p), layout.size(p));
