@@ -25,18 +25,6 @@ namespace {
 
 const dtype half_types[] = {dtype::float16, dtype::bfloat16};
 
-/// A 16-bit tensor of `type` holding `values` rounded to nearest even (float32: as they are).
-strata::tensor make_as(world& w, dtype type, const std::vector<float>& values, const std::vector<std::int64_t>& shape) {
-  if (type == dtype::float32) return w.make(values, shape);
-  std::vector<std::uint8_t> bytes(values.size() * 2);
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const std::uint16_t b = sk::half_bits(type, values[i]);
-    std::memcpy(bytes.data() + 2 * i, &b, 2);
-  }
-  auto raw = strata::tensor::from_host<std::uint8_t>(std::span<const std::uint8_t>(bytes), w.cpu, w.s);
-  return strata::tensor(shape, type, raw.storage(), raw.ready_event());
-}
-
 /// The bytes of `t` (any dtype), to compare bit for bit.
 std::vector<std::uint8_t> bytes_of(world& w, const strata::tensor& t) {
   strata::tensor raw({static_cast<std::int64_t>(t.bytes())}, dtype::uint8, t.storage(), t.ready_event());

@@ -168,20 +168,32 @@ void close_cuda_link(worker_state& w) {
 }
 
 expected<std::vector<tensor>> cuda_pushpull(worker_state& w, const std::vector<kvstore::key>& keys,
-                                            const std::vector<std::vector<tensor>>& values) {
+                                            const std::vector<std::vector<tensor>>& values, expected<void> mine,
+                                            step_refusal reason) {
   std::vector<std::vector<std::int64_t>> shapes;
   std::vector<std::size_t> sizes;
   const int gpu = w.replica_dev.properties().gpu_ordinal;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const auto& shape = w.shapes.at(keys[i]);
+  auto refuse = [&](step_refusal why, error e) {
+    mine = std::move(e);
+    reason = why;
+  };
+  for (std::size_t i = 0; i < keys.size() && mine; ++i) {
+    auto shape = w.shapes.find(keys[i]);
     std::vector<value_facts> facts;
     for (const auto& v : values[i]) facts.push_back(facts_of(v));
-    if (auto ok = check_cuda_values(keys[i], facts, gpu, w.replica_dev.name(), shape); !ok) return ok.error();
-    shapes.push_back(shape);
+    if (auto ok = check_cuda_values(keys[i], facts, gpu, w.replica_dev.name(), shape->second); !ok) {
+      refuse(step_refusal::bad_value, ok.error());
+      break;
+    }
+    shapes.push_back(shape->second);
     sizes.push_back(static_cast<std::size_t>(values[i].front().numel()));
   }
-  auto plan = plan_packing(keys, sizes);
-  if (!plan) return plan.error();
+  expected<pack_plan> plan = pack_plan{};
+  if (mine) plan = plan_packing(keys, sizes);
+  if (!plan) refuse(step_refusal::bad_keys, plan.error());
+  // A rank whose link failed would not enter the sum while the others wait in it.
+  if (error f = w.link->failure(); f && mine) refuse(step_refusal::failed_link, step_failed(f));
+  if (auto agreed = agree_on_step(w, mine, reason, keys); !agreed) return agreed.error();
   if (keys.empty()) return std::vector<tensor>();
   tensor packed = pack_sums(w.replica_dev, w.rs, *plan, values);
   if (plan->total > 0) {  // keys of no elements only: nothing to sum (the same on every rank)
