@@ -3,6 +3,7 @@
 // staging) that sums a step's packed buffer, and the step itself.
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -28,6 +29,11 @@ void abort_cuda_link(cuda_link& link, errc code, const std::string& why);
 /// error that `done` carries, is the step's error: `kvstore dist pushpull: the allreduce of this
 /// step failed, and no replica was updated: <why>`.
 expected<void> await_sum(cuda_link& link, const event& done, std::chrono::nanoseconds timeout);
+
+/// Waits, as `await_sum` does, for `agreed`, the allreduce of the agreement before a step
+/// (`agree_on_step`), which a rank that left never joins. \returns nothing once it is ready
+///   (its own result not read), else the step's error.
+expected<void> await_agreement(cuda_link& link, const std::future<expected<void>>& agreed, std::chrono::nanoseconds timeout);
 
 /// Collective (every rank, when the store is made): makes `w.link` for `w.path` (nccl or
 /// staged_mpi). \throws error_exception with one sentence when the communicator cannot be made.

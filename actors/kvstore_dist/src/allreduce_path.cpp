@@ -93,7 +93,6 @@ const char* why_refused(float reason) {
     case step_refusal::unknown_key: return "a key it never initialised";
     case step_refusal::bad_value: return "a value of the wrong shape, dtype or device";
     case step_refusal::bad_keys: return "a key given twice, or keys and values of different counts";
-    case step_refusal::failed_link: return "its allreduce failed in an earlier step";
     case step_refusal::none: break;
   }
   return "a reason this rank does not know";

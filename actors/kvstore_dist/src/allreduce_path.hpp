@@ -53,7 +53,6 @@ enum class step_refusal : std::uint8_t {
   unknown_key,  // a key it never initialised
   bad_value,    // a value of the wrong shape, dtype or device (or none)
   bad_keys,     // a key given twice, or keys and values of different counts
-  failed_link,  // its cuda link failed in an earlier step
 };
 
 /// The agreement before each allreduce step's data crosses the ranks (sizes differ when a rank

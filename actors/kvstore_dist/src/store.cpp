@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <future>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -285,12 +287,24 @@ namespace internal {
 
 expected<void> agree_on_step(worker_state& w, const expected<void>& mine, step_refusal reason,
                              const std::vector<kvstore::key>& keys) {
-  std::vector<float> slots(static_cast<std::size_t>(w.world) * step_slot_floats, 0.0f);
-  fill_step_slot(slots, w.rank, mine ? step_refusal::none : reason, keys_print(keys));
-  if (auto summed = allreduce(w, slots); !summed)
+  auto slots = std::make_shared<std::vector<float>>(static_cast<std::size_t>(w.world) * step_slot_floats, 0.0f);
+  fill_step_slot(*slots, w.rank, mine ? step_refusal::none : reason, keys_print(keys));
+  auto agreed = w.net->allreduce_sum(std::span<float>(*slots));
+  if (w.link) {
+    // A cuda store gives up when its link fails (a rank left) or at its timeout; the allreduce
+    // stays posted, so its buffer is kept for the life of the process.
+    if (auto waited = await_agreement(*w.link, agreed, w.options.timeout); !waited) {
+      static std::mutex mu;
+      static std::vector<std::shared_ptr<std::vector<float>>> abandoned;
+      std::lock_guard lock(mu);
+      abandoned.push_back(std::move(slots));
+      return waited.error();
+    }
+  }
+  if (auto summed = agreed.get(); !summed)
     return error(summed.error().code(), "kvstore dist pushpull: the ranks could not agree on this step, and no replica "
                                          "was updated: " + summed.error().message());
-  return step_verdict(slots, mine);
+  return step_verdict(*slots, mine);
 }
 
 }  // namespace internal
