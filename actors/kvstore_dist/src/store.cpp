@@ -53,7 +53,7 @@ expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key,
   const dtype first = values.front().dtype();
   const bool takes = first == dtype::float32 || (type != nullptr && kernels::is_half(first));
   for (const auto& v : values) {
-    if (!takes || v.dtype() != first || v.shape() != values.front().shape() || v.get_device().kind() != device_kind::cpu)
+    if (!takes || !v.valid() || v.dtype() != first || v.shape() != values.front().shape() || v.get_device().kind() != device_kind::cpu)
       return error(errc::invalid_argument, "kvstore dist push: the values for key " + key.to_string() +
                                                (type != nullptr ? " must be cpu tensors of one shape and one dtype, "
                                                                   "float32, float16 or bfloat16."
