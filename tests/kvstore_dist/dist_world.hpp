@@ -5,11 +5,13 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>
+#include <cstring>
 #include <random>
 #include <span>
 #include <string>
 #include <vector>
 
+#include "strata/kernels/half.hpp"
 #include "strata/kvstore_dist/store.hpp"
 
 namespace kvstore_dist_test {
@@ -42,6 +44,20 @@ struct world {
     return seed;
   }
 };
+
+/// A tensor of `type` (float32, float16 or bfloat16) holding `values`, rounded to nearest even
+/// for a 16-bit type.
+inline strata::tensor make_as(world& w, strata::dtype type, const std::vector<float>& values,
+                              const std::vector<std::int64_t>& shape) {
+  if (type == strata::dtype::float32) return w.make(values, shape);
+  std::vector<std::uint8_t> bytes(values.size() * 2);
+  for (std::size_t i = 0; i < values.size(); ++i) {
+    const std::uint16_t b = strata::kernels::half_bits(type, values[i]);
+    std::memcpy(bytes.data() + 2 * i, &b, 2);
+  }
+  auto raw = strata::tensor::from_host<std::uint8_t>(std::span<const std::uint8_t>(bytes), w.cpu, w.s);
+  return strata::tensor(shape, type, raw.storage(), raw.ready_event());
+}
 
 /// One endpoint per process (MPI starts once): every case shares the world (made by the global
 /// fixture in kvstore_dist_test.cpp); each makes its own store (a collective), so the cases run

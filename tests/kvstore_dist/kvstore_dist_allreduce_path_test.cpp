@@ -166,6 +166,45 @@ BOOST_AUTO_TEST_CASE(a_cuda_replica_refuses_values_that_are_not_float32_on_its_g
   BOOST_TEST(check({ki::value_facts{}}) == "kvstore dist pushpull: value 0 for key \"w\" is no tensor.");
 }
 
+BOOST_AUTO_TEST_CASE(the_step_agreement_names_the_ranks_that_refused_or_passed_other_keys) {
+  using strata::kvstore::key;
+  using ki::step_refusal;
+  const std::vector<key> ab{"a", "b"}, ba{"b", "a"}, a{"a"};
+  BOOST_TEST(ki::keys_print(ab) == ki::keys_print(ba));  // the same keys in any order
+  BOOST_TEST(ki::keys_print(ab) != ki::keys_print(a));
+  BOOST_TEST(ki::keys_print({key(std::int64_t{1})}) != ki::keys_print({key("1")}));  // kinds differ
+  BOOST_TEST(ki::keys_print({"ab", "c"}) != ki::keys_print({"a", "bc"}));            // so do the cuts
+  // Four ranks, each filling its own slot of the summed buffer.
+  auto summed = [](const std::vector<step_refusal>& reasons, const std::vector<std::vector<key>>& keys) {
+    std::vector<float> total(reasons.size() * ki::step_slot_floats, 0.0f);
+    for (std::size_t r = 0; r < reasons.size(); ++r) {
+      std::vector<float> mine(total.size(), 0.0f);
+      ki::fill_step_slot(mine, static_cast<int>(r), reasons[r], ki::keys_print(keys[r]));
+      for (std::size_t i = 0; i < total.size(); ++i) total[i] += mine[i];
+    }
+    return total;
+  };
+  const auto ok = step_refusal::none;
+  const strata::expected<void> fine;
+  BOOST_TEST(static_cast<bool>(ki::step_verdict(summed({ok, ok, ok, ok}, {ab, ba, ab, ba}), fine)));
+  auto one = ki::step_verdict(summed({ok, ok, step_refusal::unknown_key, ok}, {ab, ab, ab, ab}), fine);
+  BOOST_REQUIRE(!one);
+  BOOST_TEST(one.error().message() == "kvstore dist pushpull: rank 2 refused its values for this step (a key it never "
+                                      "initialised); no replica was updated.");
+  auto two = ki::step_verdict(summed({step_refusal::bad_value, ok, ok, step_refusal::bad_keys}, {ab, ab, ab, a}), fine);
+  BOOST_REQUIRE(!two);
+  BOOST_TEST(two.error().message() ==
+             "kvstore dist pushpull: ranks 0, 3 refused their values for this step (rank 0: a value of the wrong shape, "
+             "dtype or device; rank 3: a key given twice, or keys and values of different counts); no replica was updated.");
+  // A rank's own refusal is its own sentence.
+  const strata::expected<void> own = strata::error(strata::errc::invalid_argument, "mine.");
+  BOOST_TEST(ki::step_verdict(summed({step_refusal::bad_value, ok}, {ab, ab}), own).error().message() == "mine.");
+  auto other = ki::step_verdict(summed({ok, ok, ok, ok}, {ab, ab, a, ab}), fine);
+  BOOST_REQUIRE(!other);
+  BOOST_TEST(other.error().message() == "kvstore dist pushpull: rank 2 passed other keys than rank 0 to this step (every "
+                                        "rank passes the same keys); no replica was updated.");
+}
+
 BOOST_AUTO_TEST_CASE(packing_sums_each_keys_values_in_order_into_its_place_and_unpacking_returns_them) {
   auto dev = strata::make_devices("cpu:1").front();
   auto s = dev.create_stream();

@@ -47,18 +47,6 @@ std::vector<sparse_key> sparse_keys() {
           {std::int64_t{3}, {23, 3}, dtype::bfloat16}};
 }
 
-/// A tensor of `type` holding `values` (rounded to nearest even for a 16-bit type).
-strata::tensor make_as(world& w, dtype type, const std::vector<float>& values, const std::vector<std::int64_t>& shape) {
-  if (type == dtype::float32) return w.make(values, shape);
-  std::vector<std::uint8_t> bytes(values.size() * 2);
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const std::uint16_t b = strata::kernels::half_bits(type, values[i]);
-    std::memcpy(bytes.data() + 2 * i, &b, 2);
-  }
-  auto raw = strata::tensor::from_host<std::uint8_t>(std::span<const std::uint8_t>(bytes), w.cpu, w.s);
-  return strata::tensor(shape, type, raw.storage(), raw.ready_event());
-}
-
 /// The bytes of `t`, to compare bit for bit.
 std::vector<std::uint8_t> bytes_of(world& w, const strata::tensor& t) {
   std::vector<std::uint8_t> b(t.bytes());

@@ -215,6 +215,24 @@ BOOST_AUTO_TEST_CASE(two_ranks_on_one_gpu_sum_through_the_host_exactly, *boost::
   auto got = kv.pushpull(std::vector<strata::kvstore::key>{7}, {strata::tensor::from_host<float>(mine, gpu, s)});
   BOOST_REQUIRE_MESSAGE(got, (got ? "" : got.error().message()));
   BOOST_TEST(((*got)[0].to_host<float>(s) == expected));
+  // Rank 1 alone passes a host value: every rank fails the step (none waits in the sum), no
+  // replica changes, and the next step sums again.
+  auto cpu = strata::make_devices("cpu:1").front();
+  auto cs = cpu.create_stream();
+  const bool bad = w.net.rank() == 1;
+  auto refused = kv.pushpull(std::vector<strata::kvstore::key>{7}, {bad ? strata::tensor::from_host<float>(mine, cpu, cs)
+                                                                        : strata::tensor::from_host<float>(mine, gpu, s)});
+  BOOST_REQUIRE(!refused);
+  BOOST_TEST(refused.error().message() ==
+             (bad ? "kvstore dist pushpull: value 0 for key 7 is on " + cpu.name() +
+                        "; this dist_sync_allreduce store keeps its replica on " + gpu.name() +
+                        " and takes float32 tensors on that GPU."
+                  : std::string("kvstore dist pushpull: rank 1 refused its values for this step (a value of the wrong "
+                                "shape, dtype or device); no replica was updated.")));
+  BOOST_TEST((kv.pull(7)->to_host<float>(s) == expected));
+  auto again = kv.pushpull(std::vector<strata::kvstore::key>{7}, {strata::tensor::from_host<float>(mine, gpu, s)});
+  BOOST_REQUIRE_MESSAGE(again, (again ? "" : again.error().message()));
+  BOOST_TEST(((*again)[0].to_host<float>(s) == expected));
   BOOST_REQUIRE(kv.barrier());
 }
 

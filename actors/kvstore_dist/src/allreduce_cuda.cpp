@@ -3,6 +3,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <future>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -62,18 +63,36 @@ std::shared_ptr<cuda_link> make_cuda_link() { return std::make_shared<cuda_link>
 
 void abort_cuda_link(cuda_link& link, errc code, const std::string& why) { link.abort(code, why); }
 
-expected<void> await_sum(cuda_link& link, const event& done, std::chrono::nanoseconds timeout) {
+namespace {
+
+/// Waits until `ready()`, the link has failed, or `timeout` has passed (then aborts the link with
+/// request_timeout, `what` saying what did not finish).
+template <class Ready>
+expected<void> await_until(cuda_link& link, Ready ready, std::chrono::nanoseconds timeout, const char* what) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!done.query()) {
+  while (!ready()) {
     if (error f = link.failure()) return step_failed(f);
     if (std::chrono::steady_clock::now() > deadline) {
-      link.abort(errc::request_timeout, "the sum did not finish within " +
-                                    std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) +
-                                    " ms (store_options::timeout); a rank may have died or not called pushpull");
+      link.abort(errc::request_timeout, std::string(what) + " did not finish within " +
+                                            std::to_string(std::chrono::duration_cast<std::chrono::milliseconds>(timeout).count()) +
+                                            " ms (store_options::timeout); a rank may have died or not called pushpull");
       return step_failed(link.failure());
     }
     std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
+  return {};
+}
+
+}  // namespace
+
+expected<void> await_agreement(cuda_link& link, const std::future<expected<void>>& agreed, std::chrono::nanoseconds timeout) {
+  return await_until(
+      link, [&] { return agreed.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }, timeout,
+      "the ranks' agreement on the step");
+}
+
+expected<void> await_sum(cuda_link& link, const event& done, std::chrono::nanoseconds timeout) {
+  if (auto waited = await_until(link, [&] { return done.query(); }, timeout, "the sum"); !waited) return waited;
   if (error f = link.failure()) return step_failed(f);  // aborted: the buffer holds no sum
   if (auto ex = done.error()) {
     try {
@@ -168,20 +187,33 @@ void close_cuda_link(worker_state& w) {
 }
 
 expected<std::vector<tensor>> cuda_pushpull(worker_state& w, const std::vector<kvstore::key>& keys,
-                                            const std::vector<std::vector<tensor>>& values) {
+                                            const std::vector<std::vector<tensor>>& values, expected<void> mine,
+                                            step_refusal reason) {
   std::vector<std::vector<std::int64_t>> shapes;
   std::vector<std::size_t> sizes;
   const int gpu = w.replica_dev.properties().gpu_ordinal;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    const auto& shape = w.shapes.at(keys[i]);
+  // A failed link fails every later step at once, before the agreement, which a rank that left
+  // would never join; a rank whose link has not failed waits there until its timeout aborts it.
+  if (error f = w.link->failure()) return step_failed(f);
+  auto refuse = [&](step_refusal why, error e) {
+    mine = std::move(e);
+    reason = why;
+  };
+  for (std::size_t i = 0; i < keys.size() && mine; ++i) {
+    auto shape = w.shapes.find(keys[i]);
     std::vector<value_facts> facts;
     for (const auto& v : values[i]) facts.push_back(facts_of(v));
-    if (auto ok = check_cuda_values(keys[i], facts, gpu, w.replica_dev.name(), shape); !ok) return ok.error();
-    shapes.push_back(shape);
+    if (auto ok = check_cuda_values(keys[i], facts, gpu, w.replica_dev.name(), shape->second); !ok) {
+      refuse(step_refusal::bad_value, ok.error());
+      break;
+    }
+    shapes.push_back(shape->second);
     sizes.push_back(static_cast<std::size_t>(values[i].front().numel()));
   }
-  auto plan = plan_packing(keys, sizes);
-  if (!plan) return plan.error();
+  expected<pack_plan> plan = pack_plan{};
+  if (mine) plan = plan_packing(keys, sizes);
+  if (!plan) refuse(step_refusal::bad_keys, plan.error());
+  if (auto agreed = agree_on_step(w, mine, reason, keys); !agreed) return agreed.error();
   if (keys.empty()) return std::vector<tensor>();
   tensor packed = pack_sums(w.replica_dev, w.rs, *plan, values);
   if (plan->total > 0) {  // keys of no elements only: nothing to sum (the same on every rank)

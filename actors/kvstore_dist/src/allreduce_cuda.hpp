@@ -3,6 +3,7 @@
 // staging) that sums a step's packed buffer, and the step itself.
 
 #include <chrono>
+#include <future>
 #include <memory>
 #include <string>
 #include <vector>
@@ -29,6 +30,11 @@ void abort_cuda_link(cuda_link& link, errc code, const std::string& why);
 /// step failed, and no replica was updated: <why>`.
 expected<void> await_sum(cuda_link& link, const event& done, std::chrono::nanoseconds timeout);
 
+/// Waits, as `await_sum` does, for `agreed`, the allreduce of the agreement before a step
+/// (`agree_on_step`), which a rank that left never joins. \returns nothing once it is ready
+///   (its own result not read), else the step's error.
+expected<void> await_agreement(cuda_link& link, const std::future<expected<void>>& agreed, std::chrono::nanoseconds timeout);
+
 /// Collective (every rank, when the store is made): makes `w.link` for `w.path` (nccl or
 /// staged_mpi). \throws error_exception with one sentence when the communicator cannot be made.
 void open_cuda_link(worker_state& w);
@@ -36,12 +42,15 @@ void open_cuda_link(worker_state& w);
 void close_cuda_link(worker_state& w);
 
 /// One step of a cuda replica: `values[i]` (float32 tensors on the replica's GPU, of key
-/// `keys[i]`'s shape; every key initialised) summed on this rank in the order given into one
-/// packed buffer in key order, summed over the ranks, unpacked and pushed to the replica, whose
-/// values are answered in the order of `keys`. The caller's thread waits for the sum (so that a
-/// failed or aborted sum never reaches the replica); no scheduler thread waits on the GPU.
+/// `keys[i]`'s shape) summed on this rank in the order given into one packed buffer in key order,
+/// summed over the ranks, unpacked and pushed to the replica, whose values are answered in the
+/// order of `keys`. Every rank checks its values (after the caller's checks: `mine`, refused for
+/// `reason`; every key initialised when they passed) and then the ranks agree (`agree_on_step`),
+/// so a refusal on one rank fails the step on all before the sum. The caller's thread waits for the sum (so that a failed or aborted sum never reaches
+/// the replica); no scheduler thread waits on the GPU.
 expected<std::vector<tensor>> cuda_pushpull(worker_state& w, const std::vector<kvstore::key>& keys,
-                                            const std::vector<std::vector<tensor>>& values);
+                                            const std::vector<std::vector<tensor>>& values, expected<void> mine,
+                                            step_refusal reason);
 
 /// The end of every allreduce step (store.cpp): `merged` (the summed values, in key order) pushed
 /// to the replica, then pulled; answers them in the order of `keys`.

@@ -4,6 +4,7 @@
 #include <cstring>
 #include <numeric>
 
+#include "strata/checksum.hpp"
 #include "strata/device/shape.hpp"
 #include "strata/kernels/elementwise.hpp"
 #include "strata/kernels/on_stream.hpp"
@@ -66,6 +67,65 @@ expected<pack_plan> plan_packing(const std::vector<kvstore::key>& keys, const st
     plan.total += elements[plan.order[j]];
   }
   return plan;
+}
+
+std::uint64_t keys_print(const std::vector<kvstore::key>& keys) {
+  std::vector<kvstore::key> sorted = keys;
+  std::sort(sorted.begin(), sorted.end());
+  std::uint64_t h = fnv1a64_offset_basis;
+  for (const auto& k : sorted) {
+    const std::string text = (k.is_int() ? "i:" : "s:") + k.to_string();
+    h = fnv1a64(std::string_view(text.c_str(), text.size() + 1), h);  // the NUL ends each key
+  }
+  return h;
+}
+
+void fill_step_slot(std::vector<float>& slots, int rank, step_refusal reason, std::uint64_t print) {
+  float* slot = slots.data() + static_cast<std::size_t>(rank) * step_slot_floats;
+  slot[0] = static_cast<float>(reason);
+  for (std::size_t i = 1; i < step_slot_floats; ++i) slot[i] = static_cast<float>((print >> (16 * (i - 1))) & 0xffffu);
+}
+
+namespace {
+
+const char* why_refused(float reason) {
+  switch (static_cast<step_refusal>(static_cast<int>(reason))) {
+    case step_refusal::unknown_key: return "a key it never initialised";
+    case step_refusal::bad_value: return "a value of the wrong shape, dtype or device";
+    case step_refusal::bad_keys: return "a key given twice, or keys and values of different counts";
+    case step_refusal::none: break;
+  }
+  return "a reason this rank does not know";
+}
+
+}  // namespace
+
+expected<void> step_verdict(const std::vector<float>& slots, const expected<void>& mine) {
+  if (!mine) return mine;
+  const std::size_t ranks = slots.size() / step_slot_floats;
+  std::string who, why;  // "1, 2" and "rank 1: ...; rank 2: ..."
+  std::size_t count = 0;
+  for (std::size_t r = 0; r < ranks; ++r) {
+    const float reason = slots[r * step_slot_floats];
+    if (reason == 0.0f) continue;
+    const std::string sep = count == 0 ? "" : ", ";
+    who += sep + std::to_string(r);
+    why += (count == 0 ? "" : "; ") + std::string("rank ") + std::to_string(r) + ": " + why_refused(reason);
+    ++count;
+  }
+  if (count == 1)
+    return error(errc::invalid_argument, "kvstore dist pushpull: rank " + who + " refused its values for this step (" +
+                                             why.substr(why.find(": ") + 2) + "); no replica was updated.");
+  if (count > 1)
+    return error(errc::invalid_argument, "kvstore dist pushpull: ranks " + who + " refused their values for this step (" +
+                                             why + "); no replica was updated.");
+  for (std::size_t r = 1; r < ranks; ++r)
+    if (!std::equal(slots.begin() + static_cast<std::ptrdiff_t>(r * step_slot_floats + 1),
+                    slots.begin() + static_cast<std::ptrdiff_t>((r + 1) * step_slot_floats), slots.begin() + 1))
+      return error(errc::invalid_argument, "kvstore dist pushpull: rank " + std::to_string(r) +
+                                               " passed other keys than rank 0 to this step (every rank passes the "
+                                               "same keys); no replica was updated.");
+  return {};
 }
 
 value_facts facts_of(const tensor& t) {

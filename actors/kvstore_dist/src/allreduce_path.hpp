@@ -47,6 +47,31 @@ struct pack_plan {
 ///   do not match the keys.
 expected<pack_plan> plan_packing(const std::vector<kvstore::key>& keys, const std::vector<std::size_t>& elements);
 
+/// Why a rank refuses its values for an allreduce step (what the other ranks are told).
+enum class step_refusal : std::uint8_t {
+  none,
+  unknown_key,  // a key it never initialised
+  bad_value,    // a value of the wrong shape, dtype or device (or none)
+  bad_keys,     // a key given twice, or keys and values of different counts
+};
+
+/// The agreement before each allreduce step's data crosses the ranks (sizes differ when a rank
+/// refuses, so the refusal cannot ride on the data's allreduce): one float32 buffer of
+/// `step_slot_floats` per rank, each rank filling only its own slot (the rest zeros), summed over
+/// the ranks; a slot holds the rank's refusal and a 48-bit print of its keys, in 16-bit pieces
+/// (exact in float).
+inline constexpr std::size_t step_slot_floats = 4;
+/// The print of a step's keys: the same on every rank that passes the same keys, in any order.
+std::uint64_t keys_print(const std::vector<kvstore::key>& keys);
+/// Fills rank `rank`'s slot of `slots` (world * step_slot_floats floats).
+void fill_step_slot(std::vector<float>& slots, int rank, step_refusal reason, std::uint64_t print);
+/// The step's verdict on a rank from the summed `slots`, `mine` being its own checks: `mine`
+/// when it refused; else invalid_argument naming the ranks that refused and why ("kvstore dist
+/// pushpull: rank 1 refused its values for this step (a value of the wrong shape, dtype or
+/// device); no replica was updated."), or naming the first rank whose keys differ from rank 0's;
+/// else nothing (every rank goes on).
+expected<void> step_verdict(const std::vector<float>& slots, const expected<void>& mine);
+
 /// What the checks need to know of one value (tensors of a cuda device cannot be made without a
 /// GPU; the checks can).
 struct value_facts {

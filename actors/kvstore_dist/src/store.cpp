@@ -5,6 +5,8 @@
 #include <cstdio>
 #include <future>
 #include <map>
+#include <memory>
+#include <mutex>
 #include <optional>
 #include <span>
 #include <stdexcept>
@@ -51,7 +53,7 @@ expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key,
   const dtype first = values.front().dtype();
   const bool takes = first == dtype::float32 || (type != nullptr && kernels::is_half(first));
   for (const auto& v : values) {
-    if (!takes || v.dtype() != first || v.shape() != values.front().shape() || v.get_device().kind() != device_kind::cpu)
+    if (!takes || !v.valid() || v.dtype() != first || v.shape() != values.front().shape() || v.get_device().kind() != device_kind::cpu)
       return error(errc::invalid_argument, "kvstore dist push: the values for key " + key.to_string() +
                                                (type != nullptr ? " must be cpu tensors of one shape and one dtype, "
                                                                   "float32, float16 or bfloat16."
@@ -202,14 +204,15 @@ bool all_ok(internal::worker_state& w, bool ok) {
 }
 
 /// Collective: rank 0's `shape` on every rank when `ok` on rank 0, else none (the other ranks'
-/// arguments are ignored). An allreduce to which the others add zeros; each dimension travels as
-/// four 16-bit pieces, exact in float.
+/// arguments are ignored), and rank 0's `*type` in `*type`. An allreduce to which the others add
+/// zeros; each dimension travels as four 16-bit pieces, exact in float.
 expected<std::optional<std::vector<std::int64_t>>> shape_of_rank0(internal::worker_state& w, bool ok,
-                                                                  const std::vector<std::int64_t>& shape) {
-  std::vector<float> head{0.0f, 0.0f};
-  if (w.rank == 0) head = {ok ? 1.0f : 0.0f, static_cast<float>(shape.size())};
+                                                                  const std::vector<std::int64_t>& shape, dtype* type) {
+  std::vector<float> head{0.0f, 0.0f, 0.0f};
+  if (w.rank == 0) head = {ok ? 1.0f : 0.0f, static_cast<float>(shape.size()), static_cast<float>(static_cast<int>(*type))};
   if (auto summed = allreduce(w, head); !summed) return summed.error();
   if (head[0] == 0.0f) return std::optional<std::vector<std::int64_t>>{};
+  *type = static_cast<dtype>(static_cast<int>(head[2]));
   std::vector<float> pieces(static_cast<std::size_t>(head[1]) * 4, 0.0f);
   if (w.rank == 0)
     for (std::size_t i = 0; i < pieces.size(); ++i)
@@ -224,14 +227,10 @@ expected<std::optional<std::vector<std::int64_t>>> shape_of_rank0(internal::work
 
 
 /// dist_sync_allreduce, host path: `sums[i]` (this worker's value of `keys[i]`, a key of the
-/// replica) summed over the ranks by one allreduce, packed in key order; then the same update on
-/// every replica. Answers the replica's values, in the order of `keys`.
+/// replica) summed over the ranks by one allreduce, packed in key order (`plan`); then the same
+/// update on every replica. Answers the replica's values, in the order of `keys`.
 expected<std::vector<tensor>> fused_pushpull(internal::worker_state& w, const std::vector<kvstore::key>& keys,
-                                             std::vector<std::vector<float>> sums) {
-  std::vector<std::size_t> sizes;
-  for (const auto& s : sums) sizes.push_back(s.size());
-  auto plan = internal::plan_packing(keys, sizes);
-  if (!plan) return plan.error();
+                                             std::vector<std::vector<float>> sums, const internal::pack_plan* plan) {
   std::vector<float> packed;
   packed.reserve(plan->total);
   for (std::size_t i : plan->order) packed.insert(packed.end(), sums[i].begin(), sums[i].end());
@@ -244,7 +243,71 @@ expected<std::vector<tensor>> fused_pushpull(internal::worker_state& w, const st
   return internal::replica_step(w, keys, *plan, std::move(merged));
 }
 
+/// dist_sync_allreduce: one step of `values[i]` for `keys[i]` (`counted`: the caller's check of
+/// the counts). Every rank checks its values, then the ranks agree, so that a refusal on any rank
+/// fails the step on every rank before any data crosses (and no replica changes).
+expected<std::vector<tensor>> allreduce_step(internal::worker_state& w, const std::vector<kvstore::key>& keys,
+                                             const std::vector<std::vector<tensor>>& values, expected<void> counted) {
+  expected<void> mine = std::move(counted);
+  auto reason = mine ? internal::step_refusal::none : internal::step_refusal::bad_keys;
+  for (std::size_t i = 0; i < keys.size() && mine; ++i)
+    if (w.shapes.count(keys[i]) == 0) {
+      mine = never_initialised("pushpull", keys[i]);
+      reason = internal::step_refusal::unknown_key;
+    }
+  if (w.link) return internal::cuda_pushpull(w, keys, values, std::move(mine), reason);
+  std::vector<std::vector<float>> sums;
+  for (std::size_t i = 0; i < keys.size() && mine; ++i) {
+    auto shape = w.shapes.find(keys[i]);
+    auto host = internal::local_sum(w, keys[i], values[i], &shape->second);
+    if (!host) {
+      mine = host.error();
+      reason = internal::step_refusal::bad_value;
+      break;
+    }
+    sums.push_back(std::move(*host));
+  }
+  expected<internal::pack_plan> plan = internal::pack_plan{};
+  if (mine) {
+    std::vector<std::size_t> sizes;
+    for (const auto& one : sums) sizes.push_back(one.size());
+    plan = internal::plan_packing(keys, sizes);
+    if (!plan) {
+      mine = plan.error();
+      reason = internal::step_refusal::bad_keys;
+    }
+  }
+  if (auto agreed = internal::agree_on_step(w, mine, reason, keys); !agreed) return agreed.error();
+  return fused_pushpull(w, keys, std::move(sums), &*plan);
+}
+
 }  // namespace
+
+namespace internal {
+
+expected<void> agree_on_step(worker_state& w, const expected<void>& mine, step_refusal reason,
+                             const std::vector<kvstore::key>& keys) {
+  auto slots = std::make_shared<std::vector<float>>(static_cast<std::size_t>(w.world) * step_slot_floats, 0.0f);
+  fill_step_slot(*slots, w.rank, mine ? step_refusal::none : reason, keys_print(keys));
+  auto agreed = w.net->allreduce_sum(std::span<float>(*slots));
+  if (w.link) {
+    // A cuda store gives up when its link fails (a rank left) or at its timeout; the allreduce
+    // stays posted, so its buffer is kept for the life of the process.
+    if (auto waited = await_agreement(*w.link, agreed, w.options.timeout); !waited) {
+      static std::mutex mu;
+      static std::vector<std::shared_ptr<std::vector<float>>> abandoned;
+      std::lock_guard lock(mu);
+      abandoned.push_back(std::move(slots));
+      return waited.error();
+    }
+  }
+  if (auto summed = agreed.get(); !summed)
+    return error(summed.error().code(), "kvstore dist pushpull: the ranks could not agree on this step, and no replica "
+                                         "was updated: " + summed.error().message());
+  return step_verdict(*slots, mine);
+}
+
+}  // namespace internal
 
 expected<void> store::barrier() {
   auto& w = *state_;
@@ -259,23 +322,35 @@ expected<void> store::barrier() {
 expected<void> store::init(const kvstore::key& key, const tensor& value) {
   auto& w = *state_;
   if (w.replica) {
-    // Rank 0's value reaches every replica: the others add zeros (x + 0 is x, exactly).
-    // A cuda replica also takes a value on its own GPU (read on the replica's stream).
+    // Rank 0's value reaches every replica: its shape first (the others' values are ignored, as
+    // in MXNet, so they cannot make the counts of the sum differ), then the value, to which the
+    // others add zeros (x + 0 is x, exactly). A cuda replica also takes a value on its own GPU
+    // (read on the replica's stream). Every rank knows the keys, so all refuse an existing one.
+    if (w.shapes.count(key) != 0)
+      return error(errc::invalid_argument, "kvstore dist init: key " + key.to_string() + " exists already.");
     const bool cuda_replica = w.replica_dev.kind() == device_kind::cuda;
     const bool on_replica = cuda_replica && value.valid() && value.get_device().kind() == device_kind::cuda &&
                             value.get_device().properties().gpu_ordinal == w.replica_dev.properties().gpu_ordinal;
-    if (value.dtype() != dtype::float32 || !(on_replica || value.get_device().kind() == device_kind::cpu))
-      return error(errc::invalid_argument, "kvstore dist init: the value for key " + key.to_string() + " must be a float32 " +
+    expected<void> mine;
+    if (w.rank == 0 && (!value.valid() || value.dtype() != dtype::float32 ||
+                        !(on_replica || value.get_device().kind() == device_kind::cpu)))
+      mine = error(errc::invalid_argument, "kvstore dist init: the value for key " + key.to_string() + " must be a float32 " +
                                                (cuda_replica ? "tensor on cpu or on " + w.replica_dev.name() : std::string("cpu tensor")) +
                                                ".");
-    std::vector<float> host = w.rank == 0 ? value.to_host<float>(on_replica ? w.rs : w.s)
-                                          : std::vector<float>(static_cast<std::size_t>(value.numel()), 0.0f);
+    dtype type = dtype::float32;
+    auto shape = shape_of_rank0(w, static_cast<bool>(mine), w.rank == 0 && mine ? value.shape() : std::vector<std::int64_t>{}, &type);
+    if (!shape) return shape.error();
+    if (!*shape) {
+      if (!mine) return mine;
+      return error(errc::invalid_argument, "kvstore dist init of key " + key.to_string() + ": rank 0's value was refused; nothing was stored.");
+    }
+    std::size_t n = 1;
+    for (auto d : **shape) n *= static_cast<std::size_t>(d);
+    std::vector<float> host = w.rank == 0 ? value.to_host<float>(on_replica ? w.rs : w.s) : std::vector<float>(n, 0.0f);
     if (auto summed = allreduce(w, host); !summed) return summed;
-    if (w.shapes.count(key) != 0)
-      return error(errc::invalid_argument, "kvstore dist init: key " + key.to_string() + " exists already.");
-    auto got = w.replica->init(key, tensor::from_host<float>(std::span<const float>(host), value.shape(), w.replica_dev, w.rs)).get();
+    auto got = w.replica->init(key, tensor::from_host<float>(std::span<const float>(host), **shape, w.replica_dev, w.rs)).get();
     if (!got) return got.error();
-    w.shapes[key] = value.shape();
+    w.shapes[key] = std::move(**shape);
     return {};
   }
   // Every rank knows the keys (init and load are collectives), so all refuse an existing one.
@@ -296,7 +371,8 @@ expected<void> store::init(const kvstore::key& key, const tensor& value) {
   }
   // Rank 0's shape decides on every rank whether the key is split (the others' values are
   // ignored, as in MXNet).
-  auto shape = shape_of_rank0(w, static_cast<bool>(mine), w.rank == 0 ? value.shape() : std::vector<std::int64_t>{});
+  dtype type = w.rank == 0 && value.valid() ? value.dtype() : dtype::float32;
+  auto shape = shape_of_rank0(w, static_cast<bool>(mine), w.rank == 0 ? value.shape() : std::vector<std::int64_t>{}, &type);
   if (!shape) return shape.error();
   if (!*shape) {
     if (!mine) return mine;
@@ -321,6 +397,7 @@ expected<void> store::init(const kvstore::key& key, const tensor& value) {
   if (!mine) return mine;
   if (!everyone) return error(errc::runtime_failure, "kvstore dist init of key " + key.to_string() + " failed on rank 0.");
   w.known.insert(key);
+  w.types[key] = type;
   if (layout) w.splits[key] = std::move(*layout);
   return {};
 }
@@ -395,19 +472,7 @@ expected<tensor> store::pull(const kvstore::key& key) {
 
 expected<tensor> store::pushpull(const kvstore::key& key, const std::vector<tensor>& values) {
   if (state_->replica) {
-    auto& w = *state_;
-    auto shape = w.shapes.find(key);
-    if (shape == w.shapes.end()) return never_initialised("pushpull", key);
-    if (w.link) {
-      auto got = internal::cuda_pushpull(w, {key}, {values});
-      if (!got) return got.error();
-      return std::move(got->front());
-    }
-    auto sum = local_sum(w, key, values, &shape->second);
-    if (!sum) return sum.error();
-    std::vector<std::vector<float>> sums;
-    sums.push_back(std::move(*sum));
-    auto got = fused_pushpull(w, {key}, std::move(sums));
+    auto got = allreduce_step(*state_, {key}, {values}, {});
     if (!got) return got.error();
     return std::move(got->front());
   }
@@ -418,35 +483,26 @@ expected<tensor> store::pushpull(const kvstore::key& key, const std::vector<tens
 
 expected<std::vector<tensor>> store::pushpull(const std::vector<kvstore::key>& keys, const std::vector<tensor>& values) {
   auto& w = *state_;
+  expected<void> counted;
   if (keys.size() != values.size())
-    return error(errc::invalid_argument, "kvstore dist pushpull: " + std::to_string(keys.size()) + " keys but " +
-                                             std::to_string(values.size()) + " values; expected one value per key.");
-  if (!w.replica) {
-    for (std::size_t i = 0; i < keys.size(); ++i)
-      if (auto pushed = push(keys[i], {values[i]}); !pushed) return pushed.error();
-    std::vector<tensor> outs;
-    for (const auto& k : keys) {
-      auto got = pull(k);
-      if (!got) return got.error();
-      outs.push_back(std::move(*got));
-    }
-    return outs;
-  }
-  for (const auto& k : keys)
-    if (w.shapes.count(k) == 0) return never_initialised("pushpull", k);
-  if (w.link) {
+    counted = error(errc::invalid_argument, "kvstore dist pushpull: " + std::to_string(keys.size()) + " keys but " +
+                                                std::to_string(values.size()) + " values; expected one value per key.");
+  if (w.replica) {
     std::vector<std::vector<tensor>> each;
-    for (const auto& v : values) each.push_back({v});
-    return internal::cuda_pushpull(w, keys, each);
+    if (counted)
+      for (const auto& v : values) each.push_back({v});
+    return allreduce_step(w, keys, each, std::move(counted));
   }
-  std::vector<std::vector<float>> sums;
-  for (std::size_t i = 0; i < keys.size(); ++i) {
-    auto shape = w.shapes.find(keys[i]);
-    auto host = local_sum(w, keys[i], {values[i]}, &shape->second);
-    if (!host) return host.error();
-    sums.push_back(std::move(*host));
+  if (!counted) return counted.error();
+  for (std::size_t i = 0; i < keys.size(); ++i)
+    if (auto pushed = push(keys[i], {values[i]}); !pushed) return pushed.error();
+  std::vector<tensor> outs;
+  for (const auto& k : keys) {
+    auto got = pull(k);
+    if (!got) return got.error();
+    outs.push_back(std::move(*got));
   }
-  return fused_pushpull(w, keys, std::move(sums));
+  return outs;
 }
 
 namespace {
@@ -533,7 +589,11 @@ expected<void> store::load(const std::string& path) {
     std::vector<kvstore::checkpoint_entry> owned;
     std::vector<internal::loaded_key> keys;
     std::map<kvstore::key, std::uint64_t> versions;
-    for (const auto& e : file->entries) versions[e.key] = e.version;
+    std::map<kvstore::key, dtype> types;
+    for (const auto& e : file->entries) {
+      versions[e.key] = e.version;
+      types[e.key] = e.type;
+    }
     // Keys larger than today's bound are cut for today's ranks, whatever cut them when saved.
     std::map<kvstore::key, internal::split_layout> splits;
     for (auto& e : file->entries) {
@@ -556,6 +616,7 @@ expected<void> store::load(const std::string& path) {
     if (mine) {
       w.known.clear();
       for (const auto& [key, version] : versions) w.known.insert(key);
+      w.types = std::move(types);
       w.pushes = std::move(versions);
       w.splits = std::move(splits);
       w.residuals.clear();  // the keys start again from the file's values

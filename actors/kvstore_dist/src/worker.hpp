@@ -32,6 +32,9 @@ struct worker_state {
   // are cut (the same on every rank: init and load are collectives).
   std::set<kvstore::key> known;
   std::map<kvstore::key, split_layout> splits;
+  // Their dtypes (rank 0's at init, the file's at load): a split push is checked against it
+  // before any part leaves, so that no owner refuses a part that the others take.
+  std::map<kvstore::key, dtype> types;
   // dist_sync_allreduce: this rank's replica of every key, and the keys' shapes.
   std::unique_ptr<kvstore::client> replica;
   std::map<kvstore::key, std::vector<std::int64_t>> shapes;
@@ -71,6 +74,13 @@ expected<void> all_replies(std::vector<std::future<expected<T>>>& replies) {
 /// one dtype, which `*type` receives.
 expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key, const std::vector<tensor>& values,
                                        const std::vector<std::int64_t>* shape, dtype* type = nullptr);
+
+/// Collective, in allreduce mode, before a step's data crosses the ranks (every rank, every step,
+/// whatever its own checks said): each rank's refusal (`mine`, why: `reason`) and keys reach every
+/// rank. \returns this rank's error, or the sentence naming the ranks that refused (or whose keys
+///   differ from rank 0's); nothing when every rank goes on.
+expected<void> agree_on_step(worker_state& w, const expected<void>& mine, step_refusal reason,
+                             const std::vector<kvstore::key>& keys);
 
 /// This worker's `seq`-th push of the split key `key`: each part sent to its rank at once
 /// (straight from a slice of the caller's tensor, or compressed with its slice of the residual),
