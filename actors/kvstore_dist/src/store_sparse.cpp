@@ -29,6 +29,16 @@ expected<void> sparse_usable(internal::worker_state& w, const char* op, const kv
   return {};
 }
 
+/// Refuses rows (or an output) of another dtype than the key's, which every rank learned at init
+/// or load: before any part leaves, so that no owner refuses what the others take.
+expected<void> of_key_type(const internal::worker_state& w, const char* op, const char* role, const kvstore::key& key,
+                           dtype type) {
+  auto kept = w.types.find(key);
+  if (kept == w.types.end() || kept->second == type) return {};
+  return refused(std::string("kvstore dist ") + op + ": the " + role + " for key " + key.to_string() + " has dtype " +
+                 std::string(to_string(type)) + ", expected " + std::string(to_string(kept->second)) + ".");
+}
+
 /// `shape` with its first dimension `rows`: the shape of that many rows of a key of `shape`.
 std::vector<std::int64_t> rows_of(std::vector<std::int64_t> shape, std::size_t rows) {
   shape[0] = static_cast<std::int64_t>(rows);
@@ -91,6 +101,7 @@ expected<void> store::push_row_sparse(const kvstore::key& key, const kvstore::ro
   if (!rows.valid() || rows.get_device().kind() != device_kind::cpu)
     return refused("kvstore dist push: the rows of the row-sparse value for key " + key.to_string() +
                    " must be a cpu tensor.");
+  if (auto r = of_key_type(w, "push", "row-sparse value", key, rows.dtype()); !r) return r;
   const std::uint64_t seq = w.pushes[key] + 1;
   std::vector<std::future<expected<unit_t>>> replies;
   auto send = [&](int to, internal::sparse_push_msg m) {
@@ -148,6 +159,7 @@ expected<void> store::row_sparse_pull(const kvstore::key& key, tensor& out, cons
   if (auto r = sparse_usable(w, "row_sparse_pull", key); !r) return r;
   if (!out.valid() || out.get_device().kind() != device_kind::cpu)
     return refused("kvstore dist row_sparse_pull: the output for key " + key.to_string() + " must be a cpu tensor.");
+  if (auto r = of_key_type(w, "row_sparse_pull", "output", key, out.dtype()); !r) return r;
   const std::uint64_t min_version = w.options.mode == mode::sync ? w.pushes[key] : 0;
   auto wrong_output = [&](dtype type, const std::vector<std::int64_t>& shape) {
     return refused("kvstore dist row_sparse_pull: the output for key " + key.to_string() + " is " +
