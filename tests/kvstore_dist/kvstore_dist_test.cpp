@@ -117,6 +117,46 @@ BOOST_AUTO_TEST_CASE(dist_sync_pushpull_without_an_optimizer_answers_the_merged_
   BOOST_REQUIRE(kv.barrier());
 }
 
+// A pushed tensor may be reused once its push is answered, as with the one-process store: the
+// owner must not keep the caller's tensor while its version waits for the other ranks (the
+// owner's own push reaches it unserialized), nor answer a push from another rank before that
+// rank's bytes have arrived. The owner's rank pushes first and overwrites its tensor before the
+// others push; every other rank overwrites its 4 MB tensor as soon as its push returns.
+BOOST_AUTO_TEST_CASE(dist_sync_a_pushed_tensor_may_be_overwritten_once_its_push_is_answered) {
+  world& w = *the_world;
+  kvd::store kv(w.sys, w.net, kvd::store_options{.value_device = w.cpu});
+  const int n = kv.num_workers();
+  const std::int64_t len = 1'000'000;  // the big-array bound: not split
+  strata::kvstore::key key = std::string("reuse");
+  for (int i = 0; kv.owner(key) != 0; ++i) key = "reuse" + std::to_string(i);
+  BOOST_REQUIRE(kv.init(key, w.make(std::vector<float>(static_cast<std::size_t>(len), 0.0f), {len})));
+  for (int t = 1; t <= 3; ++t) {
+    auto mine = w.make(std::vector<float>(static_cast<std::size_t>(len), static_cast<float>(kv.rank() + t)), {len});
+    auto overwrite = [&] {
+      w.s.launch({.name = "overwrite", .cpu = [p = mine.device_data<float>(), len] { std::fill(p, p + len, 1000.0f); }});
+      w.s.synchronize();
+    };
+    if (kv.rank() == 0) {
+      BOOST_REQUIRE(kv.push(key, {mine}));
+      overwrite();
+      BOOST_REQUIRE(kv.barrier());
+    } else {
+      BOOST_REQUIRE(kv.barrier());
+      BOOST_REQUIRE(kv.push(key, {mine}));
+      overwrite();
+    }
+    auto got = kv.pull(key);
+    BOOST_REQUIRE(got);
+    const auto a = w.host(*got);
+    float expected = 0;
+    for (int r = 0; r < n; ++r) expected += static_cast<float>(r + t);
+    std::size_t differ = 0;
+    for (float x : a) differ += x != expected ? 1 : 0;
+    BOOST_TEST(differ == 0u, "round " << t << ": " << differ << " elements are not " << expected);
+    BOOST_REQUIRE(kv.barrier());
+  }
+}
+
 BOOST_AUTO_TEST_CASE(dist_async_applies_every_push_and_refuses_to_run_without_an_optimizer) {
   world& w = *the_world;
   kvd::store kv(w.sys, w.net, kvd::store_options{.mode = kvd::mode::async, .value_device = w.cpu});

@@ -181,8 +181,8 @@ struct load_msg {
 tensor rounded(const std::vector<float>& values, const std::vector<std::int64_t>& shape, dtype type, device& dev,
                const stream& s);
 
-/// Spawns this rank's server shard (a kvstore actor behind it, on `device`).
-actor_ref spawn_server(actor_system& system, int world, kvstore_dist::mode mode, std::chrono::nanoseconds timeout,
-                       device device);
+/// Spawns this rank's (`rank`) server shard (a kvstore actor behind it, on `device`).
+actor_ref spawn_server(actor_system& system, int rank, int world, kvstore_dist::mode mode,
+                       std::chrono::nanoseconds timeout, device device);
 
 }  // namespace strata::kvstore_dist::internal

@@ -38,8 +38,25 @@ namespace {
 /// A slice's elements as a tensor of their own: the base itself when the slice is all of it (a
 /// message from another rank always is: the slice crossed as a tensor); else (from this rank's own
 /// worker, delivered without serialization) a copy of the part, enqueued on `s` after the base.
+/// A copy of elements [offset, offset + numel(shape)) of `base`, enqueued on `s` after `base` is ready.
+tensor copy_of(const tensor& base, std::int64_t offset, const std::vector<std::int64_t>& shape, device& dev, stream& s);
+
 tensor part_of(net::tensor_slice& slice, device& dev, stream& s) {
   if (!slice.base.valid() || (slice.offset == 0 && slice.base.shape() == slice.shape)) return std::move(slice.base);
+  return copy_of(slice.base, slice.offset, slice.shape, dev, s);
+}
+
+/// `slice` as a tensor the server owns: a message from this rank's own worker arrives unserialized,
+/// and its slice is the caller's own tensor, which the caller may reuse once its push is answered
+/// (as with the one-process store), while a dist_sync version keeps its value until every rank's
+/// is in. A slice from another rank is a received tensor already.
+tensor owned_part(net::tensor_slice& slice, bool from_this_rank, device& dev, stream& s) {
+  if (!from_this_rank || !slice.base.valid()) return part_of(slice, dev, s);
+  return copy_of(slice.base, slice.offset, slice.shape, dev, s);
+}
+
+tensor copy_of(const tensor& base, std::int64_t offset, const std::vector<std::int64_t>& shape, device& dev, stream& s) {
+  net::tensor_slice slice{base, offset, shape};
   tensor part = tensor::empty(slice.shape, slice.base.dtype(), dev, s);
   s.wait(slice.base.ready_event());
   const std::size_t element = size_of(part.dtype());
@@ -54,8 +71,8 @@ tensor part_of(net::tensor_slice& slice, device& dev, stream& s) {
 
 class server final : public actor {
 public:
-  server(int world, kvstore_dist::mode mode, std::chrono::nanoseconds timeout, device dev)
-      : world_(world), mode_(mode), timeout_(timeout), dev_(std::move(dev)) {}
+  server(int rank, int world, kvstore_dist::mode mode, std::chrono::nanoseconds timeout, device dev)
+      : rank_(rank), world_(world), mode_(mode), timeout_(timeout), dev_(std::move(dev)) {}
 
   behavior make_behavior() override {
     stream_ = dev_.create_stream();
@@ -133,7 +150,7 @@ private:
     auto reply = make_response_promise<unit_t>();
     key_state* st = pushable(key, m.value.shape, m.value.base.dtype(), reply);
     if (st == nullptr) return;
-    take(key, *st, m.rank, m.seq, contribution{part_of(m.value, dev_, stream_)}, reply);
+    take(key, *st, m.rank, m.seq, contribution{owned_part(m.value, m.rank == rank_, dev_, stream_)}, reply);
   }
 
   // A worker's compressed push: its codes become the floats they stand for (in the key's dtype,
@@ -179,7 +196,7 @@ private:
                                                        " was never initialised; call init first (every worker)."));
       return;
     }
-    auto value = sparse_value(key, it->second, m, part_of(m.rows, dev_, stream_));
+    auto value = sparse_value(key, it->second, m, owned_part(m.rows, m.rank == rank_, dev_, stream_));
     if (!value) {
       reply.deliver(value.error());
       return;
@@ -311,10 +328,24 @@ private:
       return;
     }
     slots.sparse = value.is_sparse;
+    // Answered once the value's bytes are here (received from another rank, or copied from this
+    // rank's caller): then the pushing caller may reuse its tensor.
+    const event landed = value.is_sparse ? value.sparse.rows.ready_event() : value.dense.ready_event();
     slots.values[static_cast<std::size_t>(rank)] = std::move(value);
     slots.have[static_cast<std::size_t>(rank)] = 1;
     ++slots.count;
-    reply.deliver(unit_t{});
+    landed.then([reply, rank](std::exception_ptr failed) mutable {
+      if (!failed) return reply.deliver(unit_t{});
+      try {
+        std::rethrow_exception(failed);
+      } catch (const std::exception& e) {
+        reply.deliver(error(errc::runtime_failure, "kvstore dist push: the value from rank " + std::to_string(rank) +
+                                                       " did not arrive: " + e.what()));
+      } catch (...) {
+        reply.deliver(error(errc::runtime_failure, "kvstore dist push: the value from rank " + std::to_string(rank) +
+                                                       " did not arrive."));
+      }
+    });
     try_merge(key);
   }
 
@@ -482,6 +513,7 @@ private:
             [reply](error e) mutable { reply.deliver(std::move(e)); });
   }
 
+  int rank_;
   int world_;
   kvstore_dist::mode mode_;
   std::chrono::nanoseconds timeout_;
@@ -506,9 +538,10 @@ tensor rounded(const std::vector<float>& values, const std::vector<std::int64_t>
   return tensor(shape, type, raw.storage(), raw.ready_event());
 }
 
-actor_ref spawn_server(actor_system& system, int world, kvstore_dist::mode mode, std::chrono::nanoseconds timeout,
-                       device dev) {
-  return system.spawn_with<server>(spawn_options{.name = "kvstore_dist.server"}, world, mode, timeout, std::move(dev));
+actor_ref spawn_server(actor_system& system, int rank, int world, kvstore_dist::mode mode,
+                       std::chrono::nanoseconds timeout, device dev) {
+  return system.spawn_with<server>(spawn_options{.name = "kvstore_dist.server"}, rank, world, mode, timeout,
+                                   std::move(dev));
 }
 
 }  // namespace strata::kvstore_dist::internal

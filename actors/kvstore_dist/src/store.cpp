@@ -106,7 +106,7 @@ store::store(actor_system& system, net::endpoint& endpoint, store_options option
     w.replica = std::make_unique<kvstore::client>(system, kvstore::spawn(system, std::move(replica)), w.options.timeout);
     return;
   }
-  w.server = internal::spawn_server(system, w.world, w.options.mode, w.options.timeout, w.dev);
+  w.server = internal::spawn_server(system, w.rank, w.world, w.options.mode, w.options.timeout, w.dev);
   // Stores are collectives, made in the same order on every rank: the n-th store of each rank
   // publishes its shard under the same name.
   static std::atomic<int> stores_made{0};
