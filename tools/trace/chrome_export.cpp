@@ -288,31 +288,16 @@ json chrome_trace(const trace_model& m) {
       meta("thread_sort_index", pid_of_rank(rank), tid, {{"sort_index", tid}});
       emit_spans(pid_of_rank(rank), tid, spans);  // disjoint by construction
     }
-    if (merged) {
-      // (rank, peer, tag, what) -> indices into m.transfers, in time order (a reused tag: in turn)
-      std::map<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, trace::transfer>, std::vector<std::size_t>> by_key;
-      for (std::size_t i = 0; i < m.transfers.size(); ++i) {
-        const auto& t = m.transfers[i];
-        by_key[{t.rank, t.peer, t.key, t.what}].push_back(i);
-      }
-      for (const auto& [key, sends] : by_key) {
-        const auto& [rank, peer, tag, what] = key;
-        if (what != trace::transfer::send) continue;
-        auto rec = by_key.find({peer, rank, tag, trace::transfer::receive});
-        if (rec == by_key.end()) continue;
-        for (std::size_t k = 0; k < sends.size() && k < rec->second.size(); ++k) {
-          const std::size_t a = sends[k], b = rec->second[k];
-          const auto& from = m.transfers[a];
-          const auto& to = m.transfers[b];
-          ++flow_id;
-          events.push_back({{"name", "tensor data"}, {"cat", "network"}, {"ph", "s"}, {"id", flow_id},
-                            {"pid", pid_of_rank(from.rank)}, {"tid", lane_tid.at(lane_of[a])},
-                            {"ts", us(inside(from.begin, from.begin, from.end))}});
-          events.push_back({{"name", "tensor data"}, {"cat", "network"}, {"ph", "f"}, {"bp", "e"}, {"id", flow_id},
-                            {"pid", pid_of_rank(to.rank)}, {"tid", lane_tid.at(lane_of[b])},
-                            {"ts", us(inside(to.end, to.begin, to.end))}});
-        }
-      }
+    for (const auto& [a, b] : m.transfer_links) {  // merged traces only
+      const auto& from = m.transfers[a];
+      const auto& to = m.transfers[b];
+      ++flow_id;
+      events.push_back({{"name", "tensor data"}, {"cat", "network"}, {"ph", "s"}, {"id", flow_id},
+                        {"pid", pid_of_rank(from.rank)}, {"tid", lane_tid.at(lane_of[a])},
+                        {"ts", us(inside(from.begin, from.begin, from.end))}});
+      events.push_back({{"name", "tensor data"}, {"cat", "network"}, {"ph", "f"}, {"bp", "e"}, {"id", flow_id},
+                        {"pid", pid_of_rank(to.rank)}, {"tid", lane_tid.at(lane_of[b])},
+                        {"ts", us(inside(to.end, to.begin, to.end))}});
     }
   }
 

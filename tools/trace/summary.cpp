@@ -113,28 +113,17 @@ json transfers_json(const trace_model& m) {
   }
   json out = {{"by_rank", std::move(rows)}};
   if (m.file != nullptr && m.file->merged()) {
-    std::map<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, trace::transfer>, std::vector<const transfer_slice*>>
-        by_key;
-    for (const auto& t : m.transfers) by_key[{t.rank, t.peer, t.key, t.what}].push_back(&t);
     std::vector<std::uint64_t> latency;
     std::vector<std::uint64_t> mb_per_s;  // bytes per microsecond = MB/s
-    std::uint64_t unmatched = 0;
-    for (const auto& [key, sends] : by_key) {
-      const auto& [rank, peer, tag, what] = key;
-      if (what != trace::transfer::send) continue;
-      auto rec = by_key.find({peer, rank, tag, trace::transfer::receive});
-      const std::size_t matched = rec == by_key.end() ? 0 : std::min(sends.size(), rec->second.size());
-      unmatched += sends.size() - matched;
-      for (std::size_t k = 0; k < matched; ++k) {
-        const auto* a = sends[k];
-        const auto* b = rec->second[k];
-        if (b->end < a->begin) continue;  // clocks off by more than the transfer took
-        latency.push_back(b->end - a->begin);
-        mb_per_s.push_back(b->end > a->begin ? b->bytes * 1000 / (b->end - a->begin) : 0);
-      }
+    for (const auto& [send, receive] : m.transfer_links) {
+      const auto& a = m.transfers[send];
+      const auto& b = m.transfers[receive];
+      if (b.end < a.begin) continue;  // clocks off by more than the transfer took
+      latency.push_back(b.end - a.begin);
+      mb_per_s.push_back(b.end > a.begin ? b.bytes * 1000 / (b.end - a.begin) : 0);
     }
     out["linked"] = latency.size();
-    out["unmatched_sends"] = unmatched;
+    out["unmatched_sends"] = m.unlinked_sends;
     out["send_to_received_ns"] = quantiles(latency);
     out["throughput_mb_per_s"] = quantiles(mb_per_s);
   }

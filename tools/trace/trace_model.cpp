@@ -280,6 +280,22 @@ trace_model build_model(const trace_file& file) {
   }
   std::stable_sort(m.transfers.begin(), m.transfers.end(),
                    [](const transfer_slice& a, const transfer_slice& b) { return a.begin < b.begin; });
+  if (file.merged()) {
+    // (rank, peer, tag, what) -> indices into m.transfers, in time order
+    std::map<std::tuple<std::uint64_t, std::uint64_t, std::uint64_t, trace::transfer>, std::vector<std::size_t>> by_key;
+    for (std::size_t i = 0; i < m.transfers.size(); ++i) {
+      const auto& t = m.transfers[i];
+      by_key[{t.rank, t.peer, t.key, t.what}].push_back(i);
+    }
+    for (const auto& [key, sends] : by_key) {
+      const auto& [rank, peer, tag, what] = key;
+      if (what != trace::transfer::send) continue;
+      auto rec = by_key.find({peer, rank, tag, trace::transfer::receive});
+      const std::size_t matched = rec == by_key.end() ? 0 : std::min(sends.size(), rec->second.size());
+      m.unlinked_sends += sends.size() - matched;
+      for (std::size_t k = 0; k < matched; ++k) m.transfer_links.emplace_back(sends[k], rec->second[k]);
+    }
+  }
   for (auto& [key, v] : m.streams)
     std::stable_sort(v.begin(), v.end(), [](const device_slice& a, const device_slice& b) { return a.begin < b.begin; });
   return m;

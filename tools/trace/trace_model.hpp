@@ -146,6 +146,10 @@ struct trace_model {
   std::vector<drop_record> drops;
   std::vector<tag_record> tags;
   std::vector<transfer_slice> transfers;                   ///< Transfers between ranks, by begin time.
+  /// Merged traces: each send joined to the receive of its tag on the other rank (indices into
+  /// `transfers`; a tag reused: in turn), and how many sends have no receive.
+  std::vector<std::pair<std::size_t, std::size_t>> transfer_links;
+  std::uint64_t unlinked_sends = 0;
   std::uint64_t unknown_events = 0;                        ///< Kinds this reader does not know (skipped).
   std::uint64_t remote_sends = 0;                          ///< `remote_send` events: messages to other ranks.
   std::uint64_t remote_receipts = 0;                       ///< `remote_recv` events: messages from other ranks.

@@ -35,28 +35,8 @@ kvstore::key from_wire(const wire_key& key) {
 
 namespace {
 
-/// A slice's elements as a tensor of their own: the base itself when the slice is all of it (a
-/// message from another rank always is: the slice crossed as a tensor); else (from this rank's own
-/// worker, delivered without serialization) a copy of the part, enqueued on `s` after the base.
-/// A copy of elements [offset, offset + numel(shape)) of `base`, enqueued on `s` after `base` is ready.
-tensor copy_of(const tensor& base, std::int64_t offset, const std::vector<std::int64_t>& shape, device& dev, stream& s);
-
-tensor part_of(net::tensor_slice& slice, device& dev, stream& s) {
-  if (!slice.base.valid() || (slice.offset == 0 && slice.base.shape() == slice.shape)) return std::move(slice.base);
-  return copy_of(slice.base, slice.offset, slice.shape, dev, s);
-}
-
-/// `slice` as a tensor the server owns: a message from this rank's own worker arrives unserialized,
-/// and its slice is the caller's own tensor, which the caller may reuse once its push is answered
-/// (as with the one-process store), while a dist_sync version keeps its value until every rank's
-/// is in. A slice from another rank is a received tensor already.
-tensor owned_part(net::tensor_slice& slice, bool from_this_rank, device& dev, stream& s) {
-  if (!from_this_rank || !slice.base.valid()) return part_of(slice, dev, s);
-  return copy_of(slice.base, slice.offset, slice.shape, dev, s);
-}
-
-tensor copy_of(const tensor& base, std::int64_t offset, const std::vector<std::int64_t>& shape, device& dev, stream& s) {
-  net::tensor_slice slice{base, offset, shape};
+/// A copy of `slice`'s elements, enqueued on `s` after its base is ready.
+tensor copy_of(const net::tensor_slice& slice, device& dev, stream& s) {
   tensor part = tensor::empty(slice.shape, slice.base.dtype(), dev, s);
   s.wait(slice.base.ready_event());
   const std::size_t element = size_of(part.dtype());
@@ -67,6 +47,23 @@ tensor copy_of(const tensor& base, std::int64_t offset, const std::vector<std::i
                     n = part.bytes(), hold = slice.base] { std::memcpy(to, from, n); }});
   part.set_ready_event(s.record());
   return part;
+}
+
+/// A slice's elements as a tensor of their own: the base itself when the slice is all of it (a
+/// message from another rank always is: the slice crossed as a tensor); else (from this rank's own
+/// worker, delivered without serialization) a copy of the part, enqueued on `s` after the base.
+tensor part_of(net::tensor_slice& slice, device& dev, stream& s) {
+  if (!slice.base.valid() || (slice.offset == 0 && slice.base.shape() == slice.shape)) return std::move(slice.base);
+  return copy_of(slice, dev, s);
+}
+
+/// `slice` as a tensor the server owns: a message from this rank's own worker arrives unserialized,
+/// and its slice is the caller's own tensor, which the caller may reuse once its push is answered
+/// (as with the one-process store), while a dist_sync version keeps its value until every rank's
+/// is in: that one is copied even when whole. A slice from another rank is a received tensor.
+tensor owned_part(net::tensor_slice& slice, bool from_this_rank, device& dev, stream& s) {
+  if (from_this_rank && slice.base.valid()) return copy_of(slice, dev, s);
+  return part_of(slice, dev, s);
 }
 
 class server final : public actor {
@@ -190,18 +187,14 @@ private:
   void on_sparse_push(sparse_push_msg& m) {
     auto key = from_wire(m.key);
     auto reply = make_response_promise<unit_t>();
-    auto it = keys_.find(key);
-    if (it == keys_.end()) {
-      reply.deliver(error(errc::invalid_argument, "kvstore dist push: key " + key.to_string() +
-                                                       " was never initialised; call init first (every worker)."));
-      return;
-    }
-    auto value = sparse_value(key, it->second, m, owned_part(m.rows, m.rank == rank_, dev_, stream_));
+    key_state* st = initialised(key, "push", reply);
+    if (st == nullptr) return;
+    auto value = sparse_value(key, *st, m, owned_part(m.rows, m.rank == rank_, dev_, stream_));
     if (!value) {
       reply.deliver(value.error());
       return;
     }
-    take(key, it->second, m.rank, m.seq, contribution{tensor(), std::move(*value), true}, reply);
+    take(key, *st, m.rank, m.seq, contribution{tensor(), std::move(*value), true}, reply);
   }
 
   /// The kvstore's row-sparse value of `m` for this shard's key: the rows as they came for a whole
@@ -255,29 +248,35 @@ private:
     return elements;
   }
 
+  /// The state of `key`, or null when it was never initialised (the reply to `op` gets why).
+  template <class R>
+  key_state* initialised(const kvstore::key& key, const char* op, response_promise<R>& reply) {
+    auto it = keys_.find(key);
+    if (it != keys_.end()) return &it->second;
+    reply.deliver(error(errc::invalid_argument, std::string("kvstore dist ") + op + ": key " + key.to_string() +
+                                                     " was never initialised; call init first (every worker)."));
+    return nullptr;
+  }
+
   /// The key's state when a push of `shape` and `type` fits it; else the reply gets the reason.
   key_state* pushable(const kvstore::key& key, const std::vector<std::int64_t>& shape, dtype type,
                       response_promise<unit_t>& reply) {
-    auto it = keys_.find(key);
-    if (it == keys_.end()) {
-      reply.deliver(error(errc::invalid_argument, "kvstore dist push: key " + key.to_string() +
-                                                       " was never initialised; call init first (every worker)."));
-      return nullptr;
-    }
-    if (type != it->second.type) {
+    key_state* st = initialised(key, "push", reply);
+    if (st == nullptr) return nullptr;
+    if (type != st->type) {
       reply.deliver(error(errc::invalid_argument, "kvstore dist push: the value for key " + key.to_string() +
                                                        " has dtype " + std::string(to_string(type)) + ", expected " +
-                                                       std::string(to_string(it->second.type)) + "."));
+                                                       std::string(to_string(st->type)) + "."));
       return nullptr;
     }
-    if (shape != it->second.shape) {
+    if (shape != st->shape) {
       reply.deliver(error(errc::invalid_argument, "kvstore dist push: the value for key " + key.to_string() + " is " +
                                                        shape_text(shape) + ", expected " +
                                                        std::string(to_string(type)) + " " +
-                                                       shape_text(it->second.shape) + "."));
+                                                       shape_text(st->shape) + "."));
       return nullptr;
     }
-    return &it->second;
+    return st;
   }
 
   /// One worker's value of `key`: an update at once (dist_async) or a slot of its version.
@@ -394,34 +393,26 @@ private:
   void on_pull(const pull_msg& m) {
     auto key = from_wire(m.key);
     auto reply = make_response_promise<tensor>();
-    auto it = keys_.find(key);
-    if (it == keys_.end()) {
-      reply.deliver(error(errc::invalid_argument, "kvstore dist pull: key " + key.to_string() +
-                                                       " was never initialised; call init first (every worker)."));
-      return;
-    }
-    if (it->second.done >= m.min_version) {
+    key_state* st = initialised(key, "pull", reply);
+    if (st == nullptr) return;
+    if (st->done >= m.min_version) {
       send_value(key, std::move(reply));
       return;
     }
-    it->second.pulls.push_back(parked_pull{m.min_version, std::move(reply)});
+    st->pulls.push_back(parked_pull{m.min_version, std::move(reply)});
   }
 
   void on_sparse_pull(sparse_pull_msg& m) {
     auto key = from_wire(m.key);
     auto reply = make_response_promise<tensor>();
-    auto it = keys_.find(key);
-    if (it == keys_.end()) {
-      reply.deliver(error(errc::invalid_argument, "kvstore dist row_sparse_pull: key " + key.to_string() +
-                                                       " was never initialised; call init first (every worker)."));
-      return;
-    }
-    if (it->second.done >= m.min_version) {
+    key_state* st = initialised(key, "row_sparse_pull", reply);
+    if (st == nullptr) return;
+    if (st->done >= m.min_version) {
       send_rows(key, m, std::move(reply));
       return;
     }
     const std::uint64_t min_version = m.min_version;
-    it->second.pulls.push_back(parked_pull{min_version, std::move(reply), std::move(m)});
+    st->pulls.push_back(parked_pull{min_version, std::move(reply), std::move(m)});
   }
 
   /// The rows `m` asks for, read by the kvstore into a tensor of their own: of a whole key

@@ -167,19 +167,14 @@ void endpoint_state::push_chunks(int dst, const outgoing_tensor& t, int first_ta
   }
   // Bytes of a big tensor are about to flow: say so first (same tag 0 as the message frame that
   // announced them, so it arrives after it), and the receiver polls without sleeping meanwhile.
-  std::vector<std::byte> flowing;
   if (!text && t.bytes >= flowing_bytes) {
+    std::vector<std::byte> flowing;
     std::vector<tensor> none;
     writer w(flowing, none, this);
     w(frame::flowing, static_cast<std::int32_t>(first_tag), static_cast<std::uint32_t>(n));
+    (void)push_frame(dst, std::move(flowing));  // dropped once this rank said goodbye to `dst`
   }
   std::lock_guard lock(out_mu);
-  if (!flowing.empty() && !goodbye_sent[static_cast<std::size_t>(dst)]) {
-    outgoing f;
-    f.dst = dst;
-    f.frame_bytes = std::move(flowing);
-    outbox.push_back(std::move(f));
-  }
   for (std::size_t i = 0; i < n; ++i) {
     outgoing o;
     o.dst = dst;
@@ -193,7 +188,7 @@ void endpoint_state::push_chunks(int dst, const outgoing_tensor& t, int first_ta
       o.data = t.data + i * chunk_bytes;
       o.size = std::min(chunk_bytes, t.bytes - i * chunk_bytes);
     }
-    o.tag = static_cast<int>(1 + (static_cast<std::uint64_t>(first_tag - 1) + i) % static_cast<std::uint64_t>(tag_ub - 1));
+    o.tag = tag_after(first_tag, i);
     outbox.push_back(std::move(o));
   }
   chunks_owed.fetch_sub(static_cast<std::int64_t>(n), std::memory_order_relaxed);
@@ -323,7 +318,7 @@ expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
       ready.then([self, dst = to.rank, t = std::move(t), tag](std::exception_ptr failed) {
         self->push_chunks(dst, t, tag, failed);
       });
-      tag = static_cast<int>(1 + (static_cast<std::uint64_t>(tag - 1) + k) % static_cast<std::uint64_t>(tag_ub - 1));
+      tag = tag_after(tag, k);
     }
   } catch (const error_exception& ex) {
     return refuse(ex.error());

@@ -91,7 +91,7 @@ tensor endpoint_state::receive_tensor(int src, std::vector<std::int64_t> shape, 
     c.size = std::min(chunk_bytes, bytes - i * chunk_bytes);
     c.src = src;
     c.tag = decode_tag;
-    decode_tag = static_cast<int>(1 + static_cast<std::uint64_t>(decode_tag) % static_cast<std::uint64_t>(tag_ub - 1));
+    decode_tag = tag_after(decode_tag, 1);
     c.whole = whole;
     receives.push_back(std::move(c));
   }
@@ -206,8 +206,7 @@ void endpoint_state::handle_frame(int src, const std::byte* data, std::size_t n)
       r(first_tag, chunks);
       flowing_frames.fetch_add(1, std::memory_order_relaxed);
       for (std::uint32_t i = 0; i < chunks; ++i) {
-        const int tag = static_cast<int>(1 + (static_cast<std::uint64_t>(first_tag - 1) + i) % static_cast<std::uint64_t>(tag_ub - 1));
-        auto it = data_receives.find({src, tag});
+        auto it = data_receives.find({src, tag_after(first_tag, i)});
         if (it == data_receives.end() || it->second) continue;  // already complete (or named twice)
         it->second = true;
         ++flowing_receives;

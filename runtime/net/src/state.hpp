@@ -184,6 +184,10 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   actor_ref proxy_locked(int peer, bool by_name, std::uint64_t key);
   expected<void> publish(const actor_ref& target, const std::string& name);
   int allocate_tags(int dst, std::size_t n);
+  /// The data tag `k` places after `tag` (tags 1..tag_ub - 1 wrap around).
+  int tag_after(int tag, std::uint64_t k) const noexcept {
+    return static_cast<int>(1 + (static_cast<std::uint64_t>(tag - 1) + k) % static_cast<std::uint64_t>(tag_ub - 1));
+  }
   /// Sizes the per-rank tables once `size` is known.
   void size_tables();
   error rank_down_error(int peer) const;
