@@ -18,4 +18,36 @@ inline int launched_ranks() {
   return n > 0 ? n : 1;
 }
 
+/// Preconditions of the cases here (`boost::unit_test::precondition(...)`).
+/// A world of one on one GPU: the case runs without mpirun.
+inline boost::test_tools::assertion_result one_gpu_without_mpirun(boost::unit_test::test_unit_id) {
+  if (launched_ranks() > 1) {
+    boost::test_tools::assertion_result r(false);
+    r.message() << "the world of one runs without mpirun";
+    return r;
+  }
+  return gpu_precondition(1);
+}
+/// `gpus` GPUs, under mpirun -np 2 or more.
+inline boost::test_tools::assertion_result gpus_under_mpirun(int gpus) {
+  if (launched_ranks() < 2) {
+    boost::test_tools::assertion_result r(false);
+    r.message() << "needs mpirun -np 2 or more";
+    return r;
+  }
+  return gpu_precondition(gpus);
+}
+/// Ranks sharing one GPU, under mpirun.
+inline boost::test_tools::assertion_result one_gpu_under_mpirun(boost::unit_test::test_unit_id) {
+  return gpus_under_mpirun(1);
+}
+/// A GPU per rank, under mpirun.
+inline boost::test_tools::assertion_result gpu_per_rank_under_mpirun(boost::unit_test::test_unit_id) {
+  return gpus_under_mpirun(launched_ranks());
+}
+/// A GPU per rank, with or without mpirun (NCCL puts one rank per GPU).
+inline boost::test_tools::assertion_result gpu_per_rank(boost::unit_test::test_unit_id) {
+  return gpu_precondition(launched_ranks());
+}
+
 }  // namespace strata::test

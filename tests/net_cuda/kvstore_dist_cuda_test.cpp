@@ -26,30 +26,9 @@ namespace kd = strata::kvstore_dist;
 
 namespace {
 
-boost::test_tools::assertion_result one_gpu_without_mpirun(boost::unit_test::test_unit_id) {
-  if (strata::test::launched_ranks() > 1) {
-    boost::test_tools::assertion_result r(false);
-    r.message() << "the world of one runs without mpirun";
-    return r;
-  }
-  return strata::test::gpu_precondition(1);
-}
-boost::test_tools::assertion_result one_gpu_under_mpirun(boost::unit_test::test_unit_id) {
-  if (strata::test::launched_ranks() < 2) {
-    boost::test_tools::assertion_result r(false);
-    r.message() << "needs mpirun -np 2 or more";
-    return r;
-  }
-  return strata::test::gpu_precondition(1);
-}
-boost::test_tools::assertion_result gpu_per_rank_under_mpirun(boost::unit_test::test_unit_id) {
-  if (strata::test::launched_ranks() < 2) {
-    boost::test_tools::assertion_result r(false);
-    r.message() << "needs mpirun -np 2 or more";
-    return r;
-  }
-  return strata::test::gpu_precondition(strata::test::launched_ranks());
-}
+using strata::test::gpu_per_rank_under_mpirun;
+using strata::test::one_gpu_under_mpirun;
+using strata::test::one_gpu_without_mpirun;
 
 /// One actor system and endpoint per process (an endpoint is one per process).
 struct world {

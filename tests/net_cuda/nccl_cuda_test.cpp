@@ -17,17 +17,9 @@
 #include "strata/net/endpoint.hpp"
 
 namespace {
-boost::test_tools::assertion_result one_gpu_without_mpirun(boost::unit_test::test_unit_id) {
-  if (strata::test::launched_ranks() > 1) {
-    boost::test_tools::assertion_result r(false);
-    r.message() << "the world of one runs without mpirun";
-    return r;
-  }
-  return strata::test::gpu_precondition(1);
-}
-boost::test_tools::assertion_result gpu_per_rank(boost::unit_test::test_unit_id) {
-  return strata::test::gpu_precondition(strata::test::launched_ranks());
-}
+using strata::test::gpu_per_rank;
+using strata::test::one_gpu_without_mpirun;
+
 std::vector<float> random_values(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::vector<float> v(n);
