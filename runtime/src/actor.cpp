@@ -40,6 +40,8 @@ std::uint64_t detail::next_message_id() noexcept {
 namespace {
 
 thread_local actor_cell* tls_current = nullptr;
+thread_local bool tls_inline_host = false;  // detail::host_inline_runs
+thread_local std::uint64_t tls_inline_runs = 0;
 
 /// Answers a request that will not be handled with `err`; deletes `e`.
 void bounce(envelope* e, error err) noexcept {
@@ -120,6 +122,13 @@ expected<void> detail::deliver(cell_base* target, envelope* e, system_impl* orig
       return {};
     case mailbox::push_result::queued_and_wake:
       trace::emit_stamped(enqueued_at, event_kind::enqueue, c->id, sender_id, msg_id, type_id, 1);
+      // This thread now owns the idle actor's next turn: a host of inline runs takes it itself
+      // (never nested inside another actor's turn), every other thread hands it to its runner.
+      if (c->inline_delivery && tls_inline_host && tls_current == nullptr && c->runner == nullptr) {
+        ++tls_inline_runs;
+        if (run_actor(c, std::max<std::size_t>(c->sys->config.throughput, 1)) == run_result::reschedule) c->sys->schedule(c);
+        return {};
+      }
       c->sys->schedule(c);
       return {};
     case mailbox::push_result::closed:
@@ -138,6 +147,8 @@ expected<void> detail::deliver(cell_base* target, envelope* e, system_impl* orig
 detail::system_impl* detail::system_of(cell_base* cell) noexcept { return as_cell(cell)->sys.get(); }
 actor_system& detail::public_system(system_impl* sys) noexcept { return *sys->pub; }
 detail::actor_cell* detail::current_cell() noexcept { return tls_current; }
+bool detail::host_inline_runs(bool allowed) noexcept { return std::exchange(tls_inline_host, allowed); }
+std::uint64_t detail::inline_runs_here() noexcept { return tls_inline_runs; }
 
 std::string detail::describe(const actor_cell* c) { return "'" + c->name + "' (id " + std::to_string(c->id) + ")"; }
 

@@ -133,6 +133,7 @@ actor_ref actor_system::spawn_instance(std::unique_ptr<actor> instance, spawn_op
   c->stash_capacity = options.stash_capacity != 0 ? options.stash_capacity : impl_->config.stash_capacity;
   c->supervisor = supervisor;
   c->factory = std::move(factory);
+  c->inline_delivery = options.handle_remote_inline;
   actor_ref ref = actor_ref::adopt(c);
   if (impl_->det) {
     c->runner = impl_->det.get();  // dedicated_thread too: one FIFO keeps the order repeatable

@@ -71,6 +71,8 @@ struct actor_cell : cell_base {
 
   // Placement: null runs on the worker pool; else a dedicated thread or the deterministic scheduler.
   cell_runner* runner = nullptr;
+  // spawn_options::handle_remote_inline: a thread that hosts inline runs may run it on delivery.
+  bool inline_delivery = false;
 
   // Bounded mailboxes only.
   std::size_t capacity = 0;

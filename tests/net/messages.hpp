@@ -80,6 +80,16 @@ void serialize(A& a, seq_msg& m) {
   a(m.rank, m.stream, m.seq);
 }
 
+/// Where an actor handled message `seq`: on the communication thread (inline) or not.
+struct where_ran {
+  std::int64_t seq = 0;
+  bool inline_run = false;
+};
+template <class A>
+void serialize(A& a, where_ran& m) {
+  a(m.seq, m.inline_run);
+}
+
 /// No serialization: must not cross ranks.
 struct opaque {
   int x = 0;
@@ -88,4 +98,4 @@ struct opaque {
 }  // namespace nettest
 
 STRATA_NET_DECLARE(nettest::ping, nettest::pong, nettest::add, nettest::hold_on, nettest::die, nettest::tensor_msg,
-                   nettest::start_burst, nettest::seq_msg);
+                   nettest::start_burst, nettest::seq_msg, nettest::where_ran);

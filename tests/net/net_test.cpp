@@ -77,6 +77,18 @@ struct world {
                                 return {[](const tensor_msg& m) { return m; }};
                               }),
                               "tensor_echo"));
+    // Spawned with handle_remote_inline: says where each message ran (a thread that has run
+    // actors inline is the communication thread; scheduler threads never do).
+    BOOST_REQUIRE(net.publish(
+        sys.spawn_fn_with({.name = "inline_echo", .handle_remote_inline = true},
+                          [](strata::actor& self) -> strata::behavior {
+                            auto here = [] { return strata::detail::inline_runs_here() > 0; };
+                            return {[&self, here](const ping& p) { self.send(self.current_sender(), where_ran{p.seq, here()}); },
+                                    [&self, here](const tensor_msg& m) {
+                                      self.send(self.current_sender(), where_ran{std::stoll(m.label), here()});
+                                    }};
+                          }),
+        "inline_echo"));
     const int me = net.rank();
     BOOST_REQUIRE(net.publish(sys.spawn([me](strata::actor& self) -> strata::behavior {
                                 return {[&self, me](const start_burst& b) {
@@ -133,6 +145,63 @@ BOOST_AUTO_TEST_CASE(remote_ping_pong_keeps_the_order_of_every_round) {
   });
   BOOST_REQUIRE(result.wait_for(60s) == std::future_status::ready);
   BOOST_TEST(result.get() == rounds);
+}
+
+// An actor spawned with handle_remote_inline answers from the communication thread when a
+// message finds it idle; a message carrying tensor data always goes to a scheduler thread; and
+// the order of one sender's messages holds across the two.
+BOOST_AUTO_TEST_CASE(an_inline_actor_runs_on_the_communication_thread_and_keeps_the_order) {
+  if (!driving()) return;
+  auto& w = *the_world;
+  auto echo = w.net.remote(w.net.size() - 1, "inline_echo").value();
+  auto s = w.cpu.create_stream();
+  std::vector<float> values{1, 2, 3};
+  auto data = strata::tensor::from_host<float>(values, {3}, w.cpu, s);
+  struct outcome {
+    std::vector<where_ran> replies;
+    std::promise<void> done;
+  };
+  auto out = std::make_shared<outcome>();
+  auto finished = out->done.get_future();
+  constexpr std::int64_t one_at_a_time = 300, total = 1300;
+  // Messages 0..299 one at a time (every 10th carries a tensor), then 1000 more, 16 in flight.
+  w.sys.spawn([echo, data, out](strata::actor& self) -> strata::behavior {
+    auto sent = std::make_shared<std::int64_t>(0);
+    auto send_next = [&self, echo, data, sent] {
+      const std::int64_t k = (*sent)++;
+      if (k % 10 == 0) self.send(echo, tensor_msg{{data}, std::to_string(k)});
+      else self.send(echo, ping{k, ""});
+    };
+    send_next();
+    return {[&self, out, sent, send_next](const where_ran& r) {
+      out->replies.push_back(r);
+      const auto got = static_cast<std::int64_t>(out->replies.size());
+      if (got == total) {
+        out->done.set_value();
+        self.quit();
+        return;
+      }
+      if (got < one_at_a_time) return send_next();
+      if (got == one_at_a_time)
+        for (int i = 0; i < 16; ++i) send_next();
+      else if (*sent < total) send_next();
+    }};
+  });
+  BOOST_REQUIRE(finished.wait_for(60s) == std::future_status::ready);
+  std::int64_t inline_pings = 0, pings = 0;
+  for (std::int64_t k = 0; k < total; ++k) {
+    const auto& r = out->replies[static_cast<std::size_t>(k)];
+    BOOST_TEST_REQUIRE(r.seq == k, "reply " << k << " answers message " << r.seq);
+    if (k % 10 == 0) BOOST_TEST(!r.inline_run, "message " << k << " carries a tensor and ran inline");
+    if (k % 10 != 0 && k < one_at_a_time) {
+      ++pings;
+      inline_pings += r.inline_run ? 1 : 0;
+    }
+  }
+  // One at a time, a ping finds the actor idle unless its scheduler thread is still finishing
+  // the turn of the tensor message before it.
+  BOOST_TEST_MESSAGE(inline_pings << " of " << pings << " pings sent one at a time ran inline");
+  BOOST_TEST(inline_pings >= pings * 8 / 10, inline_pings << " of " << pings << " pings ran inline");
 }
 
 BOOST_AUTO_TEST_CASE(messages_from_every_sender_on_every_rank_arrive_in_the_order_sent) {

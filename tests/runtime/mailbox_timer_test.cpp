@@ -3,6 +3,8 @@
 #include <boost/test/unit_test.hpp>
 
 #include <atomic>
+#include <mutex>
+#include <numeric>
 #include <set>
 #include <thread>
 #include <utility>
@@ -98,6 +100,96 @@ BOOST_AUTO_TEST_CASE(a_dedicated_thread_actor_always_runs_on_the_same_thread) {
   // make_behavior ran on the spawning thread; every handler on the dedicated one.
   BOOST_TEST(await(distinct).value() == 2u);
   BOOST_TEST(threads->count(std::this_thread::get_id()) == 1u);
+}
+
+// spawn_options::handle_remote_inline: a thread that hosts inline runs (strata::net's
+// communication thread) runs an idle actor's turn itself when it delivers to it; any other thread
+// schedules it; a busy actor's message queues, so the order holds across the two.
+BOOST_AUTO_TEST_CASE(an_inline_actor_runs_on_the_hosting_thread_only_when_it_finds_it_idle) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 1});
+  struct seen {
+    std::mutex m;
+    std::vector<std::pair<int, std::thread::id>> runs;
+  };
+  auto log = std::make_shared<seen>();
+  auto inline_actor = sys.spawn_fn_with({.handle_remote_inline = true}, [log](strata::actor&) -> strata::behavior {
+    return {[log](int i) {
+              std::lock_guard lock(log->m);
+              log->runs.emplace_back(i, std::this_thread::get_id());
+            },
+            [log](const std::string&) {
+              std::lock_guard lock(log->m);
+              return log->runs.size();
+            }};
+  });
+  auto plain = sys.spawn([log](strata::actor&) -> strata::behavior {
+    return {[log](int i) {
+      std::lock_guard lock(log->m);
+      log->runs.emplace_back(-i, std::this_thread::get_id());
+    }};
+  });
+  auto deliver = [](const strata::actor_ref& to, int i) {
+    auto* e = new strata::detail::typed_envelope<int>(i);
+    e->msg_id = strata::detail::next_message_id();
+    return strata::detail::deliver(to.cell(), e);
+  };
+  std::thread::id host;
+  std::vector<std::size_t> seen_after;
+  std::thread([&] {
+    host = std::this_thread::get_id();
+    BOOST_TEST(!strata::detail::host_inline_runs(true));
+    const auto before = strata::detail::inline_runs_here();
+    for (int i = 1; i <= 50; ++i) {
+      BOOST_TEST(deliver(inline_actor, i).has_value());
+      std::lock_guard lock(log->m);
+      seen_after.push_back(log->runs.size());  // an inline run is done when deliver returns
+    }
+    BOOST_TEST(deliver(plain, 7).has_value());  // not marked: scheduled as always
+    BOOST_TEST(strata::detail::inline_runs_here() - before == 50u);
+    BOOST_TEST(strata::detail::host_inline_runs(false));
+  }).join();
+  // From a thread that hosts nothing (this one), the inline actor is scheduled.
+  for (int i = 51; i <= 60; ++i) sys.send(inline_actor, i);
+  auto count = sys.request<std::size_t>(inline_actor, 5s, std::string("count"));
+  BOOST_TEST(await(count).value() >= 60u);
+  auto flushed = sys.request<strata::unit_t>(plain, 5s, 0);  // after its 7 (logged as 0)
+  (void)await(flushed);
+  std::lock_guard lock(log->m);
+  for (std::size_t k = 0; k < seen_after.size(); ++k) BOOST_TEST(seen_after[k] >= k + 1);
+  std::vector<int> order;
+  for (auto& [i, thread] : log->runs) {
+    if (i > 0) order.push_back(i);
+    if (i > 0 && i <= 50) BOOST_TEST((thread == host), "message " << i << " did not run on the hosting thread");
+    if (i > 50 || i < 0) BOOST_TEST((thread != host), "message " << i << " ran on the hosting thread");
+  }
+  std::vector<int> expected(60);
+  std::iota(expected.begin(), expected.end(), 1);
+  BOOST_TEST(order == expected, boost::test_tools::per_element());
+}
+
+// An inline actor that sends to another from its inline turn does not run it nested: the second
+// is scheduled (the hosting thread runs one actor at a time).
+BOOST_AUTO_TEST_CASE(an_inline_turn_does_not_nest_another_inline_actor) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 1});
+  auto second_thread = std::make_shared<strata::test::shared_promise<std::thread::id>>();
+  auto second = sys.spawn_fn_with({.handle_remote_inline = true}, [second_thread](strata::actor&) -> strata::behavior {
+    return {[second_thread](int) { second_thread->p->set_value(std::this_thread::get_id()); }};
+  });
+  auto first = sys.spawn_fn_with({.handle_remote_inline = true}, [second](strata::actor& self) -> strata::behavior {
+    return {[&self, second](int i) { self.send(second, i); }};
+  });
+  auto f = second_thread->future();
+  std::thread::id host;
+  std::thread([&] {
+    host = std::this_thread::get_id();
+    const bool was = strata::detail::host_inline_runs(true);
+    auto* e = new strata::detail::typed_envelope<int>(1);
+    e->msg_id = strata::detail::next_message_id();
+    BOOST_TEST(strata::detail::deliver(first.cell(), e).has_value());
+    strata::detail::host_inline_runs(was);
+  }).join();
+  BOOST_REQUIRE(f.wait_for(5s) == std::future_status::ready);
+  BOOST_TEST((f.get() != host));
 }
 
 BOOST_AUTO_TEST_CASE(a_delayed_send_arrives_after_its_delay) {

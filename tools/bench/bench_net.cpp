@@ -3,11 +3,14 @@
 //   mpirun -np 2 strata-bench-net [--rounds N] [--tensor-repeats K] [--ping-bytes B] [--json]
 //
 // Rank 0 drives, rank 1 serves. Raw MPI first (blocking MPI_Send/MPI_Recv from the main thread),
-// then strata: an actor on rank 0 and one on rank 1, through the endpoint's communication thread.
+// then strata: an actor on rank 0 and one on rank 1, through the endpoint's communication thread
+// (the round trip twice: remote_ping_pong_pool_us with the actors on scheduler threads,
+// remote_ping_pong_us with actors spawned with handle_remote_inline).
 //
 // It also prints the link in the form the pipeline cost model takes (strata::pipeline::link_model,
 // a message of b bytes taking latency + b / bandwidth), from strata's own figures, since pipeline
-// stages on two ranks talk through strata::net: link_latency_us is half a remote round trip, and
+// stages on two ranks talk through strata::net: link_latency_us is half a remote round trip of
+// actors on scheduler threads (as stages are), and
 // link_gbps the tensor bytes over a transfer's time less one round trip (a transfer is a request
 // carrying the tensor and a small reply, so it takes 2 x latency + bytes / bandwidth).
 //
@@ -143,16 +146,22 @@ int main(int argc, char** argv) {
   }
   const raw_result raw = raw_mpi(rank, rounds, repeats, ping_bytes, tensor_bytes);
 
-  double remote_us = 0, tensor_gbps = 0;
+  double remote_us = 0, pool_us = 0, tensor_gbps = 0;
   {
     strata::actor_system sys(strata::system_config{.worker_threads = 1});
     auto cpu = strata::make_devices("cpu:1").front();
     strata::net::endpoint net(sys, strata::net::endpoint_config{.receive_device = cpu});
+    // Each ping-pong twice: actors on the scheduler thread (every message crosses from the
+    // communication thread to it and back), and actors spawned with handle_remote_inline (their
+    // handlers run on the communication thread as messages arrive).
+    const strata::spawn_options pool_actor{}, inline_actor{.handle_remote_inline = true};
     if (rank == 1) {
-      (void)net.publish(sys.spawn([](strata::actor& self) -> strata::behavior {
-                          return {[&self](const ping& p) { self.send(self.current_sender(), p); }};
-                        }),
-                        "echo");
+      for (const auto* o : {&pool_actor, &inline_actor})
+        (void)net.publish(sys.spawn_fn_with(*o,
+                                            [](strata::actor& self) -> strata::behavior {
+                                              return {[&self](const ping& p) { self.send(self.current_sender(), p); }};
+                                            }),
+                          o->handle_remote_inline ? "echo-inline" : "echo");
       // Answers once the tensor's data is here (its ready event), from the completing thread.
       (void)net.publish(sys.spawn([](strata::actor& self) -> strata::behavior {
                           return {[&self](const tensor_msg& m) {
@@ -172,24 +181,28 @@ int main(int argc, char** argv) {
       done.wait();
     } else {
       (void)net.publish(sys.spawn([](strata::actor&) -> strata::behavior { return {[](const ping&) {}}; }), "driver");
-      auto echo = net.remote(1, "echo").value();
-      std::promise<double> result;
-      auto us = result.get_future();
-      sys.spawn([echo, rounds, ping_bytes, &result](strata::actor& self) -> strata::behavior {
-        auto count = std::make_shared<int>(-100);
-        auto t0 = std::make_shared<clock_type::time_point>(clock_type::now());
-        self.send(echo, ping{std::vector<std::uint8_t>(ping_bytes, 1)});
-        return {[&self, echo, rounds, count, t0, &result](ping& p) {
-          if (++*count == 0) *t0 = clock_type::now();
-          if (*count == rounds) {
-            result.set_value(seconds_since(*t0) * 1e6 / rounds);
-            self.quit();
-            return;
-          }
-          self.send(echo, std::move(p));
-        }};
-      });
-      remote_us = us.get();
+      auto ping_pong = [&](const strata::spawn_options& options) {
+        auto echo = net.remote(1, options.handle_remote_inline ? "echo-inline" : "echo").value();
+        std::promise<double> result;
+        auto us = result.get_future();
+        sys.spawn_fn_with(options, [echo, rounds, ping_bytes, &result](strata::actor& self) -> strata::behavior {
+          auto count = std::make_shared<int>(-100);
+          auto t0 = std::make_shared<clock_type::time_point>(clock_type::now());
+          self.send(echo, ping{std::vector<std::uint8_t>(ping_bytes, 1)});
+          return {[&self, echo, rounds, count, t0, &result](ping& p) {
+            if (++*count == 0) *t0 = clock_type::now();
+            if (*count == rounds) {
+              result.set_value(seconds_since(*t0) * 1e6 / rounds);
+              self.quit();
+              return;
+            }
+            self.send(echo, std::move(p));
+          }};
+        });
+        return us.get();
+      };
+      pool_us = ping_pong(pool_actor);
+      remote_us = ping_pong(inline_actor);
 
       auto sink = net.remote(1, "sink").value();
       auto s = cpu.create_stream();
@@ -242,11 +255,13 @@ int main(int argc, char** argv) {
   if (rank != 0) return 0;
   // tensor_gbps counts a transfer's whole request/response time; take the round trip out.
   const double transfer_s = static_cast<double>(tensor_bytes) / (tensor_gbps * 1e9);
-  const double link_latency_us = remote_us / 2;
-  const double payload_s = transfer_s - remote_us * 1e-6;
+  // Pipeline stages run on scheduler threads: their link is the pool actors' round trip.
+  const double link_latency_us = pool_us / 2;
+  const double payload_s = transfer_s - pool_us * 1e-6;
   const double link_gbps = static_cast<double>(tensor_bytes) / (payload_s > 0 ? payload_s : transfer_s) / 1e9;
   if (json) {
     nlohmann::json out = {{"remote_ping_pong_us", remote_us}, {"mpi_ping_pong_us", raw.ping_pong_us},
+                          {"remote_ping_pong_pool_us", pool_us},
                           {"tensor_64mib_gbps", tensor_gbps},  {"mpi_64mib_gbps", raw.gbps},
                           {"ping_bytes", ping_bytes},          {"tensor_mib", tensor_mib},
                           {"rounds", rounds},                  {"tensor_repeats", repeats},
@@ -256,8 +271,10 @@ int main(int argc, char** argv) {
                           {"lm_hidden", lm_hidden}};
     std::printf("%s\n", out.dump().c_str());
   } else {
-    std::printf("round trip (%zu B payload): strata %.2f us, raw MPI %.2f us (%.2fx)\n", ping_bytes, remote_us,
-                raw.ping_pong_us, remote_us / raw.ping_pong_us);
+    std::printf("round trip (%zu B payload): strata %.2f us (handlers on the scheduler thread: %.2f us), raw MPI "
+                "%.2f us (%.2fx; %.2fx)\n",
+                ping_bytes, remote_us, pool_us, raw.ping_pong_us, remote_us / raw.ping_pong_us,
+                pool_us / raw.ping_pong_us);
     std::printf("%zu MiB tensor: strata %.2f GB/s, raw MPI %.2f GB/s (%.0f%%)\n", tensor_mib, tensor_gbps, raw.gbps,
                 100 * tensor_gbps / raw.gbps);
     std::printf("link for the pipeline cost model: latency %.2f us, %.2f GB/s "

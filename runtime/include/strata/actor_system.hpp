@@ -71,6 +71,13 @@ struct spawn_options {
   std::size_t mailbox_capacity = 0;
   overflow_policy overflow = overflow_policy::fail;
   std::size_t stash_capacity = 0;      ///< 0: `system_config::stash_capacity`; else at most this many stashed messages.
+  /// Messages from other ranks (strata::net) that find this actor idle run its handlers at once
+  /// on the communication thread that received them, instead of waking a scheduler thread: two
+  /// thread hand-offs less per message (docs/distributed.md, "Latency-critical actors"). Only for
+  /// short handlers that never block: while one runs, no MPI traffic of this process moves. A
+  /// message carrying tensor data, or one that finds the actor busy, goes the usual way. Ignored
+  /// with `dedicated_thread`, under the deterministic scheduler, and without strata::net.
+  bool handle_remote_inline = false;
 };
 
 /// What shutdown does with messages still queued.

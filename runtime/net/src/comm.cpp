@@ -184,6 +184,9 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   s.size_tables();  // before any frame can arrive
   if (s.size > 1) trace::set_job(agree_on_job(comm, s.rank, s.size));
   started({});
+  // Messages without tensor data that find an actor spawned with handle_remote_inline idle run
+  // its handlers here, as they arrive (receive.cpp turns this off around the others).
+  strata::detail::host_inline_runs(true);
 
   in_flight_requests active;
   std::uint64_t collectives_posted = 0;
@@ -192,10 +195,15 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   std::deque<endpoint_state::collective> collectives;
   std::vector<std::byte> frame_buffer;
   auto idle_since = clock::now();
+  std::uint64_t idle_polls = 0;  // since the last work
+  std::uint64_t inline_runs = strata::detail::inline_runs_here();
+  bool ran_inline = false;       // an actor's handler ran here since the last idle poll
+  bool hot = false;
+  bool leaving = false;
   for (;;) {
     bool work = false;
-    bool leaving = false;
-    {
+    const bool took = s.queued.load(std::memory_order_relaxed) && s.queued.exchange(false, std::memory_order_acquire);
+    if (took) {
       std::lock_guard lock(s.out_mu);
       batch.swap(s.outbox);
       collectives.swap(s.collectives);
@@ -218,7 +226,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
         done->set_value({});
       });
     }
-    collectives.clear();
+    if (took) collectives.clear();
     for (auto& o : batch) {
       work = true;
       MPI_Request r = MPI_REQUEST_NULL;
@@ -239,7 +247,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
         active.add(r, [bytes](const MPI_Status&) {});
       }
     }
-    batch.clear();
+    if (took) batch.clear();
 
     for (int k = 0; k < 64; ++k) {
       int flag = 0;
@@ -286,6 +294,11 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
         });
       }
       s.receives.clear();
+      if (s.queued.load(std::memory_order_relaxed)) break;  // a handler answered: post that first
+    }
+    if (const std::uint64_t runs = strata::detail::inline_runs_here(); runs != inline_runs) {
+      inline_runs = runs;
+      ran_inline = true;
     }
 
     if (active.poll() != 0) work = true;
@@ -295,7 +308,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       if (s.outbox.empty()) break;
     }
     if (work) {
-      idle_since = clock::now();
+      idle_polls = 0;
       continue;
     }
     // Back off: poll with yields for spin_us after the last work, then sleep in growing steps
@@ -303,6 +316,21 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
     // moving (a chunk this rank sends, or one whose sender said it is on its way) keep the
     // polling going without sleeps, since they move only while this thread calls MPI; other
     // transfers in flight (a receive still waiting for its sender's data) keep the steps short.
+    // Right after an actor's handler ran here, its answer may come back within microseconds and
+    // no scheduler thread of this rank needs the core for it: poll without yielding for hot_us.
+    // (The clock is read at the first idle poll, then every 32nd while hot: a poll is shorter than
+    // reading it.)
+    if (idle_polls++ == 0) {
+      idle_since = clock::now();
+      hot = ran_inline && s.hot_us > 0;
+      ran_inline = false;
+    }
+    if (hot) {  // (no pause instruction: it costs tens of nanoseconds of latency on recent cores)
+      if (idle_polls % 32 != 0 ||
+          std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - idle_since).count() < s.hot_us)
+        continue;
+      hot = false;
+    }
     const auto idle = std::chrono::duration_cast<std::chrono::microseconds>(clock::now() - idle_since).count();
     if (idle < s.spin_us || data_sends > 0 || s.flowing_receives > 0) {
       std::this_thread::yield();
@@ -311,7 +339,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
     const int cap = active.empty() ? s.max_sleep_us : std::min(s.max_sleep_us, 50);
     const auto step = std::chrono::microseconds(std::clamp<long>(idle / 4, 10, cap));
     std::unique_lock lock(s.out_mu);
-    if (!s.outbox.empty()) continue;
+    if (s.queued.load(std::memory_order_acquire)) continue;
     s.sleeping = true;
     s.out_cv.wait_for(lock, step);
     s.sleeping = false;

@@ -120,7 +120,8 @@ void proxy_cell::go_down(const error& reason) {
 
 void endpoint_state::size_tables() {
   goodbye_sent.assign(static_cast<std::size_t>(size), 0);
-  peer_gone.assign(static_cast<std::size_t>(size), 0);
+  peer_gone.reset(new std::atomic<bool>[static_cast<std::size_t>(size)]);
+  for (int i = 0; i < size; ++i) peer_gone[static_cast<std::size_t>(i)].store(false);
   next_tag.reset(new std::atomic<std::uint64_t>[static_cast<std::size_t>(size)]);
   for (int i = 0; i < size; ++i) next_tag[static_cast<std::size_t>(i)].store(0);
 }
@@ -246,10 +247,8 @@ expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
     strata::detail::reject(e, err);
     return err;
   };
-  {
-    std::lock_guard lock(mu);
-    if (peer_gone[static_cast<std::size_t>(to.rank)]) return refuse(rank_down_error(to.rank));
-  }
+  if (peer_gone[static_cast<std::size_t>(to.rank)].load(std::memory_order_acquire))
+    return refuse(rank_down_error(to.rank));
   const codec* c = find_codec(e->type);
   if (c == nullptr)
     return refuse(error(errc::invalid_argument,
@@ -259,7 +258,7 @@ expected<void> endpoint_state::forward(proxy_cell& to, envelope* e) noexcept {
                             "with STRATA_NET_DECLARE or a protocol passed to endpoint::remote/publish)"));
   try {
     std::vector<std::byte> bytes;
-    bytes.reserve(96);
+    bytes.reserve(256);  // a message frame's header is about 60 bytes: small payloads fit without growing
     std::vector<tensor> tensors;
     writer w(bytes, tensors, this);
     w(frame::message, e->kind, e->urgent, to.by_name, to.key);
@@ -435,6 +434,7 @@ endpoint::endpoint(actor_system& sys, endpoint_config config) : state_(std::make
       if (auto path = detail::receive_staging(s.config.receive_device.kind(), s.config.receive_device.name()); !path)
         throw error_exception(path.error());
     s.spin_us = env_int("STRATA_NET_SPIN_US", 200);
+    s.hot_us = env_int("STRATA_NET_HOT_US", 20);
     s.max_sleep_us = env_int("STRATA_NET_MAX_SLEEP_US", 1000);
     (void)declare<unit_t, error, down_msg, exit_msg, bool, std::int32_t, std::int64_t, std::uint32_t, std::uint64_t,
                   float, double, std::string, tensor, std::vector<float>, std::vector<std::int64_t>>();
@@ -506,7 +506,7 @@ void endpoint::shutdown() {
         s.goodbye_sent[static_cast<std::size_t>(peer)] = 1;
       }
       s.leaving = true;
-      s.out_cv.notify_one();
+      s.wake_locked();
     }
     s.comm.join();
   }

@@ -24,7 +24,8 @@ struct envelope_owner {
 };
 }  // namespace
 
-void endpoint_state::with_target(int src, bool by_name, std::uint64_t key, std::function<void(const actor_ref&)> fn) {
+template <class F>
+void endpoint_state::with_target(int src, bool by_name, std::uint64_t key, F fn) {
   actor_ref target;
   bool first = false;
   {
@@ -35,7 +36,7 @@ void endpoint_state::with_target(int src, bool by_name, std::uint64_t key, std::
       target = it->second;
       first = resolved_sent.emplace(src, key).second;
     } else {
-      parked[key].push_back(parked_frame{src, std::move(fn)});
+      parked[key].push_back(parked_frame{src, std::function<void(const actor_ref&)>(std::move(fn))});
       return;
     }
   }
@@ -149,7 +150,8 @@ void endpoint_state::handle_frame(int src, const std::byte* data, std::size_t n)
       }
       auto owner = std::make_shared<envelope_owner>(e);
       const int me = rank;
-      with_target(src, by_name, key, [owner, notifier, link, me, key, src, remote_msg](const actor_ref& target) {
+      const bool carries_data = chunks != 0;
+      with_target(src, by_name, key, [owner, notifier, link, me, key, src, remote_msg, carries_data](const actor_ref& target) {
         envelope* env = std::exchange(owner->e, nullptr);
         // Links this rank's id of the message to the sender's (strata-trace merge joins them).
         if (target)
@@ -161,7 +163,11 @@ void endpoint_state::handle_frame(int src, const std::byte* data, std::size_t n)
           return;
         }
         if (notifier && notifier.cell()->remote) static_cast<proxy_cell*>(notifier.cell())->forget_watcher(target, link);
+        // An inline handler must not wait for this message's tensors: their receives are
+        // posted only after this frame (and the thread must not block on them meanwhile).
+        const bool hosting = carries_data ? strata::detail::host_inline_runs(false) : false;
         (void)strata::detail::deliver(target.cell(), env);
+        if (carries_data) strata::detail::host_inline_runs(hosting);
       });
       return;
     }
@@ -222,7 +228,7 @@ void endpoint_state::peer_left(int peer) {
   std::vector<std::pair<actor_ref, std::uint64_t>> requests;
   {
     std::lock_guard lock(mu);
-    peer_gone[static_cast<std::size_t>(peer)] = 1;
+    peer_gone[static_cast<std::size_t>(peer)].store(true, std::memory_order_release);
     for (auto& [k, ref] : proxies)
       if (std::get<0>(k) == peer) gone.push_back(ref);
     for (auto it = in_flight.begin(); it != in_flight.end();) {

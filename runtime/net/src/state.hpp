@@ -111,6 +111,7 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   bool mpi = false;
   int tag_ub = 32767;
   int spin_us = 200;
+  int hot_us = 20;  // after an inline run: polled without yielding
   int max_sleep_us = 1000;
 
   // The outbox: any thread pushes, the communication thread drains.
@@ -119,6 +120,9 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   std::deque<outgoing> outbox;
   bool sleeping = false;
   bool leaving = false;                 // guarded by out_mu
+  // Set under out_mu whenever the outbox, the collectives or `leaving` change: the communication
+  // thread takes the lock only when it is set.
+  std::atomic<bool> queued{false};
   std::vector<char> goodbye_sent;       // guarded by out_mu
   std::atomic<std::int64_t> chunks_owed{0};  // announced tensor chunks not yet in the outbox
   /// Collectives in call order (guarded by out_mu): the communication thread posts them.
@@ -142,7 +146,7 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   std::map<std::tuple<int, bool, std::uint64_t>, actor_ref> proxies;
   std::map<std::tuple<int, std::uint64_t, std::uint64_t>, actor_ref> in_flight;  // (rank, requester id, request id)
   std::set<std::pair<int, std::uint64_t>> resolved_sent;
-  std::vector<char> peer_gone;
+  std::unique_ptr<std::atomic<bool>[]> peer_gone;  // written under mu; forward reads it without
   std::vector<std::pair<device, stream>> staging_streams;
 
   // Communication thread only.
@@ -177,7 +181,11 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
                                              const std::vector<tensor_bytes>& ranges);
   /// The stream of `dev` that stages cuda tensors to host memory (one per device, made once).
   stream staging_stream(const device& dev);
-  void wake_locked() { if (sleeping) out_cv.notify_one(); }
+  /// After a change to the outbox, the collectives or `leaving` (with out_mu held).
+  void wake_locked() {
+    queued.store(true, std::memory_order_release);
+    if (sleeping) out_cv.notify_one();
+  }
   /// The wire address of `ref` (rank -1 for an empty handle); exports local actors.
   std::tuple<int, bool, std::uint64_t> address_of(const actor_ref& ref);
   actor_ref import(int from_rank, bool by_name, std::uint64_t key);
@@ -196,7 +204,8 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   void handle_frame(int src, const std::byte* data, std::size_t size);
   void peer_left(int peer);
   /// Runs `fn` with the local actor `key` names (now, or when the name is published).
-  void with_target(int src, bool by_name, std::uint64_t key, std::function<void(const actor_ref&)> fn);
+  template <class F>
+  void with_target(int src, bool by_name, std::uint64_t key, F fn);  // receive.cpp
   tensor receive_tensor(int src, std::vector<std::int64_t> shape, dtype type);
   /// Ends the communication thread's loop: everything sent, every peer said goodbye.
   bool finished();
