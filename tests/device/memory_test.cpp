@@ -33,6 +33,34 @@ BOOST_AUTO_TEST_CASE(a_freed_block_is_reused_by_a_later_allocation_of_a_similar_
   BOOST_TEST(after.peak_bytes_in_use >= std::size_t{1} << 20);
 }
 
+BOOST_AUTO_TEST_CASE(a_big_host_block_is_whole_huge_pages_and_reused_as_such) {
+  // Blocks of 4 MiB and more are 2 MiB aligned, in whole 2 MiB pages (transparent huge pages).
+  auto dev = make_devices("cpu:1");
+  auto s = dev[0].create_stream();
+  constexpr std::size_t mib = std::size_t{1} << 20;
+  const std::size_t bytes = 5 * mib + 12345;  // random-ish: not a multiple of anything
+  void* first = nullptr;
+  {
+    buffer b = dev[0].allocate(bytes, s);
+    first = b.data();
+    BOOST_TEST(b.size() == bytes);
+    BOOST_TEST(reinterpret_cast<std::uintptr_t>(first) % (2 * mib) == 0u);
+    BOOST_TEST(dev[0].memory().bytes_in_use == 6 * mib);
+    std::memset(b.data(), 7, bytes);  // every byte asked for is there
+  }
+  s.synchronize();
+  BOOST_TEST(dev[0].memory().bytes_cached >= 6 * mib);
+  {
+    buffer again = dev[0].allocate(6 * mib, s);  // fits the cached block exactly
+    BOOST_TEST(again.data() == first);
+    buffer small = dev[0].allocate(4 * mib - 256, s);  // below the threshold: 256-byte rounding only
+    BOOST_TEST(dev[0].memory().bytes_in_use == 10 * mib - 256);
+  }
+  s.synchronize();
+  dev[0].trim_memory();  // the blocks go back with the alignment each was made with (ASan checks)
+  BOOST_TEST(dev[0].memory().bytes_cached == 0u);
+}
+
 BOOST_AUTO_TEST_CASE(a_released_block_is_not_reused_before_the_work_queued_before_its_release_completes) {
   auto dev = make_devices("cpu:1");
   auto s = dev[0].create_stream();
