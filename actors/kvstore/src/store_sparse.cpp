@@ -17,11 +17,10 @@ namespace {
 // Row-sparse loops touch rows spread over a big key, each a cache (and often TLB) miss: they ask
 // for the row `rows_ahead` places on while they work on this one. At most 4 KiB of a row.
 constexpr std::size_t rows_ahead = 8;
-void prefetch_for_write(const char* p, std::size_t bytes) noexcept {
-  for (std::size_t b = 0; b < std::min<std::size_t>(bytes, 4096); b += 64) __builtin_prefetch(p + b, 1);
-}
-void prefetch_for_read(const std::byte* p, std::size_t bytes) noexcept {
-  for (std::size_t b = 0; b < std::min<std::size_t>(bytes, 4096); b += 64) __builtin_prefetch(p + b, 0);
+template <int rw>  // 0: the row will be read, 1: written
+void prefetch(const void* row, std::size_t bytes) noexcept {
+  const auto* p = static_cast<const char*>(row);
+  for (std::size_t b = 0; b < std::min<std::size_t>(bytes, 4096); b += 64) __builtin_prefetch(p + b, rw);
 }
 
 /// The pieces of each key's rows: `tensors[i]` holds the rows `ids[i]` of the whole key `keys[i]`.
@@ -221,13 +220,16 @@ void kvstore_actor::update_rows(key_state& state, std::vector<row_pieces> lists,
             // Rows lie far apart in a big key (a cache and TLB miss each): fetch a few rows ahead.
             const std::size_t element = half ? 2 : 4;
             auto* base = static_cast<char*>(stored.raw_data());
-            auto* momentum_base = opt.empty() ? nullptr : static_cast<char*>(opt[0].raw_data());
+            // The float32 rows kept beside the value: optimizer states, the multi_precision master.
+            std::vector<const char*> float_bases;
+            for (const auto& t : opt) float_bases.push_back(static_cast<const char*>(t.raw_data()));
+            if (master.valid()) float_bases.push_back(static_cast<const char*>(master.raw_data()));
             auto each_row = [&](auto&& f) {
               for (std::size_t i = 0; i < sums.offsets.size(); ++i) {
                 if (const std::size_t ahead = i + rows_ahead; ahead < sums.offsets.size()) {
                   const std::size_t bytes = sums.lengths[ahead] * element;
-                  prefetch_for_write(base + sums.offsets[ahead] * element, bytes);
-                  if (momentum_base) prefetch_for_write(momentum_base + sums.offsets[ahead] * 4, sums.lengths[ahead] * 4);
+                  prefetch<1>(base + sums.offsets[ahead] * element, bytes);
+                  for (const char* b : float_bases) prefetch<1>(b + sums.offsets[ahead] * 4, sums.lengths[ahead] * 4);
                 }
                 f(sums.offsets[i], sums.lengths[i], sums.rows[i]);
               }
@@ -300,7 +302,7 @@ event kvstore_actor::enqueue_row_pull(const std::vector<kvstore::key>& keys, con
                            for (std::size_t j = 0; j < pieces.size(); ++j) {
                              if (j + rows_ahead < pieces.size()) {
                                const auto& next = pieces[j + rows_ahead];
-                               if (next.offset + next.length <= n) prefetch_for_read(from + next.offset * size, next.length * size);
+                               if (next.offset + next.length <= n) prefetch<0>(from + next.offset * size, next.length * size);
                              }
                              const auto& p = pieces[j];  // a load may have replaced the key meanwhile
                              if (p.offset + p.length <= n) std::memcpy(to + p.at * size, from + p.offset * size, p.length * size);
