@@ -56,6 +56,11 @@ struct world {
                                         [](const add& a) { return a.a + a.b; }};
                               }),
                               "echo"));
+    // Says how many of this rank's sleeps a peer's doorbell ended.
+    BOOST_REQUIRE(net.publish(sys.spawn([this](strata::actor&) -> strata::behavior {
+                                return {[this](const add&) { return static_cast<int>(net.stats().woken_by_peers); }};
+                              }),
+                              "bells"));
     BOOST_REQUIRE(net.publish(sys.spawn([](strata::actor& self) -> strata::behavior {
                                 auto kept = std::make_shared<std::vector<strata::response_promise<int>>>();
                                 return {[&self, kept](const hold_on&) {
@@ -267,6 +272,30 @@ BOOST_AUTO_TEST_CASE(a_remote_request_answers_and_a_silent_one_times_out) {
   BOOST_REQUIRE(!none.has_value());
   BOOST_TEST(none.error().code() == strata::errc::request_timeout);
   BOOST_TEST(waited < 5s);
+}
+
+BOOST_AUTO_TEST_CASE(ranks_on_one_machine_ring_the_bell_of_a_peer_that_sleeps) {
+  // Every rank of these tests runs on this machine: each maps every other's doorbell, and a
+  // message to a rank whose communication thread sleeps ends its sleep by a ring (without the
+  // bell it would wait for the end of the sleep).
+  auto& w = *the_world;
+  BOOST_TEST(w.net.stats().peers_with_bells == static_cast<std::uint64_t>(w.net.size() - 1));
+  if (!driving()) return;
+  auto echo = w.net.remote(w.net.size() - 1, "echo").value();
+  auto bells = w.net.remote(w.net.size() - 1, "bells").value();
+  const auto before = w.sys.request<int>(bells, 10s, add{}).get();
+  BOOST_REQUIRE(before.has_value());
+  int woken = 0;
+  for (int round = 0; round < 20 && woken == 0; ++round) {
+    std::this_thread::sleep_for(20ms);  // the peer's communication thread goes to sleep
+    auto sum = w.sys.request<int>(echo, 10s, add{round, 1}).get();
+    BOOST_REQUIRE(sum.has_value());
+    BOOST_TEST(*sum == round + 1);
+    auto now = w.sys.request<int>(bells, 10s, add{}).get();
+    BOOST_REQUIRE(now.has_value());
+    woken = *now - *before;
+  }
+  BOOST_TEST(woken > 0);
 }
 
 BOOST_AUTO_TEST_CASE(a_monitor_of_a_remote_actor_gets_its_down_message_and_a_link_its_exit) {

@@ -2,16 +2,23 @@
 
 #include <mpi.h>
 
+#include <fcntl.h>
+#include <sys/mman.h>
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdint>
+#include <cstdio>
 #include <cstring>
 #include <fstream>
 #include <limits>
+#include <new>
 #include <random>
 #include <string>
 #include <thread>
-#include <unistd.h>
+#include <utility>
+#include <vector>
 
 #include "device/impl.hpp"
 #include "state.hpp"
@@ -142,6 +149,85 @@ trace::job_info agree_on_job(MPI_Comm world, int rank, int size) {
   return job;
 }
 
+/// The doorbells of the ranks on this machine, each in a tiny POSIX shared memory object that
+/// its owner makes and its node-mates map (named by the job id and the rank; unlinked once all
+/// have mapped it, so nothing is left behind): `s.peer_bells[r]` is rank r's bell when r runs on
+/// this machine. Collective over `world`. If any rank of a machine cannot make or map them, that
+/// machine's ranks keep no bells and poll their peers as before. (Not an MPI window: a window
+/// adds one-sided progress work to every MPI poll, about 0.1 us a round trip.)
+void share_bells(MPI_Comm world, endpoint_state& s) {
+  s.peer_bells.assign(static_cast<std::size_t>(s.size), nullptr);
+  MPI_Comm node = MPI_COMM_NULL;
+  MPI_Comm_split_type(world, MPI_COMM_TYPE_SHARED, s.rank, MPI_INFO_NULL, &node);
+  int node_size = 0;
+  MPI_Comm_size(node, &node_size);
+  std::vector<int> mates(static_cast<std::size_t>(node_size));
+  MPI_Allgather(&s.rank, 1, MPI_INT, mates.data(), 1, MPI_INT, node);
+  const auto name_of = [job = trace::job().job_id](int r) {
+    char name[64];
+    std::snprintf(name, sizeof name, "/strata-bell-%016llx-%d", static_cast<unsigned long long>(job), r);
+    return std::string(name);
+  };
+  const auto map = [](int fd) -> void* {
+    void* at = ::mmap(nullptr, sizeof(doorbell), PROT_READ | PROT_WRITE, MAP_SHARED, fd, 0);
+    ::close(fd);
+    return at == MAP_FAILED ? nullptr : at;
+  };
+  // Each rank makes its own bell, then maps its node-mates' once every one exists.
+  void* mine = nullptr;
+  int fd = ::shm_open(name_of(s.rank).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  if (fd >= 0 && ::ftruncate(fd, sizeof(doorbell)) == 0) mine = map(fd);
+  else if (fd >= 0) ::close(fd);
+  if (mine != nullptr) new (mine) doorbell{};
+  int ok = mine != nullptr ? 1 : 0;
+  MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, node);
+  std::vector<std::pair<int, void*>> mapped;
+  if (ok != 0) {
+    for (int r : mates) {
+      if (r == s.rank) continue;
+      void* at = nullptr;
+      if (int f = ::shm_open(name_of(r).c_str(), O_RDWR, 0600); f >= 0) at = map(f);
+      if (at == nullptr) ok = 0;
+      else mapped.emplace_back(r, at);
+    }
+    MPI_Allreduce(MPI_IN_PLACE, &ok, 1, MPI_INT, MPI_MIN, node);
+  }
+  if (fd >= 0) ::shm_unlink(name_of(s.rank).c_str());  // every node-mate has mapped it, or gave up
+  if (ok == 0) {
+    for (auto& [r, at] : mapped) ::munmap(at, sizeof(doorbell));
+    if (mine != nullptr) ::munmap(mine, sizeof(doorbell));
+  } else {
+    for (auto& [r, at] : mapped) s.peer_bells[static_cast<std::size_t>(r)] = static_cast<doorbell*>(at);
+    s.peers_with_bells.store(mapped.size());
+    s.shared_bell = static_cast<doorbell*>(mine);
+    s.bell.store(s.shared_bell, std::memory_order_release);
+    s.bell.load()->ring();  // a thread that rang the old bell meanwhile is not missed (queued is read first)
+  }
+  s.every_peer_has_a_bell = ok != 0 && node_size == s.size;
+  MPI_Comm_free(&node);
+}
+
+/// After the loop: this process's threads ring its own bell again; the maps go.
+void drop_bells(endpoint_state& s) {
+  {
+    std::lock_guard lock(s.out_mu);  // wake_locked rings under it: no thread holds the old bell
+    s.bell.store(&s.own_bell, std::memory_order_release);
+  }
+  for (auto*& b : s.peer_bells)
+    if (b != nullptr) ::munmap(std::exchange(b, nullptr), sizeof(doorbell));
+  if (s.shared_bell != nullptr) ::munmap(std::exchange(s.shared_bell, nullptr), sizeof(doorbell));
+}
+
+void ring_peer(endpoint_state& s, int peer) {
+  if (static_cast<std::size_t>(peer) < s.peer_bells.size())
+    if (doorbell* b = s.peer_bells[static_cast<std::size_t>(peer)]) b->ring_if_asleep();
+}
+
+void ring_every_peer(endpoint_state& s) {
+  for (doorbell* b : s.peer_bells)
+    if (b) b->ring_if_asleep();
+}
+
 }  // namespace
 
 bool endpoint_state::finished() {
@@ -182,7 +268,10 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   MPI_Comm_get_attr(MPI_COMM_WORLD, MPI_TAG_UB, &ub, &has_ub);
   if (has_ub && ub != nullptr) s.tag_ub = *ub;
   s.size_tables();  // before any frame can arrive
-  if (s.size > 1) trace::set_job(agree_on_job(comm, s.rank, s.size));
+  if (s.size > 1) {
+    trace::set_job(agree_on_job(comm, s.rank, s.size));
+    share_bells(comm, s);
+  }
   started({});
   // Messages without tensor data that find an actor spawned with handle_remote_inline idle run
   // its handlers here, as they arrive (receive.cpp turns this off around the others).
@@ -190,6 +279,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
 
   in_flight_requests active;
   std::uint64_t collectives_posted = 0;
+  int collectives_running = 0;
   int data_sends = 0;  // tensor chunks posted and not complete
   std::deque<outgoing> batch;
   std::deque<endpoint_state::collective> collectives;
@@ -218,10 +308,13 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
         c.done->set_value(error(errc::runtime_failure, "MPI_Iallreduce failed: " + mpi_error_text(rc)));
         continue;
       }
+      ring_every_peer(s);  // a peer that sleeps may hold up the collective's first round
       const std::uint64_t seq = collectives_posted++;
+      ++collectives_running;
       const std::size_t bytes = c.count * sizeof(float);
       trace_transfer(trace::event_kind::transfer_begin, trace::transfer::allreduce, s.rank, 0, seq, bytes);
-      active.add(r, [done = std::move(c.done), rank = s.rank, seq, bytes](const MPI_Status&) {
+      active.add(r, [done = std::move(c.done), rank = s.rank, seq, bytes, &collectives_running](const MPI_Status&) {
+        --collectives_running;
         trace_transfer(trace::event_kind::transfer_end, trace::transfer::allreduce, rank, 0, seq, bytes);
         done->set_value({});
       });
@@ -246,6 +339,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
         MPI_Isend(bytes->data(), static_cast<int>(bytes->size()), MPI_BYTE, o.dst, 0, comm, &r);
         active.add(r, [bytes](const MPI_Status&) {});
       }
+      ring_peer(s, o.dst);
     }
     if (took) batch.clear();
 
@@ -274,6 +368,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
         s.data_receives.emplace(std::make_pair(c.src, c.tag), false);
         active.add(r, [whole = std::move(c.whole), data = c.data, size = c.size, src = c.src, rank = s.rank,
                        tag = c.tag, &s](const MPI_Status& st) {
+          ring_peer(s, src);  // the sender's MPI_Isend completes at its next poll
           if (auto it = s.data_receives.find({src, tag}); it != s.data_receives.end()) {
             if (it->second) --s.flowing_receives;
             s.data_receives.erase(it);
@@ -336,14 +431,24 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       std::this_thread::yield();
       continue;
     }
-    const int cap = active.empty() ? s.max_sleep_us : std::min(s.max_sleep_us, 50);
+    // Requests in flight keep the steps short: a collective's later rounds, and any request to
+    // a peer without a bell, move only at this thread's polls. (A request that waits for a peer
+    // with a bell needs none: the peer rings when it posts its side.)
+    const int cap = collectives_running > 0 || (!active.empty() && !s.every_peer_has_a_bell)
+                        ? std::min(s.max_sleep_us, 50)
+                        : s.max_sleep_us;
     const auto step = std::chrono::microseconds(std::clamp<long>(idle / 4, 10, cap));
-    std::unique_lock lock(s.out_mu);
-    if (s.queued.load(std::memory_order_acquire)) continue;
-    s.sleeping = true;
-    s.out_cv.wait_for(lock, step);
-    s.sleeping = false;
+    doorbell& bell = *s.bell.load(std::memory_order_relaxed);
+    const std::uint32_t seen = bell.seen();
+    if (s.queued.load(std::memory_order_acquire)) continue;  // read after `seen`: no ring is lost
+    // A ring means traffic: the back-off starts over (messages that follow it are polled for).
+    if (bell.sleep(seen, step)) {
+      idle_polls = 0;
+      // This process's threads queue before they ring: a ring with nothing queued is a peer's.
+      if (!s.queued.load(std::memory_order_acquire)) s.woken_by_peers.fetch_add(1, std::memory_order_relaxed);
+    }
   }
+  drop_bells(s);
   {
     // Collectives asked for after this rank began to leave are never posted.
     std::lock_guard lock(s.out_mu);

@@ -554,7 +554,8 @@ endpoint_stats endpoint::stats() const {
   auto& s = *state_;
   return endpoint_stats{s.frames_sent.load(),           s.frames_received.load(), s.tensor_bytes_sent.load(),
                         s.tensor_bytes_received.load(), s.refused.load(),         s.flowing_frames.load(),
-                        static_cast<std::uint64_t>(s.flowing_receives.load())};
+                        static_cast<std::uint64_t>(s.flowing_receives.load()), s.peers_with_bells.load(),
+                        s.woken_by_peers.load()};
 }
 
 }  // namespace strata::net

@@ -2,7 +2,6 @@
 // Private: the shared state of an endpoint, its proxies, and the wire frames.
 
 #include <atomic>
-#include <condition_variable>
 #include <cstddef>
 #include <cstdint>
 #include <deque>
@@ -19,6 +18,7 @@
 #include <utility>
 #include <vector>
 
+#include "doorbell.hpp"
 #include "strata/device/stream.hpp"
 #include "strata/net/endpoint.hpp"
 
@@ -116,9 +116,15 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
 
   // The outbox: any thread pushes, the communication thread drains.
   std::mutex out_mu;
-  std::condition_variable out_cv;
   std::deque<outgoing> outbox;
-  bool sleeping = false;
+  // The communication thread sleeps on `bell`: this process's own until run_comm moves it into
+  // the memory the machine's ranks share; `peer_bells[r]` is rank r's there (null for a rank on
+  // another machine, or when MPI gives no shared memory). Communication thread only, but `bell`.
+  doorbell own_bell;
+  std::atomic<doorbell*> bell{&own_bell};
+  std::vector<doorbell*> peer_bells;
+  doorbell* shared_bell = nullptr;  // this rank's bell in shared memory, once mapped
+  bool every_peer_has_a_bell = false;
   bool leaving = false;                 // guarded by out_mu
   // Set under out_mu whenever the outbox, the collectives or `leaving` change: the communication
   // thread takes the lock only when it is set.
@@ -161,7 +167,7 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   stream recv_stream;
 
   std::atomic<std::uint64_t> frames_sent{0}, frames_received{0}, tensor_bytes_sent{0}, tensor_bytes_received{0},
-      refused{0};
+      refused{0}, peers_with_bells{0}, woken_by_peers{0};
 
   std::thread comm;
   bool shut_down = false;  // guarded by shutdown_mu
@@ -184,7 +190,7 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   /// After a change to the outbox, the collectives or `leaving` (with out_mu held).
   void wake_locked() {
     queued.store(true, std::memory_order_release);
-    if (sleeping) out_cv.notify_one();
+    bell.load(std::memory_order_acquire)->ring();
   }
   /// The wire address of `ref` (rank -1 for an empty handle); exports local actors.
   std::tuple<int, bool, std::uint64_t> address_of(const actor_ref& ref);

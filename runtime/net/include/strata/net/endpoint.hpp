@@ -38,6 +38,11 @@ struct endpoint_stats {
   std::uint64_t flowing_frames_received = 0;
   /// Tensor receives marked flowing and not complete now (0 whenever no data is on its way).
   std::uint64_t flowing_receives = 0;
+  /// Ranks on this machine whose doorbells this rank rings after each message it posts to them
+  /// (docs/distributed.md, "Doorbells"); 0 in a world of one or without POSIX shared memory.
+  std::uint64_t peers_with_bells = 0;
+  /// Sleeps of this rank's communication thread that a peer's ring ended (not its own threads').
+  std::uint64_t woken_by_peers = 0;
 };
 
 /// One per process: starts MPI (`MPI_Init_thread`) and the communication thread, which is the
