@@ -37,6 +37,12 @@ if [ "$mode" = matches ]; then
     { cat two.err; fail "the 2-rank run failed"; }
   grep -q '"ranks":2,"stages":2,"replicas":1' two.jsonl || fail "the 2-rank summary lacks ranks 2, stages 2, replicas 1"
   [ "$(grep -c 'validation loss' two.err)" -eq 1 ] || fail "the validation line was not printed once (by rank 0 only)"
+  # Rank 0's summary has each rank's stage times (a rank's own clocks, summed after the step).
+  for key in stage_forward_ms stage_backward_ms; do
+    times=$(sed -n "s/.*\"$key\":\[\([^]]*\)\].*/\1/p" two.jsonl | tail -1)
+    echo "$times" | awk -F, '{ if (NF != 2) exit 1; for (i = 1; i <= NF; ++i) if ($i + 0 <= 0) exit 1 }' ||
+      fail "the 2-rank summary's $key is not two positive times: [$times]"
+  done
   losses one.jsonl >one.loss
   losses two.jsonl >two.loss
   diff one.loss two.loss || fail "the 2-rank losses differ from one process's"

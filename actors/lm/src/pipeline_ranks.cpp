@@ -163,11 +163,10 @@ expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::millise
     if (!reduce_done.wait_for(lock, timeout, [&] { return reduced_steps >= steps_run; }))
       return error(errc::request_timeout, "the replicas did not sum their gradients within the step's timeout");
   }
-  // Then rank 0 tells every rank how the step went ([failed, loss, norm, step ms]), each driver
-  // its replica's summed loss (two floats: exact in float, the rest), and each rank of replica 0
-  // its stage's device times ([busy, forward, backward, other] per stage).
+  // Then rank 0 tells every rank how the step went ([failed, loss, norm, step ms]) and each
+  // driver its replica's summed loss (two floats: exact in float, the rest).
   constexpr std::size_t head = 4, per_stage = 4;
-  const std::size_t losses = head + per_stage * S;
+  const std::size_t losses = head;
   std::vector<float> shared(losses + 2 * replicas, 0.0f);
   const double count = static_cast<double>(config.seq * config.batch);
   const double units = static_cast<double>(config.micro_batches);
@@ -189,20 +188,26 @@ expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::millise
     shared[2] = static_cast<float>(r.grad_norm);
     shared[3] = static_cast<float>(r.step_ms);
   }
-  for (std::size_t s = 0; s < S; ++s) {
-    if (!local(s) || replica != 0) continue;
-    float* out = &shared[head + per_stage * s];
-    out[0] = static_cast<float>(clocks[s]->busy_ms());
-    out[1] = static_cast<float>(static_cast<double>(clocks[s]->forward_ns.load()) / 1e6 / units);
-    out[2] = static_cast<float>(static_cast<double>(clocks[s]->backward_ns.load()) / 1e6 / units);
-    out[3] = static_cast<float>(static_cast<double>(clocks[s]->other_ns.load()) / 1e6);
-  }
   if (auto e = ranks->sum(shared); !e) return e.error();
   if (shared[0] != 0.0f) {
     failed = true;
     if (!outcome && ranks->rank() == 0) return outcome.error();
     return error(errc::runtime_failure, "the step failed on rank 0 (its output names the reason)");
   }
+  // Each rank of replica 0 gives its stages' device times ([busy, forward, backward, other] per
+  // stage) in a second sum: a rank that is no driver joined the first one as soon as its step
+  // data was set, before its stages ran; the step is through now (the driver heard every stage
+  // say its update was done), so their clocks are whole.
+  std::vector<float> times(per_stage * S, 0.0f);
+  for (std::size_t s = 0; s < S; ++s) {
+    if (!local(s) || replica != 0) continue;
+    float* out = &times[per_stage * s];
+    out[0] = static_cast<float>(clocks[s]->busy_ms());
+    out[1] = static_cast<float>(static_cast<double>(clocks[s]->forward_ns.load()) / 1e6 / units);
+    out[2] = static_cast<float>(static_cast<double>(clocks[s]->backward_ns.load()) / 1e6 / units);
+    out[3] = static_cast<float>(static_cast<double>(clocks[s]->other_ns.load()) / 1e6);
+  }
+  if (auto e = ranks->sum(times); !e) return e.error();
   if (ranks->rank() == 0) {  // the mean over the whole batch, summed in double in replica order
     double total = 0;
     for (std::size_t j = 0; j < replicas; ++j)
@@ -214,7 +219,7 @@ expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::millise
     r.step_ms = shared[3];
   }
   for (std::size_t s = 0; s < S; ++s) {
-    const float* in = &shared[head + per_stage * s];
+    const float* in = &times[per_stage * s];
     r.stage_busy_ms.push_back(in[0]);
     r.stage_forward_ms.push_back(in[1]);
     r.stage_backward_ms.push_back(in[2]);
