@@ -10,6 +10,7 @@
 #include <cmath>
 #include <cstdint>
 #include <cstring>
+#include <map>
 #include <random>
 #include <span>
 #include <string>
@@ -100,9 +101,41 @@ void same_rows(world& w, kvd::store& kv, strata::kvstore::client& ref, const spa
   BOOST_TEST((bytes_of(w, out) == bytes_of(w, expected->front())), what << " rows of key " << spec.key.to_string());
 }
 
+/// Rows `values` summed by id in the order given, in float32, rounded once to `spec`'s dtype:
+/// what a worker that pushes several values makes of them (ids ascending).
+strata::kvstore::row_sparse summed_here(world& w, const std::vector<strata::kvstore::row_sparse>& values,
+                                        const sparse_key& spec) {
+  std::map<std::int64_t, std::vector<float>> sums;
+  const std::size_t length = spec.row_length();
+  for (const auto& v : values) {
+    std::vector<float> rows(v.row_ids.size() * length);
+    if (spec.type == dtype::float32) {
+      rows = w.host(v.rows);
+    } else {
+      std::vector<std::uint16_t> bits(rows.size());
+      v.rows.copy_to_host(bits.data(), w.s).synchronize();
+      for (std::size_t i = 0; i < bits.size(); ++i) rows[i] = strata::kernels::half_value(spec.type, bits[i]);
+    }
+    for (std::size_t i = 0; i < v.row_ids.size(); ++i) {
+      auto& sum = sums[v.row_ids[i]];
+      if (sum.empty()) sum.assign(rows.begin() + i * length, rows.begin() + (i + 1) * length);
+      else
+        for (std::size_t j = 0; j < length; ++j) sum[j] += rows[i * length + j];
+    }
+  }
+  std::vector<std::int64_t> ids;
+  std::vector<float> flat;
+  for (const auto& [id, row] : sums) ids.push_back(id), flat.insert(flat.end(), row.begin(), row.end());
+  auto shape = spec.shape;
+  shape[0] = static_cast<std::int64_t>(ids.size());
+  return {make_as(w, spec.type, flat, shape), std::move(ids), spec.shape};
+}
+
 /// dist_sync under `rule` (none: assign) against the reference, both initialised alike: five
 /// rounds, round 3 dense, round 4 only row 0 from every rank, round 5 none from the last rank.
-void sync_rounds(world& w, const char* name, const strata::kvstore::set_optimizer* rule) {
+/// With `per_push` > 1 each rank pushes that many row-sparse values at once, and the reference
+/// gets each rank's values summed by the test.
+void sync_rounds(world& w, const char* name, const strata::kvstore::set_optimizer* rule, int per_push = 1) {
   kvd::store kv(w.sys, w.net, kvd::store_options{.value_device = w.cpu, .big_array_bound = bound});
   const std::uint32_t seed = w.shared_seed(kv, std::int64_t{1000});
   const int n = kv.num_workers();
@@ -130,11 +163,23 @@ void sync_rounds(world& w, const char* name, const strata::kvstore::set_optimize
         std::vector<strata::tensor> all;
         for (int r = 0; r < n; ++r) all.push_back(dense(r));
         BOOST_REQUIRE(ref.push(std::vector<strata::kvstore::key>(static_cast<std::size_t>(n), spec.key), all).get());
-      } else {
+      } else if (per_push == 1) {
         auto pushed = kv.push_row_sparse(spec.key, value_of(w, seed, kv.rank(), ki, t, spec, t == 4, n - 1));
         BOOST_REQUIRE_MESSAGE(pushed, (pushed ? "" : pushed.error().message()));
         std::vector<strata::kvstore::row_sparse> all;
         for (int r = 0; r < n; ++r) all.push_back(value_of(w, seed, r, ki, t, spec, t == 4, n - 1));
+        BOOST_REQUIRE(ref.push(spec.key, all).get());
+      } else {
+        // Rank r's values: rounds t, t + 10, ... of its draws (overlapping ids, repeats).
+        auto values_of = [&](int r) {
+          std::vector<strata::kvstore::row_sparse> v;
+          for (int j = 0; j < per_push; ++j) v.push_back(value_of(w, seed, r, ki, t + 10 * j, spec, t == 4, n - 1));
+          return v;
+        };
+        auto pushed = kv.push_row_sparse(spec.key, values_of(kv.rank()));
+        BOOST_REQUIRE_MESSAGE(pushed, (pushed ? "" : pushed.error().message()));
+        std::vector<strata::kvstore::row_sparse> all;
+        for (int r = 0; r < n; ++r) all.push_back(summed_here(w, values_of(r), spec));
         BOOST_REQUIRE(ref.push(spec.key, all).get());
       }
       same_rows(w, kv, ref, spec, seed, t, what);
@@ -159,6 +204,13 @@ BOOST_AUTO_TEST_CASE(dist_sync_row_sparse_under_sgd_momentum_equals_one_process_
 BOOST_AUTO_TEST_CASE(dist_sync_row_sparse_under_adam_equals_one_process_bit_for_bit) {
   const strata::kvstore::set_optimizer adam{strata::kernels::adam_options{.lr = 0.01, .weight_decay = 1e-3}};
   sync_rounds(*the_world, "adam", &adam);
+}
+
+BOOST_AUTO_TEST_CASE(several_row_sparse_values_in_one_push_are_summed_by_id_on_the_worker) {
+  // MXNet's push of a list (one value per device): each worker sums its values by id first.
+  const strata::kvstore::set_optimizer sgd{strata::kernels::sgd_options{.lr = 0.05, .momentum = 0.9}};
+  sync_rounds(*the_world, "three values per push, sgd", &sgd, 3);
+  sync_rounds(*the_world, "two values per push, assign", nullptr, 2);
 }
 
 BOOST_AUTO_TEST_CASE(dist_async_row_sparse_sgd_applies_every_push_of_every_worker) {
@@ -293,6 +345,15 @@ BOOST_AUTO_TEST_CASE(bad_row_sparse_input_is_refused_with_one_sentence_and_chang
     first_row.rows = make_as(w, dtype::float16, w.host(first_row.rows), first_row.rows.shape());
     refused(kv.push_row_sparse(spec.key, first_row), "has dtype float16, expected float32");
     refused(kv.push_row_sparse("nobody", good), "never initialised");
+    // Several values in one push: each is checked before the worker sums them.
+    using values = std::vector<strata::kvstore::row_sparse>;
+    refused(kv.push_row_sparse(spec.key, values{}), "give at least one");
+    refused(kv.push_row_sparse(spec.key, values{good, bad_id}), "outside [0, " + std::to_string(spec.rows()) + ")");
+    refused(kv.push_row_sparse(spec.key, values{good, short_rows}), "(one row per id)");
+    refused(kv.push_row_sparse(spec.key, values{good, other_dtype}), "cpu rows of one dtype, over one key shape");
+    refused(kv.push_row_sparse(spec.key, values{good, other_shape}), "cpu rows of one dtype, over one key shape");
+    refused(kv.push_row_sparse(spec.key, values{other_dtype, other_dtype}), "has dtype float16, expected float32");
+    refused(kv.push_row_sparse(spec.key, values{other_shape, other_shape}), "(the stored shape)");
     auto wrong_out = strata::tensor::empty({2, 1}, dtype::float32, w.cpu, w.s);
     refused(kv.row_sparse_pull(spec.key, wrong_out, {0, 1}), "(one row per id)");
     auto half_out = strata::tensor::empty({2, spec.shape[1]}, dtype::float16, w.cpu, w.s);

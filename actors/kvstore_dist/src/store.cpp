@@ -33,7 +33,11 @@ expected<void> done(expected<unit_t> r) {
 
 /// A cpu tensor's elements as host floats: float32 as they are, float16 and bfloat16 widened
 /// (exactly).
-std::vector<float> widened(internal::worker_state& w, const tensor& t) {
+}  // namespace
+
+namespace internal {
+
+std::vector<float> widened(worker_state& w, const tensor& t) {
   if (!kernels::is_half(t.dtype())) return t.to_host<float>(w.s);
   std::vector<std::uint16_t> bits(static_cast<std::size_t>(t.numel()));
   t.copy_to_host(bits.data(), w.s).synchronize();
@@ -41,10 +45,6 @@ std::vector<float> widened(internal::worker_state& w, const tensor& t) {
   kernels::cpu::widen(t.dtype(), bits.size(), bits.data(), out.data());
   return out;
 }
-
-}  // namespace
-
-namespace internal {
 
 expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key,
                                        const std::vector<tensor>& values, const std::vector<std::int64_t>* shape,

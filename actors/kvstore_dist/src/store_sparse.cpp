@@ -2,9 +2,11 @@
 // only the rows, a row_sparse_pull asks only for the rows named; a split key's rows are cut at the
 // part boundaries and each piece goes to (comes from) its part's owner.
 
+#include <algorithm>
 #include <cstring>
 #include <exception>
 #include <future>
+#include <map>
 #include <string>
 #include <utility>
 #include <vector>
@@ -90,6 +92,55 @@ expected<void> arrival(const tensor& rows, const kvstore::key& key, int from) {
 }
 
 }  // namespace
+
+expected<void> store::push_row_sparse(const kvstore::key& key, const std::vector<kvstore::row_sparse>& values) {
+  auto& w = *state_;
+  if (values.size() == 1) return push_row_sparse(key, values.front());
+  if (auto r = sparse_usable(w, "push", key); !r) return r;
+  if (values.empty())
+    return refused("kvstore dist push: no row-sparse value for key " + key.to_string() + "; give at least one.");
+  const auto& shape = values.front().shape;
+  const dtype type = values.front().rows.valid() ? values.front().rows.dtype() : dtype::float32;
+  if (shape.empty() || shape[0] < 0)
+    return refused("kvstore dist push: the row-sparse values for key " + key.to_string() + " have shape " +
+                   shape_text(shape) + "; expected a shape with rows along its first dimension.");
+  std::size_t length = 1;
+  for (std::size_t d = 1; d < shape.size(); ++d) length *= static_cast<std::size_t>(std::max<std::int64_t>(shape[d], 0));
+  // The sum by id, in the order given, in float32: the same additions the key's owner makes for
+  // one value with repeated ids.
+  std::map<std::int64_t, std::vector<float>> sums;
+  for (const auto& v : values) {
+    if (!v.rows.valid() || v.rows.get_device().kind() != device_kind::cpu || v.rows.dtype() != type || v.shape != shape)
+      return refused("kvstore dist push: the row-sparse values for key " + key.to_string() +
+                     " must have cpu rows of one dtype, over one key shape (the first value's: " + shape_text(shape) + ").");
+    if (auto r = ids_in_range("push", "row-sparse value", key, v.row_ids, shape[0]); !r) return r;
+    if (v.rows.shape() != rows_of(shape, v.row_ids.size()))
+      return refused("kvstore dist push: a row-sparse value for key " + key.to_string() + " has rows of shape " +
+                     shape_text(v.rows.shape()) + ", expected " + shape_text(rows_of(shape, v.row_ids.size())) +
+                     " (one row per id).");
+  }
+  if (auto r = of_key_type(w, "push", "row-sparse value", key, type); !r) return r;
+  for (const auto& v : values) {
+    const std::vector<float> rows = internal::widened(w, v.rows);
+    for (std::size_t i = 0; i < v.row_ids.size(); ++i) {
+      const float* row = rows.data() + i * length;
+      auto [at, fresh] = sums.try_emplace(v.row_ids[i]);
+      if (fresh) at->second.assign(row, row + length);
+      else
+        for (std::size_t j = 0; j < length; ++j) at->second[j] += row[j];
+    }
+  }
+  kvstore::row_sparse one;
+  one.shape = shape;
+  std::vector<float> flat;
+  flat.reserve(sums.size() * length);
+  for (const auto& [id, row] : sums) {
+    one.row_ids.push_back(id);
+    flat.insert(flat.end(), row.begin(), row.end());
+  }
+  one.rows = internal::rounded(flat, rows_of(shape, sums.size()), type, w.dev, w.s);
+  return push_row_sparse(key, one);
+}
 
 expected<void> store::push_row_sparse(const kvstore::key& key, const kvstore::row_sparse& value) {
   auto& w = *state_;

@@ -68,6 +68,9 @@ expected<void> all_replies(std::vector<std::future<expected<T>>>& replies) {
   return first;
 }
 
+/// A cpu tensor's elements as host floats (16-bit ones widened, exactly).
+std::vector<float> widened(worker_state& w, const tensor& t);
+
 /// `values` summed on this worker, in the order given, as host floats (16-bit values widened,
 /// exactly, and summed in float32); each must be a cpu tensor of one shape (`*shape` when given).
 /// Without `type` they must be float32; with it they may be float32, float16 or bfloat16, all of

@@ -155,6 +155,12 @@ public:
   /// key's dtype. Refused with one sentence, nothing changed: compression on, a row id outside
   /// the key, rows of another shape or dtype, a key not initialised, `dist_sync_allreduce`.
   expected<void> push_row_sparse(const kvstore::key& key, const kvstore::row_sparse& value);
+  /// Several local row-sparse values of `key` (one per device, as MXNet's workers push a list):
+  /// their rows summed here by id, in the order given (a repeated id adds up; 16-bit rows in
+  /// float32, rounded once to the key's dtype), then pushed as one value (ids ascending), as
+  /// above. Refused with one sentence, nothing sent: no value, values of another dtype or key
+  /// shape than the first's or off the cpu, a row id outside the key, rows of the wrong shape.
+  expected<void> push_row_sparse(const kvstore::key& key, const std::vector<kvstore::row_sparse>& values);
 
   /// MXNet's `row_sparse_pull(key, out, row_ids)`: rows `row_ids` of the key (in that order, an id
   /// may repeat; `dist_sync`: after every version this worker has pushed to) copied into `out`, a
