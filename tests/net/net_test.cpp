@@ -3,10 +3,12 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <cstdlib>
 #include <future>
 #include <map>
 #include <memory>
 #include <random>
+#include <string>
 #include <thread>
 
 #include "messages.hpp"
@@ -279,7 +281,11 @@ BOOST_AUTO_TEST_CASE(ranks_on_one_machine_ring_the_bell_of_a_peer_that_sleeps) {
   // message to a rank whose communication thread sleeps ends its sleep by a ring (without the
   // bell it would wait for the end of the sleep).
   auto& w = *the_world;
-  BOOST_TEST(w.net.stats().peers_with_bells == static_cast<std::uint64_t>(w.net.size() - 1));
+  // STRATA_NET_BELLS=off (ctest net_shm_np2_without_bells): no bells, and every other case of
+  // this program passes all the same, by polling.
+  const char* wanted = std::getenv("STRATA_NET_BELLS");
+  const bool with_bells = wanted == nullptr || std::string(wanted) != "off";
+  BOOST_TEST(w.net.stats().peers_with_bells == (with_bells ? static_cast<std::uint64_t>(w.net.size() - 1) : 0u));
   if (!driving()) return;
   auto echo = w.net.remote(w.net.size() - 1, "echo").value();
   auto bells = w.net.remote(w.net.size() - 1, "bells").value();
@@ -295,7 +301,7 @@ BOOST_AUTO_TEST_CASE(ranks_on_one_machine_ring_the_bell_of_a_peer_that_sleeps) {
     BOOST_REQUIRE(now.has_value());
     woken = *now - *before;
   }
-  BOOST_TEST(woken > 0);
+  BOOST_TEST((with_bells ? woken > 0 : woken == 0));
 }
 
 BOOST_AUTO_TEST_CASE(a_monitor_of_a_remote_actor_gets_its_down_message_and_a_link_its_exit) {

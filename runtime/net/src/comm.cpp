@@ -152,8 +152,9 @@ trace::job_info agree_on_job(MPI_Comm world, int rank, int size) {
 /// The doorbells of the ranks on this machine, each in a tiny POSIX shared memory object that
 /// its owner makes and its node-mates map (named by the job id and the rank; unlinked once all
 /// have mapped it, so nothing is left behind): `s.peer_bells[r]` is rank r's bell when r runs on
-/// this machine. Collective over `world`. If any rank of a machine cannot make or map them, that
-/// machine's ranks keep no bells and poll their peers as before. (Not an MPI window: a window
+/// this machine. Collective over `world`. If any rank of a machine cannot make or map them, or
+/// was told not to (STRATA_NET_BELLS=off), that machine's ranks keep no bells and poll their
+/// peers as before. (Not an MPI window: a window
 /// adds one-sided progress work to every MPI poll: 0.15 us a round trip here.)
 void share_bells(MPI_Comm world, endpoint_state& s) {
   s.peer_bells.assign(static_cast<std::size_t>(s.size), nullptr);
@@ -175,7 +176,7 @@ void share_bells(MPI_Comm world, endpoint_state& s) {
   };
   // Each rank makes its own bell, then maps its node-mates' once every one exists.
   void* mine = nullptr;
-  int fd = ::shm_open(name_of(s.rank).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600);
+  int fd = s.bells_wanted ? ::shm_open(name_of(s.rank).c_str(), O_RDWR | O_CREAT | O_EXCL, 0600) : -1;
   if (fd >= 0 && ::ftruncate(fd, sizeof(doorbell)) == 0) mine = map(fd);
   else if (fd >= 0) ::close(fd);
   if (mine != nullptr) new (mine) doorbell{};

@@ -436,6 +436,12 @@ endpoint::endpoint(actor_system& sys, endpoint_config config) : state_(std::make
     s.spin_us = env_int("STRATA_NET_SPIN_US", 200);
     s.hot_us = env_int("STRATA_NET_HOT_US", 20);
     s.max_sleep_us = env_int("STRATA_NET_MAX_SLEEP_US", 1000);
+    if (const char* v = std::getenv("STRATA_NET_BELLS"); v != nullptr && *v != '\0') {
+      const std::string b = v;
+      if (b != "on" && b != "off")
+        throw error_exception(error(errc::invalid_argument, "STRATA_NET_BELLS='" + b + "' is neither on nor off"));
+      s.bells_wanted = b == "on";
+    }
     (void)declare<unit_t, error, down_msg, exit_msg, bool, std::int32_t, std::int64_t, std::uint32_t, std::uint64_t,
                   float, double, std::string, tensor, std::vector<float>, std::vector<std::int64_t>>();
     if (launched_by_mpi()) {

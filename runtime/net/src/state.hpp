@@ -125,6 +125,7 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   std::vector<doorbell*> peer_bells;
   doorbell* shared_bell = nullptr;  // this rank's bell in shared memory, once mapped
   bool every_peer_has_a_bell = false;
+  bool bells_wanted = true;  // STRATA_NET_BELLS (on, off); off on any rank of a machine: none there
   bool leaving = false;                 // guarded by out_mu
   // Set under out_mu whenever the outbox, the collectives or `leaving` change: the communication
   // thread takes the lock only when it is set.
