@@ -31,12 +31,12 @@ expected<void> done(expected<unit_t> r) {
   return {};
 }
 
-/// A cpu tensor's elements as host floats: float32 as they are, float16 and bfloat16 widened
-/// (exactly).
 }  // namespace
 
 namespace internal {
 
+/// A cpu tensor's elements as host floats: float32 as they are, float16 and bfloat16 widened
+/// (exactly).
 std::vector<float> widened(worker_state& w, const tensor& t) {
   if (!kernels::is_half(t.dtype())) return t.to_host<float>(w.s);
   std::vector<std::uint16_t> bits(static_cast<std::size_t>(t.numel()));

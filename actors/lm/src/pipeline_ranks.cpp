@@ -166,8 +166,7 @@ expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::millise
   // Then rank 0 tells every rank how the step went ([failed, loss, norm, step ms]) and each
   // driver its replica's summed loss (two floats: exact in float, the rest).
   constexpr std::size_t head = 4, per_stage = 4;
-  const std::size_t losses = head;
-  std::vector<float> shared(losses + 2 * replicas, 0.0f);
+  std::vector<float> shared(head + 2 * replicas, 0.0f);
   const double count = static_cast<double>(config.seq * config.batch);
   const double units = static_cast<double>(config.micro_batches);
   step_result r;
@@ -179,8 +178,8 @@ expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::millise
       r.step_ms = outcome->step_ms;
     }
     const auto hi = static_cast<float>(loss_sum);
-    shared[losses + 2 * replica] = hi;
-    shared[losses + 2 * replica + 1] = static_cast<float>(loss_sum - static_cast<double>(hi));
+    shared[head + 2 * replica] = hi;
+    shared[head + 2 * replica + 1] = static_cast<float>(loss_sum - static_cast<double>(hi));
   }
   if (ranks->rank() == 0) {
     shared[0] = outcome ? 0.0f : 1.0f;
@@ -211,7 +210,7 @@ expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::millise
   if (ranks->rank() == 0) {  // the mean over the whole batch, summed in double in replica order
     double total = 0;
     for (std::size_t j = 0; j < replicas; ++j)
-      total += static_cast<double>(shared[losses + 2 * j]) + static_cast<double>(shared[losses + 2 * j + 1]);
+      total += static_cast<double>(shared[head + 2 * j]) + static_cast<double>(shared[head + 2 * j + 1]);
     r.loss = replicas == 1 ? loss_sum / count : total / count;
   } else {  // the others get the step's figures in float
     r.loss = shared[1];

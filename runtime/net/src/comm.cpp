@@ -204,7 +204,6 @@ void share_bells(MPI_Comm world, endpoint_state& s) {
     s.bell.store(s.shared_bell, std::memory_order_release);
     s.bell.load()->ring();  // a thread that rang the old bell meanwhile is not missed (queued is read first)
   }
-  s.every_peer_has_a_bell = ok != 0 && node_size == s.size;
   MPI_Comm_free(&node);
 }
 
@@ -281,6 +280,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   in_flight_requests active;
   std::uint64_t collectives_posted = 0;
   int collectives_running = 0;
+  const bool every_peer_has_a_bell = s.size > 1 && s.peers_with_bells.load() == static_cast<std::uint64_t>(s.size - 1);
   int data_sends = 0;  // tensor chunks posted and not complete
   std::deque<outgoing> batch;
   std::deque<endpoint_state::collective> collectives;
@@ -435,7 +435,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
     // Requests in flight keep the steps short: a collective's later rounds, and any request to
     // a peer without a bell, move only at this thread's polls. (A request that waits for a peer
     // with a bell needs none: the peer rings when it posts its side.)
-    const int cap = collectives_running > 0 || (!active.empty() && !s.every_peer_has_a_bell)
+    const int cap = collectives_running > 0 || (!active.empty() && !every_peer_has_a_bell)
                         ? std::min(s.max_sleep_us, 50)
                         : s.max_sleep_us;
     const auto step = std::chrono::microseconds(std::clamp<long>(idle / 4, 10, cap));

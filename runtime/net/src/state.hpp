@@ -119,12 +119,11 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   std::deque<outgoing> outbox;
   // The communication thread sleeps on `bell`: this process's own until run_comm moves it into
   // the memory the machine's ranks share; `peer_bells[r]` is rank r's there (null for a rank on
-  // another machine, or when MPI gives no shared memory). Communication thread only, but `bell`.
+  // another machine, or when the machine keeps no bells). Communication thread only, but `bell`.
   doorbell own_bell;
   std::atomic<doorbell*> bell{&own_bell};
   std::vector<doorbell*> peer_bells;
   doorbell* shared_bell = nullptr;  // this rank's bell in shared memory, once mapped
-  bool every_peer_has_a_bell = false;
   bool bells_wanted = true;  // STRATA_NET_BELLS (on, off); off on any rank of a machine: none there
   bool leaving = false;                 // guarded by out_mu
   // Set under out_mu whenever the outbox, the collectives or `leaving` change: the communication
