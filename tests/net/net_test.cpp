@@ -58,6 +58,11 @@ struct world {
                                         [](const add& a) { return a.a + a.b; }};
                               }),
                               "echo"));
+    // Says how many control frames this rank's communication thread posted as it made them.
+    BOOST_REQUIRE(net.publish(sys.spawn([this](strata::actor&) -> strata::behavior {
+                                return {[this](const add&) { return static_cast<int>(net.stats().frames_posted_directly); }};
+                              }),
+                              "direct"));
     // Says how many of this rank's sleeps a peer's doorbell ended.
     BOOST_REQUIRE(net.publish(sys.spawn([this](strata::actor&) -> strata::behavior {
                                 return {[this](const add&) { return static_cast<int>(net.stats().woken_by_peers); }};
@@ -209,6 +214,13 @@ BOOST_AUTO_TEST_CASE(an_inline_actor_runs_on_the_communication_thread_and_keeps_
   // the turn of the tensor message before it.
   BOOST_TEST_MESSAGE(inline_pings << " of " << pings << " pings sent one at a time ran inline");
   BOOST_TEST(inline_pings >= pings * 8 / 10, inline_pings << " of " << pings << " pings ran inline");
+  // Each reply of a ping run inline left from the communication thread straight to MPI (a
+  // reply from a scheduler thread, or one behind it in the outbox, does not).
+  auto direct = w.net.remote(w.net.size() - 1, "direct").value();
+  const auto posted = w.sys.request<int>(direct, 10s, add{}).get();
+  BOOST_REQUIRE(posted.has_value());
+  BOOST_TEST(*posted >= inline_pings * 8 / 10, *posted << " frames posted directly for " << inline_pings
+                                                       << " pings run inline");
 }
 
 BOOST_AUTO_TEST_CASE(messages_from_every_sender_on_every_rank_arrive_in_the_order_sent) {

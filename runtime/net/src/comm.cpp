@@ -223,6 +223,28 @@ void ring_peer(endpoint_state& s, int peer) {
     if (doorbell* b = s.peer_bells[static_cast<std::size_t>(peer)]) b->ring_if_asleep();
 }
 
+/// Posts a control frame; its bytes are kept until MPI is done with them (most small frames
+/// are: MPI copies them out in MPI_Isend, and the one MPI_Test says so).
+void post_frame(endpoint_state& s, MPI_Comm comm, in_flight_requests& active, int dst, std::vector<std::byte>&& bytes) {
+  MPI_Request r = MPI_REQUEST_NULL;
+  MPI_Isend(bytes.data(), static_cast<int>(bytes.size()), MPI_BYTE, dst, 0, comm, &r);
+  int done = 0;
+  MPI_Test(&r, &done, MPI_STATUS_IGNORE);
+  if (!done) active.add(r, [held = std::make_shared<std::vector<std::byte>>(std::move(bytes))](const MPI_Status&) {});
+  ring_peer(s, dst);
+}
+
+/// The communication thread's direct_path (state.hpp).
+struct comm_path final : direct_path {
+  MPI_Comm comm = MPI_COMM_NULL;
+  in_flight_requests* active = nullptr;
+};
+
+void post_direct(direct_path& p, int dst, std::vector<std::byte>&& bytes) {
+  auto& c = static_cast<comm_path&>(p);
+  post_frame(*c.owner, c.comm, *c.active, dst, std::move(bytes));
+}
+
 void ring_every_peer(endpoint_state& s) {
   for (doorbell* b : s.peer_bells)
     if (b) b->ring_if_asleep();
@@ -278,6 +300,11 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   strata::detail::host_inline_runs(true);
 
   in_flight_requests active;
+  comm_path path;
+  path.owner = &s;
+  path.post = post_direct;
+  path.comm = comm;
+  path.active = &active;
   std::uint64_t collectives_posted = 0;
   int collectives_running = 0;
   const bool every_peer_has_a_bell = s.size > 1 && s.peers_with_bells.load() == static_cast<std::uint64_t>(s.size - 1);
@@ -335,12 +362,10 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
                          static_cast<std::uint64_t>(tag), size);
           --data_sends;
         });
+        ring_peer(s, o.dst);
       } else {
-        auto bytes = std::make_shared<std::vector<std::byte>>(std::move(o.frame_bytes));
-        MPI_Isend(bytes->data(), static_cast<int>(bytes->size()), MPI_BYTE, o.dst, 0, comm, &r);
-        active.add(r, [bytes](const MPI_Status&) {});
+        post_frame(s, comm, active, o.dst, std::move(o.frame_bytes));
       }
-      ring_peer(s, o.dst);
     }
     if (took) batch.clear();
 
@@ -355,12 +380,14 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       MPI_Get_count(&status, MPI_BYTE, &count);
       frame_buffer.resize(static_cast<std::size_t>(count));
       MPI_Mrecv(frame_buffer.data(), count, MPI_BYTE, &message, MPI_STATUS_IGNORE);
+      direct_here = &path;
       try {
         s.handle_frame(status.MPI_SOURCE, frame_buffer.data(), frame_buffer.size());
       } catch (const std::exception& ex) {
         std::fprintf(stderr, "strata::net rank %d: dropped a frame from rank %d: %s\n", s.rank, status.MPI_SOURCE,
                      ex.what());
       }
+      direct_here = nullptr;
       for (auto& c : s.receives) {
         MPI_Request r = MPI_REQUEST_NULL;
         MPI_Irecv(c.data, static_cast<int>(c.size), MPI_BYTE, c.src, c.tag, comm, &r);

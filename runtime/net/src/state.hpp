@@ -82,6 +82,15 @@ struct outgoing_tensor {
 
 struct endpoint_state;
 
+/// The communication thread's own way out (comm.cpp): while it handles incoming frames, a frame
+/// that thread pushes (the answer of a handler it runs inline) is posted to MPI at once instead
+/// of going through the outbox, when nothing is queued before it. Null on every other thread.
+struct direct_path {
+  endpoint_state* owner = nullptr;
+  void (*post)(direct_path& self, int dst, std::vector<std::byte>&& bytes) = nullptr;
+};
+inline thread_local direct_path* direct_here = nullptr;
+
 /// The control block behind a handle to an actor on another rank.
 struct proxy_cell final : strata::detail::remote_cell {
   proxy_cell(std::shared_ptr<endpoint_state> owner, int peer, bool named, std::uint64_t target_key);
@@ -167,7 +176,7 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   stream recv_stream;
 
   std::atomic<std::uint64_t> frames_sent{0}, frames_received{0}, tensor_bytes_sent{0}, tensor_bytes_received{0},
-      refused{0}, peers_with_bells{0}, woken_by_peers{0};
+      refused{0}, peers_with_bells{0}, woken_by_peers{0}, frames_posted_directly{0};
 
   std::thread comm;
   bool shut_down = false;  // guarded by shutdown_mu

@@ -43,6 +43,9 @@ struct endpoint_stats {
   std::uint64_t peers_with_bells = 0;
   /// Sleeps of this rank's communication thread that a peer's ring ended (not its own threads').
   std::uint64_t woken_by_peers = 0;
+  /// Control frames the communication thread posted to MPI as it made them, without the outbox:
+  /// the answers of actors spawned with handle_remote_inline (docs/distributed.md, "Direct sends").
+  std::uint64_t frames_posted_directly = 0;
 };
 
 /// One per process: starts MPI (`MPI_Init_thread`) and the communication thread, which is the
