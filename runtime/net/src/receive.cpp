@@ -206,6 +206,9 @@ void endpoint_state::handle_frame(int src, const std::byte* data, std::size_t n)
     case frame::goodbye:
       peer_left(src);
       return;
+    case frame::large:  // the communication thread takes these apart before they get here
+      throw error_exception(error(errc::invalid_argument, "rank " + std::to_string(src) +
+                                                              " sent a large frame inside a large frame"));
     case frame::flowing: {
       std::int32_t first_tag = 0;
       std::uint32_t chunks = 0;

@@ -29,7 +29,11 @@ class event_point;
 namespace strata::net::detail {
 
 /// First byte of every control frame (MPI tag 0).
-enum class frame : std::uint8_t { message = 1, watch, unwatch, stop, resolved, goodbye, flowing };
+enum class frame : std::uint8_t { message = 1, watch, unwatch, stop, resolved, goodbye, flowing, large };
+
+/// Each rank keeps one receive of this many bytes posted for control frames (tag 0; comm.cpp). A
+/// longer frame is announced by a `large` frame (its size and a data tag) and follows on that tag.
+inline constexpr std::size_t posted_frame_bytes = std::size_t{64} << 10;
 
 /// A tensor of at least this many bytes is preceded by a `flowing` frame when its chunks leave,
 /// so that the receiving communication thread polls without sleeping while its bytes arrive.
