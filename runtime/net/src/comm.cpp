@@ -223,8 +223,8 @@ void ring_peer(endpoint_state& s, int peer) {
     if (doorbell* b = s.peer_bells[static_cast<std::size_t>(peer)]) b->ring_if_asleep();
 }
 
-/// What posting a frame needs: the communication thread's own state (and, through `post`, the
-/// endpoint's direct_path, state.hpp).
+/// The communication thread's way out (its direct_path, state.hpp) and what posting a frame
+/// needs of its state.
 struct comm_path final : direct_path {
   MPI_Comm comm = MPI_COMM_NULL;
   in_flight_requests* active = nullptr;
@@ -409,7 +409,8 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       int source = 0;
       const std::byte* bytes = nullptr;
       int count = 0;
-      if (large_receive != MPI_REQUEST_NULL) {
+      const bool large = large_receive != MPI_REQUEST_NULL;
+      if (large) {
         MPI_Test(&large_receive, &flag, MPI_STATUS_IGNORE);
         if (!flag) break;
         source = large_source;
@@ -452,10 +453,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
         std::fprintf(stderr, "strata::net rank %d: dropped a frame from rank %d: %s\n", s.rank, source, ex.what());
       }
       direct_here = nullptr;
-      if (bytes == large_buffer.data()) {
-        large_receive = MPI_REQUEST_NULL;
-        std::vector<std::byte>().swap(large_buffer);
-      }
+      if (large) std::vector<std::byte>().swap(large_buffer);  // (its request was freed by MPI_Test)
       post_frame_receive();
       for (auto& c : s.receives) {
         MPI_Request r = MPI_REQUEST_NULL;
