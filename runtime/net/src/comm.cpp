@@ -261,6 +261,20 @@ void post_frame(comm_path& p, int dst, std::vector<std::byte>&& bytes) {
   ring_peer(s, dst);
 }
 
+/// The size and data tag a `large` frame announces; throws when they cannot be right.
+std::pair<std::size_t, int> read_large_frame(endpoint_state& s, int src, const std::byte* data, std::size_t n) {
+  std::uint64_t size = 0;
+  std::int32_t tag = 0;
+  reader r(data, n, &s, src);
+  frame kind{};
+  r(kind, size, tag);
+  if (size <= posted_frame_bytes || size > static_cast<std::uint64_t>(std::numeric_limits<int>::max()) || tag < 1 ||
+      tag >= s.tag_ub)
+    throw error_exception(error(errc::invalid_argument,
+                                "a large frame of " + std::to_string(size) + " bytes on tag " + std::to_string(tag)));
+  return {static_cast<std::size_t>(size), tag};
+}
+
 void post_direct(direct_path& p, int dst, std::vector<std::byte>&& bytes) {
   post_frame(static_cast<comm_path&>(p), dst, std::move(bytes));
 }
@@ -384,8 +398,8 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
     if (took) collectives.clear();
     for (auto& o : batch) {
       work = true;
-      MPI_Request r = MPI_REQUEST_NULL;
       if (o.data != nullptr) {
+        MPI_Request r = MPI_REQUEST_NULL;
         MPI_Isend(o.data, static_cast<int>(o.size), MPI_BYTE, o.dst, o.tag, comm, &r);
         trace_transfer(trace::event_kind::transfer_begin, trace::transfer::send, s.rank, o.dst,
                        static_cast<std::uint64_t>(o.tag), o.size);
@@ -422,32 +436,18 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
         source = status.MPI_SOURCE;
         bytes = frame_buffer.data();
         MPI_Get_count(&status, MPI_BYTE, &count);
-        if (count > 0 && frame_buffer[0] == static_cast<std::byte>(frame::large)) {
-          work = true;
-          std::uint64_t size = 0;
-          std::int32_t tag = 0;
-          try {
-            reader r(bytes, static_cast<std::size_t>(count), &s, source);
-            frame kind{};
-            r(kind, size, tag);
-            if (size <= posted_frame_bytes || size > static_cast<std::uint64_t>(std::numeric_limits<int>::max()) ||
-                tag < 1 || tag >= s.tag_ub)
-              throw error_exception(error(errc::invalid_argument, "a large frame of " + std::to_string(size) +
-                                                                     " bytes on tag " + std::to_string(tag)));
-          } catch (const std::exception& ex) {
-            std::fprintf(stderr, "strata::net rank %d: dropped a frame from rank %d: %s\n", s.rank, source, ex.what());
-            post_frame_receive();
-            continue;
-          }
+      }
+      work = true;
+      try {
+        if (!large && count > 0 && frame_buffer[0] == static_cast<std::byte>(frame::large)) {
+          // Its bytes come next on their own tag: the frame receive waits until they are handled.
+          const auto [size, tag] = read_large_frame(s, source, bytes, static_cast<std::size_t>(count));
           large_buffer.resize(size);
           large_source = source;
           MPI_Irecv(large_buffer.data(), static_cast<int>(size), MPI_BYTE, source, tag, comm, &large_receive);
           continue;
         }
-      }
-      work = true;
-      direct_here = &path;
-      try {
+        direct_here = &path;
         s.handle_frame(source, bytes, static_cast<std::size_t>(count));
       } catch (const std::exception& ex) {
         std::fprintf(stderr, "strata::net rank %d: dropped a frame from rank %d: %s\n", s.rank, source, ex.what());
