@@ -1,8 +1,10 @@
 #!/usr/bin/env bash
 # Packs what tools/gpu-check.sh runs on a lent GPU machine, whose image has CUDA, cuDNN and
 # PyTorch but none of the Debian packages strata builds against (and nothing can be fetched
-# there): the cuda test programs (with the 1-rank NCCL smoke test), strata-bench-lm-gpu and lstm_lm, built here with CUDA, with the
-# shared libraries they need beyond glibc, cuBLAS and cuDNN, and a training corpus. The programs
+# there): the cuda test programs (with those of cuda tensors across ranks and NCCL),
+# strata-bench-lm-gpu and lstm_lm, built here with CUDA, with the shared libraries they need beyond
+# glibc, cuBLAS and cuDNN, this machine's Open MPI (mpi/, tools/mpi-bundle.sh) where the build
+# has MPI, and a training corpus. The programs
 # link the CUDA 13 sonames (libcudart.so.13, libcublas.so.13, libcublasLt.so.13): MANIFEST lists
 # those the image must provide, and gpu-check.sh checks them, with the driver, before any step. The result,
 # .gpu-bundle/strata-gpu.tar.xz, is ignored by git; a device call carries it:
@@ -30,9 +32,15 @@ esac
 
 programs=(tests/kernels_cuda/test_kernels_cuda tests/device/test_device_cuda tests/actors/test_kvstore_cuda
           tests/lm/test_lm_cuda tools/bench/strata-bench-lm-gpu samples/lstm_lm/lstm_lm)
-# The 1-rank NCCL smoke test, where the build has strata::nccl (CUDA, MPI and NCCL found), and the
-# allreduce store on a cuda replica in a world of one. The tests that need mpirun (net_cuda_np2,
-# nccl_cuda_np2, kvstore_dist_cuda_np2) stay out: the bundle carries no MPI launcher.
+# Where the build has MPI: cuda tensors between 2 ranks (net_cuda_np2), the NCCL smoke test
+# (nccl_cuda alone; nccl_cuda_np2 needs 2 GPUs) where it has strata::nccl, and the allreduce store
+# on cuda replicas (kvstore_dist_cuda, alone and on 2 ranks), with this machine's Open MPI
+# (tools/mpi-bundle.sh: the image has no MPI) so that gpu-check.sh can start 2 ranks.
+with_mpi=0
+if grep -qs 'net_cuda_np2' "$build/tests/net_cuda/CTestTestfile.cmake"; then
+  programs+=(tests/net_cuda/test_net_cuda)
+  with_mpi=1
+fi
 if grep -qs 'nccl_cuda' "$build/tests/net_cuda/CTestTestfile.cmake"; then
   programs+=(tests/net_cuda/test_nccl_cuda)
 fi
@@ -63,11 +71,17 @@ done | sort -u | while read -r name path; do
     # libnccl.so.2 is ~210 MB (~180 MB compressed), past what a device call carries (64 MiB): the
     # image's comes from PyTorch's nvidia-nccl package, like cuBLAS (gpu-check.sh finds it there).
     libnccl*) ;;
+    # Open MPI's own libraries go to mpi/lib with its components (below).
+    libmpi.so.* | libopen-pal.so.* | libopen-rte.so.* | libpmix.so.*) [ "$with_mpi" = 1 ] || cp -L "$path" "$stage/lib/$name" ;;
     libcudart.so.*) cp -L "$path" "$stage/lib-cuda/$name" ;;
     libstdc++.so.*|libgcc_s.so.*) cp -L "$path" "$stage/lib-compat/$name" ;;
     *) cp -L "$path" "$stage/lib/$name" ;;
   esac
 done
+
+if [ "$with_mpi" = 1 ]; then
+  tools/mpi-bundle.sh "$stage/mpi" >/dev/null   # gpu-check.sh sources mpi/env.sh
+fi
 
 # The corpus lstm_lm trains on by default here (the image has no fortunes package).
 for f in /usr/share/games/fortunes/*; do

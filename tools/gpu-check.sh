@@ -10,7 +10,8 @@
 # Time: one deadline for the whole run, GPU_CHECK_DEADLINE seconds (default 500) from the start;
 # each step runs under `timeout` with the smaller of its own cap and the time left, and a step
 # that no longer fits is reported as skipped. Each row of the summary is appended to
-# $logs/summary.txt as soon as its step ends, and the summary is printed when the script exits,
+# $OUT/summary.txt (else the log folder's) as soon as its step ends, with the step logs packed into
+# $OUT/logs.tar.gz, and the summary is printed when the script exits,
 # also on TERM or INT (the device tool's limit): what ran is never lost.
 #
 # The cuda test programs run with STRATA_REQUIRE_GPU=1: a GPU case that is skipped fails them.
@@ -41,6 +42,8 @@ esac
 deadline=$((start + deadline_s))
 dry=${STRATA_GPU_CHECK_DRY:-0}
 declare -a rows=()
+declare -a tests_np2=() mpirun_cmd=()
+see=${OUT:+\$OUT/logs.tar.gz: }   # where a row sends the reader for a step's log
 rows_file=""
 summary_done=0
 current_pid=""
@@ -52,6 +55,13 @@ row() {
   line=$(printf '%-30s %-8s %s' "$1" "$2" "$3")
   rows+=("$line")
   [ -n "$rows_file" ] && printf '%s\n' "$line" >>"$rows_file"
+  pack_logs
+}
+# With $OUT (the device tool brings back at most 8 files), the step logs stay in $logs and go to
+# $OUT/logs.tar.gz, packed again after every row: $OUT holds summary.txt and logs.tar.gz only.
+pack_logs() {
+  [ -n "${OUT:-}" ] && [ -n "${logs:-}" ] && [ -d "$logs" ] || return 0
+  tar -czf "$OUT/logs.tar.gz.tmp" -C "$logs" . 2>/dev/null && mv -f "$OUT/logs.tar.gz.tmp" "$OUT/logs.tar.gz"
 }
 summary() {
   [ "$summary_done" = 1 ] && return
@@ -59,6 +69,7 @@ summary() {
   printf '\n== summary (%s of %ss)\n%-30s %-8s %s\n' "$(elapsed "$start")" "$deadline_s" step result detail
   [ ${#rows[@]} -gt 0 ] && printf '%s\n' "${rows[@]}"
   [ -n "$rows_file" ] && echo "(rows also in $rows_file)"
+  [ "$dry" = 1 ] && [ -n "${OUT:-}" ] && rm -rf "$logs"   # packed already
 }
 on_signal() {
   if [ -n "$current_pid" ]; then
@@ -99,12 +110,16 @@ no_time() { row "$1" skipped "the ${deadline_s}s deadline leaves no time for it"
 # ---- programs -----------------------------------------------------------------------------------
 if [ "$dry" = 1 ]; then
   mode=dry
-  logs=${OUT:-${TMPDIR:-/tmp}/strata-gpu-check-dry}
+  logs=${TMPDIR:-/tmp}/strata-gpu-check-dry.$$
   mkdir -p "$logs"
   fake() { printf '#!/bin/sh\necho "%s: fake step"\n%s\n' "$1" "$2" >"$logs/$1"; chmod +x "$logs/$1"; echo "$logs/$1"; }
   tests=("kernels_cuda:$(fake kernels_cuda 'exit 0')" "device_cuda:$(fake device_cuda 'exit 77')"
          "kvstore_cuda:$(fake kvstore_cuda 'echo "1 test case out of 4 failed"; exit 1')" "lm_cuda:$(fake lm_cuda 'exit 0')"
          "nccl_cuda:$(fake nccl_cuda 'exit 0')" "kvstore_dist_cuda:$(fake kvstore_dist_cuda 'exit 0')")
+  # Two ranks: the fake launcher runs the program once.
+  tests_np2=("net_cuda_np2:$(fake net_cuda 'echo "*** No errors detected"; exit 0')"
+             "kvstore_dist_cuda_np2:$(fake kvstore_dist_cuda_2 'exit 0')" "nccl_cuda_np2:$(fake nccl_cuda_2 'exit 0')")
+  mpirun_cmd=("$(fake mpirun 'while [ "${1#-}" != "$1" ]; do case $1 in -np|--timeout|--bind-to) shift 2 ;; --mca) shift 3 ;; *) shift ;; esac; done; exec "$@"')")
   bench=$(fake strata-bench-lm-gpu "sleep ${STRATA_GPU_CHECK_DRY_SLEEP:-0}; echo 'summary: fake'")
   lm=$(fake lstm_lm 'echo "step 20 loss 1.0"')
   sanitizer=$(fake compute-sanitizer 'echo "========= ERROR SUMMARY: 0 errors"')
@@ -113,14 +128,14 @@ elif [ -f .gpu-bundle/strata-gpu.tar.xz ] && [ "${STRATA_GPU_BUILD:-0}" != 1 ]; 
   mode=bundle
   bundle=.gpu-bundle/strata-gpu.tar.xz
   root=${STRATA_GPU_ROOT:-/tmp/strata-gpu}
-  logs=${OUT:-$root/logs}
+  logs=$root/logs
   mkdir -p "$logs"
   rm -rf "$root.unpack" && mkdir -p "$root.unpack"
   t=$(date +%s)
   if ! tar -xJf "$bundle" -C "$root.unpack" 2>"$root.unpack.log"; then
     # No xz on the image: Python's tarfile reads it.
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$bundle" "$root.unpack" \
-      >>"$root.unpack.log" 2>&1 || { cp "$root.unpack.log" "$logs/unpack.log"; row unpack FAILED "see $logs/unpack.log"; cat "$logs/unpack.log"; exit 1; }
+      >>"$root.unpack.log" 2>&1 || { cp "$root.unpack.log" "$logs/unpack.log"; row unpack FAILED "see ${see:-$logs/}unpack.log"; cat "$logs/unpack.log"; exit 1; }
   fi
   rm -rf "$root" && mv "$root.unpack" "$root"
   row "unpack bundle" ok "$(head -1 "$root/MANIFEST") ($(elapsed "$t"))"
@@ -143,6 +158,11 @@ print(":".join(seen))
 PY
 )
   [ -n "$py_dirs" ] && cuda_dirs="$cuda_dirs:$py_dirs"
+  # The bundle's Open MPI (tools/mpi-bundle.sh): libmpi for every program, mpirun for 2 ranks.
+  if [ -f "$root/mpi/env.sh" ]; then
+    . "$root/mpi/env.sh"
+    mpirun_cmd=("$root/mpi/bin/mpirun")
+  fi
   # PyTorch (the benchmark's anchor row) runs with the image's own library path, not the bundle's.
   printf '#!/bin/sh\nLD_LIBRARY_PATH=%s exec python3 "$@"\n' "'${LD_LIBRARY_PATH:-}'" >"$root/python3"
   chmod +x "$root/python3"
@@ -158,23 +178,26 @@ PY
          "kvstore_cuda:$bin/test_kvstore_cuda" "lm_cuda:$bin/test_lm_cuda")
   [ -x "$bin/test_nccl_cuda" ] && tests+=("nccl_cuda:$bin/test_nccl_cuda")
   [ -x "$bin/test_kvstore_dist_cuda" ] && tests+=("kvstore_dist_cuda:$bin/test_kvstore_dist_cuda")
+  [ -x "$bin/test_net_cuda" ] && tests_np2+=("net_cuda_np2:$bin/test_net_cuda")
+  [ -x "$bin/test_kvstore_dist_cuda" ] && tests_np2+=("kvstore_dist_cuda_np2:$bin/test_kvstore_dist_cuda")
+  [ -x "$bin/test_nccl_cuda" ] && tests_np2+=("nccl_cuda_np2:$bin/test_nccl_cuda")
   bench=$bin/strata-bench-lm-gpu
   lm=$bin/lstm_lm
   corpus=(--corpus "$root/corpus.txt")
 else
   mode=build
   build=${1:-build-gpu}
-  logs=${OUT:-$build}
+  logs=$build/gpu-check-logs
   mkdir -p "$logs"
   run_step configure 300 "$logs/configure.log" cmake -S . -B "$build" -DCMAKE_BUILD_TYPE=Release -DSTRATA_CUDA=ON
   if [ "$step_rc" != 0 ]; then
-    row configure FAILED "exit $step_rc, see $logs/configure.log (no bundle: run tools/gpu-bundle.sh on a build machine)"
+    row configure FAILED "exit $step_rc, see ${see:-$logs/}configure.log (no bundle: run tools/gpu-bundle.sh on a build machine)"
     tail -30 "$logs/configure.log"; exit 1
   fi
   row configure ok "$(elapsed "$step_t")"
   run_step build 400 "$logs/build.log" cmake --build "$build" -j"$jobs"
   if [ "$step_rc" != 0 ]; then
-    row build FAILED "exit $step_rc, see $logs/build.log"; grep -E 'error' "$logs/build.log" | head -30; exit 1
+    row build FAILED "exit $step_rc, see ${see:-$logs/}build.log"; grep -E 'error' "$logs/build.log" | head -30; exit 1
   fi
   row build ok "$(elapsed "$step_t")"
   tests=(kernels_cuda:tests/kernels_cuda/test_kernels_cuda device_cuda:tests/device/test_device_cuda
@@ -182,14 +205,21 @@ else
   [ -x "$build/tests/net_cuda/test_nccl_cuda" ] && tests+=(nccl_cuda:tests/net_cuda/test_nccl_cuda)
   [ -x "$build/tests/net_cuda/test_kvstore_dist_cuda" ] && tests+=(kvstore_dist_cuda:tests/net_cuda/test_kvstore_dist_cuda)
   for i in "${!tests[@]}"; do tests[$i]="${tests[$i]%%:*}:$build/${tests[$i]#*:}"; done
+  [ -x "$build/tests/net_cuda/test_net_cuda" ] && tests_np2+=("net_cuda_np2:$build/tests/net_cuda/test_net_cuda")
+  [ -x "$build/tests/net_cuda/test_kvstore_dist_cuda" ] && tests_np2+=("kvstore_dist_cuda_np2:$build/tests/net_cuda/test_kvstore_dist_cuda")
+  [ -x "$build/tests/net_cuda/test_nccl_cuda" ] && tests_np2+=("nccl_cuda_np2:$build/tests/net_cuda/test_nccl_cuda")
+  command -v mpirun >/dev/null 2>&1 && mpirun_cmd=(mpirun)
   bench=$build/tools/bench/strata-bench-lm-gpu
   lm=$build/samples/lstm_lm/lstm_lm
   corpus=()
 fi
-rows_file=$logs/summary.txt
+rows_file=${OUT:+$OUT/summary.txt}
+rows_file=${rows_file:-$logs/summary.txt}
+[ -n "${OUT:-}" ] && mkdir -p "$OUT"
+
 : >"$rows_file"
 for r in "${rows[@]}"; do printf '%s\n' "$r" >>"$rows_file"; done
-echo "== mode: $mode, logs in $logs, deadline ${deadline_s}s"
+echo "== mode: $mode, logs in $logs${OUT:+ (packed into \$OUT/logs.tar.gz)}, deadline ${deadline_s}s"
 
 # ---- preflight: driver, CUDA runtime and cuBLAS ---------------------------------------------------
 # fits DRIVER RUNTIME CUBLAS_MAJOR: the driver must support the runtime's major version (CUDA's
@@ -262,7 +292,7 @@ row "driver/runtime/cuBLAS" ok "driver CUDA $(cuda_text "$driver"), runtime $(cu
 
 # ---- 1. the cuda tests, one program each (what `ctest -R cuda` runs) ------------------------------
 # nccl_cuda is the 1-rank NCCL smoke test and kvstore_dist_cuda the allreduce store on a cuda
-# replica (worlds of one: no mpirun, which the bundle lacks).
+# replica (worlds of one, no mpirun; their 2-rank runs follow).
 export STRATA_REQUIRE_GPU=1
 export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 for entry in "${tests[@]}"; do
@@ -285,6 +315,39 @@ for entry in "${tests[@]}"; do
   row "$name" "$result" "${line:-exit $step_rc} ($(elapsed "$step_t"))"
 done
 
+# ---- 1b. the cuda tests that need 2 ranks (what `ctest -R _np2 -L mpi` runs with CUDA) -----------
+# net_cuda_np2: cuda tensors between ranks through pinned host staging; kvstore_dist_cuda_np2: the
+# allreduce store's staged sum with both ranks on this GPU; nccl_cuda_np2 only with 2 GPUs or more
+# (NCCL refuses two ranks on one device). Started by the bundle's Open MPI, kept on loopback.
+export OMPI_ALLOW_RUN_AS_ROOT=1 OMPI_ALLOW_RUN_AS_ROOT_CONFIRM=1
+export OMPI_MCA_btl_tcp_if_include=lo OMPI_MCA_oob_tcp_if_include=lo
+# The image's container may forbid process_vm_readv (vader's single copy: "Read -1, expected N,
+# errno = 1", open-mpi/ompi #4948): copy through shared memory instead.
+export OMPI_MCA_btl_vader_single_copy_mechanism=${OMPI_MCA_btl_vader_single_copy_mechanism:-none}
+gpus=1
+[ "$mode" != dry ] && command -v nvidia-smi >/dev/null 2>&1 && gpus=$(nvidia-smi -L 2>/dev/null | grep -c '^GPU')
+for entry in "${tests_np2[@]}"; do
+  name=${entry%%:*}
+  prog=${entry#*:}
+  echo "== $name"
+  if [ ${#mpirun_cmd[@]} = 0 ]; then
+    row "$name" skipped "no mpirun (a bundle made without MPI, or none on this machine)"
+    continue
+  fi
+  if [ "$name" = nccl_cuda_np2 ] && [ "$gpus" -lt 2 ]; then
+    row "$name" n/a "needs 2 GPUs, this machine has $gpus"
+    continue
+  fi
+  run_step "$name" 150 "$logs/$name.log" "${mpirun_cmd[@]}" -np 2 --oversubscribe --bind-to none --timeout 140 \
+    --mca btl self,vader "$prog" --report_level=short
+  [ "$step_rc" = 200 ] && { no_time "$name"; continue; }
+  tail -15 "$logs/$name.log"
+  line=$(grep -E 'test cases? out of|No errors detected' "$logs/$name.log" |
+    sed -E 's/^ *([0-9]+) test cases? out of ([0-9]+) ([a-z]+).*/\1\/\2 \3/; s/.*No errors detected.*/no errors/' | paste -sd, -)
+  case $step_rc in 0) result=ok ;; 77) result=skipped ;; 124) result=timeout ;; *) result=FAILED ;; esac
+  row "$name" "$result" "${line:-exit $step_rc} ($(elapsed "$step_t"))"
+done
+
 # ---- 2. the LM step on this GPU ---------------------------------------------------------------
 # cuDNN's LSTM step (fp32, TF32), PyTorch's own step where python3 has CUDA, lm_pipeline on the
 # whole GPU and 8 stage actors sharing it (docs/perf.md). Seed configuration, char vocabulary.
@@ -296,8 +359,8 @@ if [ -x "$bench" ]; then
   case $step_rc in
     200) no_time strata-bench-lm-gpu ;;
     0) row strata-bench-lm-gpu ok "$(elapsed "$step_t")" ;;
-    124) row strata-bench-lm-gpu timeout "cut at ${step_cap}s, see $logs/strata-bench-lm-gpu.log" ;;
-    *) row strata-bench-lm-gpu FAILED "exit $step_rc after $(elapsed "$step_t"), see $logs/strata-bench-lm-gpu.log" ;;
+    124) row strata-bench-lm-gpu timeout "cut at ${step_cap}s, see ${see:-$logs/}strata-bench-lm-gpu.log" ;;
+    *) row strata-bench-lm-gpu FAILED "exit $step_rc after $(elapsed "$step_t"), see ${see:-$logs/}strata-bench-lm-gpu.log" ;;
   esac
   if [ "$step_rc" != 200 ]; then
     cat "$logs/strata-bench-lm-gpu.log"
@@ -320,7 +383,7 @@ if [ "${MEMCHECK:-1}" != 0 ]; then
     case $step_rc in
       200) no_time "memcheck kernels_cuda" ;;
       0) row "memcheck kernels_cuda" ok "$(grep -m1 'ERROR SUMMARY' "$logs/memcheck.log") ($(elapsed "$step_t"))" ;;
-      124) row "memcheck kernels_cuda" timeout "cut at ${step_cap}s, see $logs/memcheck.log" ;;
+      124) row "memcheck kernels_cuda" timeout "cut at ${step_cap}s, see ${see:-$logs/}memcheck.log" ;;
       *) row "memcheck kernels_cuda" FAILED "exit $step_rc: $(grep -m1 'ERROR SUMMARY' "$logs/memcheck.log") ($(elapsed "$step_t"))" ;;
     esac
   else
@@ -335,9 +398,23 @@ if [ -x "$lm" ]; then
   case $step_rc in
     200) no_time "lstm_lm train 20 steps" ;;
     0) row "lstm_lm train 20 steps" ok "$(tail -1 "$logs/lstm_lm.log" | cut -c1-90) ($(elapsed "$step_t"))" ;;
-    *) row "lstm_lm train 20 steps" FAILED "exit $step_rc after $(elapsed "$step_t"), see $logs/lstm_lm.log" ;;
+    *) row "lstm_lm train 20 steps" FAILED "exit $step_rc after $(elapsed "$step_t"), see ${see:-$logs/}lstm_lm.log" ;;
   esac
   [ "$step_rc" = 200 ] || tail -4 "$logs/lstm_lm.log"
+fi
+
+# ---- 5. the same job on 2 ranks, one stage each, both on this GPU (docs/distributed.md) ------------
+# Activations and gradients cross ranks as cuda tensors staged through pinned host memory.
+if [ -x "$lm" ] && [ ${#mpirun_cmd[@]} -gt 0 ]; then
+  echo "== lstm_lm train on 2 ranks (cuda:0 each, 20 steps)"
+  run_step "lstm_lm 2 ranks 20 steps" 120 "$logs/lstm_lm_np2.log" "${mpirun_cmd[@]}" -np 2 --oversubscribe \
+    --bind-to none --timeout 110 --mca btl self,vader "$lm" train "${corpus[@]}" --devices cuda:0 --steps 20 --val-tokens 2000
+  case $step_rc in
+    200) no_time "lstm_lm 2 ranks 20 steps" ;;
+    0) row "lstm_lm 2 ranks 20 steps" ok "$(grep -v '^\[' "$logs/lstm_lm_np2.log" | tail -1 | cut -c1-90) ($(elapsed "$step_t"))" ;;
+    *) row "lstm_lm 2 ranks 20 steps" FAILED "exit $step_rc after $(elapsed "$step_t"), see ${see:-$logs/}lstm_lm_np2.log" ;;
+  esac
+  [ "$step_rc" = 200 ] || tail -4 "$logs/lstm_lm_np2.log"
 fi
 
 # The exit status says whether everything ran and passed.

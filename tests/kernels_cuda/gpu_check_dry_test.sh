@@ -30,12 +30,21 @@ expect "versions are printed first" "$log" "^driver: CUDA 13.0 \(13000\); runtim
 expect "a passing test program is ok" "$log" "^kernels_cuda +ok "
 expect "exit 77 is a skipped row" "$log" "^device_cuda +skipped "
 expect "a failing program is FAILED with its count" "$log" "^kvstore_cuda +FAILED +1/4 failed"
+expect "a 2-rank test runs through the launcher" "$log" "^net_cuda_np2 +ok +no errors "
+expect "nccl_cuda_np2 is left out on one GPU" "$log" "^nccl_cuda_np2 +n/a +needs 2 GPUs"
 expect "the slow benchmark is cut at the time left" "$log" "^strata-bench-lm-gpu +timeout +cut at [0-9]+s"
 expect "a step that no longer fits is skipped" "$log" "^memcheck kernels_cuda +skipped +the 20s deadline"
 expect "the summary is printed" "$log" "^== summary"
 rows=$work/deadline/summary.txt
 expect "rows are written to \$OUT/summary.txt" "$rows" "^lm_cuda +ok "
 expect "the cut step's row is in the file" "$rows" "^strata-bench-lm-gpu +timeout"
+# The device tool brings back 8 files at most: $OUT holds the rows and one archive of the logs.
+ls "$work/deadline" >"$work/deadline.files"
+expect "\$OUT holds summary.txt and logs.tar.gz" "$work/deadline.files" "^logs\.tar\.gz\nsummary\.txt$|^logs.tar.gz$"
+[ "$(wc -l <"$work/deadline.files")" = 2 ] && echo "ok: nothing else in \$OUT" || { echo "FAILED: \$OUT holds $(paste -sd' ' "$work/deadline.files")"; failures=$((failures + 1)); }
+tar -tzf "$work/deadline/logs.tar.gz" >"$work/deadline.logs" 2>&1
+expect "the archive has the cut step's log" "$work/deadline.logs" "strata-bench-lm-gpu\.log$"
+expect "the archive has a 2-rank test's log" "$work/deadline.logs" "net_cuda_np2\.log$"
 
 # 2. TERM while the benchmark runs: the summary comes at once, with the rows so far and the
 #    stopped step; the row file already had the finished rows.
