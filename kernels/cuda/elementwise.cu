@@ -1,4 +1,4 @@
-// fill, scale, axpy, copy, sum_arrays and the internal matrix scaling / column sums.
+// fill, scale, axpy, copy, sum_arrays, compress_gradient and the internal matrix scaling / column sums.
 #include "support.hpp"
 
 #include <cstddef>
@@ -78,6 +78,22 @@ __global__ void sum_kernel(std::size_t n, sum_inputs in, unsigned count, bool ac
     float acc = accumulate ? out[i] : in.p[0][i];
     for (unsigned j = accumulate ? 0u : 1u; j < count; ++j) acc += in.p[j][i];
     out[i] = acc;
+  }
+}
+
+// kvstore::compress per element. __fadd_rn / __fsub_rn are never contracted with anything, and
+// without --use_fast_math nvcc keeps subnormals (-ftz=false): the CPU's float results, bitwise.
+// `zero_residual` adds to 0.0f as the CPU does after zero-filling (so -0 + 0 gives +0 there too).
+__global__ void compress_gradient_kernel(std::size_t n, bool two_bit, float threshold, const float* grad,
+                                         float* residual, float* sent, bool zero_residual) {
+  const std::size_t stride = detail::grid_threads();
+  for (std::size_t i = detail::global_thread(); i < n; i += stride) {
+    const float r = __fadd_rn(zero_residual ? 0.0f : residual[i], grad[i]);
+    float q;
+    if (two_bit) q = r >= threshold ? threshold : (r <= -threshold ? -threshold : 0.0f);
+    else q = r > threshold ? 1.0f : -1.0f;
+    residual[i] = __fsub_rn(r, q);
+    sent[i] = q;
   }
 }
 
@@ -164,6 +180,16 @@ void copy(const cuda_context& ctx, std::size_t n, const float* src, float* dst) 
   common::require(src != nullptr && dst != nullptr, "cuda::copy", "src and dst must not be null when n > 0");
   detail::check(cudaMemcpyAsync(dst, src, n * sizeof(float), cudaMemcpyDeviceToDevice, ctx.stream),
                 "cudaMemcpyAsync");
+}
+
+void compress_gradient(const cuda_context& ctx, std::size_t n, gradient_quantizer type, float threshold,
+                       const float* grad, float* residual, float* sent, bool zero_residual) {
+  common::require(n == 0 || (grad != nullptr && residual != nullptr && sent != nullptr), "cuda::compress_gradient",
+                  "grad, residual and sent must not be null when n > 0");
+  if (n == 0) return;
+  compress_gradient_kernel<<<detail::blocks_for(n), detail::block_threads, 0, ctx.stream>>>(
+      n, type == gradient_quantizer::two_bit, threshold, grad, residual, sent, zero_residual);
+  detail::check_launch("compress_gradient_kernel", ctx.stream);
 }
 
 void sum_arrays(const cuda_context& ctx, std::span<const float* const> inputs, std::size_t n,

@@ -187,4 +187,23 @@ BOOST_FIXTURE_TEST_CASE(bad_compression_settings_are_refused_with_one_sentence, 
   BOOST_TEST(r.error().message().find("collect the pushes of 2 workers") != std::string::npos, r.error().message());
 }
 
+// cpu and cuda stores compress (kvstore_cuda_test.cpp checks cuda against cpu); a sim store's work
+// computes nothing, so it refuses.
+BOOST_FIXTURE_TEST_CASE(a_sim_store_refuses_compression_with_one_sentence_and_takes_none, fixture) {
+  strata::device_manager sims(strata::device_options{.sim_time_scale = 0});
+  auto sim = sims.create("sim:1");
+  for (const auto& o : {strata::kvstore::options{.kind = strata::kvstore::kind::device, .merge_device = sim[0]},
+                        strata::kvstore::options{.shards = 2, .shard_devices = sim}}) {
+    BOOST_TEST_CONTEXT((o.shards > 1 ? "sharded" : "one store")) {
+      strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, o));
+      auto r = await(kv.set_gradient_compression("1bit", 0.0f));
+      BOOST_TEST_REQUIRE(!r.has_value());
+      BOOST_TEST(r.error().message() ==
+                 "kvstore set_gradient_compression: compression runs on cpu and cuda stores only (this store merges "
+                 "on sim:0).");
+      BOOST_TEST(await(kv.set_gradient_compression("none", 0.5f)).has_value());
+    }
+  }
+}
+
 BOOST_AUTO_TEST_SUITE_END()

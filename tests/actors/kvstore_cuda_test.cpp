@@ -6,14 +6,20 @@
 #define BOOST_TEST_NO_MAIN
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
+#include <bit>
 #include <chrono>
+#include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <cstdio>
 #include <fstream>
 #include <functional>
 #include <future>
 #include <iostream>
 #include <iterator>
+#include <limits>
+#include <memory>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -22,6 +28,7 @@
 #include <unistd.h>
 
 #include "cuda_test_support.hpp"  // tests/kernels_cuda: the GPU precondition, random data, the error measure
+#include "strata/kvstore/compression.hpp"
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/kernels/cuda.hpp"
@@ -80,16 +87,34 @@ struct fixture {
     strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, std::move(options)));
     return f(kv, s);
   }
-  /// The script on a local cpu store and on `gpu_options` with tensors on `gpu`: same pulls.
+  /// The script on `cpu_options` with tensors on the cpu side and on `gpu_options` with tensors on
+  /// `gpu`: the same pulls, to `tolerance` or, with `bitwise`, bit for bit.
   void same_results(const strata::kvstore::options& cpu_options, const strata::kvstore::options& gpu_options,
-                    side& gpu, const script& f) {
+                    side& gpu, const script& f, bool bitwise = false) {
     const pulls want = run(cpu_options, cpu, f);
     const pulls got = run(gpu_options, gpu, f);
     BOOST_REQUIRE(got.size() == want.size());
     for (std::size_t i = 0; i < want.size(); ++i) {
       BOOST_TEST_INFO("pull " << i);
-      BOOST_TEST(kct::relative_error(got[i], want[i]) <= tolerance);
+      if (bitwise) {
+        const std::size_t at = first_bit_difference(got[i], want[i]);
+        BOOST_TEST(at == want[i].size(), "element " << at << " differs: cuda "
+                                                    << (at < got[i].size() ? got[i][at] : 0.f) << ", cpu "
+                                                    << (at < want[i].size() ? want[i][at] : 0.f));
+      } else {
+        BOOST_TEST(kct::relative_error(got[i], want[i]) <= tolerance);
+      }
     }
+  }
+  /// The first element whose bits differ (0 when the sizes differ), or a.size() when none does.
+  /// A NaN matches any NaN: x86 and CUDA make NaNs with other bits.
+  static std::size_t first_bit_difference(const std::vector<float>& a, const std::vector<float>& b) {
+    if (a.size() != b.size()) return 0;
+    for (std::size_t i = 0; i < a.size(); ++i)
+      if (std::bit_cast<std::uint32_t>(a[i]) != std::bit_cast<std::uint32_t>(b[i]) &&
+          !(std::isnan(a[i]) && std::isnan(b[i])))
+        return i;
+    return a.size();
   }
   /// `count` seeded random arrays of `n` floats.
   std::vector<std::vector<float>> arrays(std::size_t count, std::size_t n) {
@@ -328,6 +353,156 @@ BOOST_FIXTURE_TEST_CASE(a_cuda_store_saves_values_and_adam_state_that_a_sharded_
     std::remove((path + ".again").c_str());
     return out;
   });
+}
+
+// The kernel against kvstore::compress, the cpu rule, bit for bit where a slip would show: exactly
+// +-threshold and one ulp either side, subnormals (flushed to zero they would differ), -0 (a fresh
+// residual adds it to +0), infinities, huge values; a fresh residual (the device's holds NaNs, which
+// must not be read), a carried one, sent written over grad; 2^21 + 5 elements, more than one pass
+// of the grid.
+BOOST_FIXTURE_TEST_CASE(compress_gradient_equals_the_cpu_rule_bit_for_bit_on_edge_values, fixture) {
+  namespace kv = strata::kvstore;
+  struct setting {
+    kv::compression_type type;
+    kc::gradient_quantizer quantizer;
+    float threshold;
+  };
+  const std::size_t n = (std::size_t{1} << 21) + 5;
+  kct::gpu_session session;
+  for (const setting& c : {setting{kv::compression_type::two_bit, kc::gradient_quantizer::two_bit, 0.5f},
+                           setting{kv::compression_type::two_bit, kc::gradient_quantizer::two_bit, 1.7f},
+                           setting{kv::compression_type::one_bit, kc::gradient_quantizer::one_bit, 0.0f},
+                           setting{kv::compression_type::one_bit, kc::gradient_quantizer::one_bit, 0.25f}}) {
+    BOOST_TEST_CONTEXT((c.type == kv::compression_type::two_bit ? "2bit" : "1bit") << " at " << c.threshold) {
+      const float t = c.threshold, inf = std::numeric_limits<float>::infinity();
+      const std::vector<float> edges{t, -t, std::nextafter(t, 0.f), std::nextafter(t, inf), -std::nextafter(t, 0.f),
+                                     -std::nextafter(t, inf), 0.f, -0.f, 1e-40f, -1e-40f,
+                                     std::numeric_limits<float>::denorm_min(), inf, -inf, 3e38f, -3e38f, 1.f, -1.f};
+      std::vector<float> residual(n, 0.f), sent(n);  // the cpu's, zero before the first round
+      kct::dfloats device_residual(std::vector<float>(n, std::numeric_limits<float>::quiet_NaN()));
+      kct::dfloats device_sent(n);
+      for (int round = 0; round < 3; ++round) {
+        BOOST_TEST_CONTEXT("round " << round) {
+          auto grad = rng.values(n, -2.f * t - 1.f, 2.f * t + 1.f);
+          for (std::size_t i = 0; i < edges.size() * edges.size(); ++i)  // every edge after every edge
+            grad[static_cast<std::size_t>(round) * 7 + i] = edges[(round == 1 ? i / edges.size() : i) % edges.size()];
+          kv::compress(c.type, t, grad.data(), residual.data(), sent.data(), n);
+          kct::dfloats device_grad(grad);
+          // Round 2 writes what is sent over the gradient.
+          float* out = round == 2 ? device_grad.get() : device_sent.get();
+          kc::compress_gradient(session.ctx(), n, c.quantizer, t, device_grad.get(), device_residual.get(), out,
+                                round == 0);
+          session.sync();
+          const auto got_sent = round == 2 ? device_grad.download() : device_sent.download();
+          const auto got_residual = device_residual.download();
+          const std::size_t sent_at = first_bit_difference(got_sent, sent);
+          const std::size_t residual_at = first_bit_difference(got_residual, residual);
+          BOOST_TEST(sent_at == n, "sent differs at " << sent_at << ": cuda " << got_sent[sent_at % n] << ", cpu "
+                                                      << sent[sent_at % n] << " (grad " << grad[sent_at % n] << ")");
+          BOOST_TEST(residual_at == n, "residual differs at " << residual_at << ": cuda " << got_residual[residual_at % n]
+                                                              << ", cpu " << residual[residual_at % n]);
+        }
+      }
+    }
+  }
+}
+
+// Gradient compression: the cuda kernel against the cpu rule (kvstore::compress), bit for bit.
+// Random gradients in [-1, 1), 2bit at 0.5 (all of +t, 0 and -t occur) and 1bit at 0.25; several
+// values per key, each with its residual, a new value slot joining in a later round (its residual
+// starts at zero), sizes off multiples of 16 and 32 and one of a million floats; on one store and
+// on shards that split keys into slices (read at offsets).
+BOOST_FIXTURE_TEST_CASE(compressed_random_gradients_on_a_cuda_store_equal_a_cpu_store_bit_for_bit, gpu_fixture) {
+  struct setting {
+    const char* type;
+    float threshold;
+  };
+  const std::vector<std::size_t> values_per_round{2, 3, 1, 3};  // round 2 shows each value's quantization alone
+  auto session = [&](const setting& c, const std::vector<std::size_t>& sizes) {
+    // Drawn once per session: both stores get the same gradients.
+    auto grads = std::make_shared<std::vector<std::vector<std::vector<float>>>>();  // [round][size * slot]
+    for (const std::size_t values : values_per_round) {
+      grads->emplace_back();
+      for (const std::size_t n : sizes)
+        for (std::size_t slot = 0; slot < values; ++slot) grads->back().push_back(rng.values(n));
+    }
+    return [c, sizes, grads, &values_per_round](strata::kvstore::client& kv, side& s) {
+      pulls out;
+      std::vector<strata::kvstore::key> keys;
+      std::vector<strata::tensor> inits;
+      for (std::size_t k = 0; k < sizes.size(); ++k) {
+        keys.emplace_back(static_cast<int>(k));
+        inits.push_back(s.zeros({static_cast<std::int64_t>(sizes[k])}, k % 3));
+      }
+      BOOST_REQUIRE(await(kv.init(keys, inits)).has_value());
+      BOOST_REQUIRE(await(kv.set_gradient_compression(c.type, c.threshold)).has_value());
+      for (std::size_t round = 0; round < values_per_round.size(); ++round) {
+        std::vector<strata::kvstore::key> pushed;
+        std::vector<strata::tensor> values;
+        for (std::size_t k = 0; k < sizes.size(); ++k)
+          for (std::size_t slot = 0; slot < values_per_round[round]; ++slot) {
+            pushed.push_back(keys[k]);
+            const auto& g = (*grads)[round][k * values_per_round[round] + slot];
+            values.push_back(s.make(g, {static_cast<std::int64_t>(sizes[k])}, slot % 3));
+          }
+        BOOST_REQUIRE(await(kv.push(pushed, values)).has_value());
+        std::vector<strata::tensor> outs;
+        for (std::size_t k = 0; k < sizes.size(); ++k)
+          outs.push_back(s.zeros({static_cast<std::int64_t>(sizes[k])}, (k + round) % 3));
+        for (const auto& t : await(kv.pull(keys, outs)).value()) out.push_back(s.read(t));
+      }
+      return out;
+    };
+  };
+  const setting two_bit{"2bit", 0.5f}, one_bit{"1bit", 0.25f};
+  const std::vector<std::size_t> sizes{35, 1001, (std::size_t{1} << 20) + 3};
+  const std::vector<std::size_t> split_sizes{35, 1001};  // 1 KiB chunks: 1001 floats in four slices
+  const strata::kvstore::options cpu_shards{.shards = 3, .chunk_bytes = 1024, .shard_devices = cpu.devs};
+  const strata::kvstore::options gpu_shards{.shards = 3, .chunk_bytes = 1024, .shard_devices = gpu.devs};
+  for (const setting& c : {two_bit, one_bit}) {
+    BOOST_TEST_CONTEXT(c.type << " at " << c.threshold) {
+      same_results({}, on(gpu.devs[0]), gpu, session(c, sizes), true);
+      same_results(cpu_shards, gpu_shards, gpu, session(c, split_sizes), true);
+    }
+  }
+  // All three outcomes of 2bit occur: a round of one value per key pulls its quantization itself.
+  const pulls pulled = run({}, cpu, session(two_bit, {1001}));
+  const std::vector<float>& alone = pulled.at(2);
+  for (const float q : {0.5f, 0.0f, -0.5f}) BOOST_TEST(std::count(alone.begin(), alone.end(), q) > 0, "no " << q);
+}
+
+// MXNet's nightly verify-residual and negative-threshold sequences (kvstore_compression_test.cpp)
+// on a cuda store, with the default rule (the pulled value is the merged one): exact values.
+BOOST_FIXTURE_TEST_CASE(a_cuda_store_carries_each_values_compression_residual_over_pushes_as_mxnet, gpu_fixture) {
+  const float threshold = 0.5f;
+  constexpr std::size_t values = 3;  // each with its residual
+  const float passed = threshold * static_cast<float>(values);
+  for (const std::size_t n : {numel, std::size_t{1001}}) {
+    const std::vector<std::int64_t> at{static_cast<std::int64_t>(n)};
+    auto each_value = [&](float g) {
+      std::vector<strata::tensor> out;
+      for (std::size_t v = 0; v < values; ++v) out.push_back(gpu.make(std::vector<float>(n, g), at, v));
+      return out;
+    };
+    BOOST_TEST_CONTEXT(n << " floats") {
+      strata::kvstore::client kv(sys, strata::kvstore::spawn(sys, on(gpu.devs[0])));
+      BOOST_REQUIRE(await(kv.init(3, gpu.zeros(at))).has_value());
+      BOOST_REQUIRE(await(kv.set_gradient_compression("2bit", threshold)).has_value());
+      auto expect = [&](float g, float merged) {
+        BOOST_REQUIRE(await(kv.push(3, each_value(g))).has_value());
+        const auto got = gpu.read(await(kv.pull(3, gpu.zeros(at, 1))).value().at(0));
+        BOOST_TEST(got == std::vector<float>(got.size(), merged), boost::test_tools::per_element());
+      };
+      expect(0.0f, 0.0f);
+      // 0.4 is held back; 0.4 + 0.2 passes as 0.5 with 0.1 left; 0.1 + 0.2 is held; 0.3 + 0.2
+      // passes as 0.5 with nothing left.
+      expect(0.4f, 0.0f);
+      expect(threshold - 0.3f, passed);
+      expect(0.2f, 0.0f);
+      expect(threshold - 0.3f, passed);
+      for (int r = 0; r < 3; ++r) expect(-threshold, -passed);  // -threshold passes whole
+    }
+  }
 }
 
 BOOST_FIXTURE_TEST_CASE(values_and_outputs_on_another_gpu_are_copied_peer_to_peer, fixture,

@@ -188,6 +188,9 @@ BOOST_AUTO_TEST_CASE(bad_elementwise_optimiser_and_norm_arguments_throw_before_a
                  "cuda::adam_step: step must be at least 1 (steps count from 1).");
   expect_invalid([&] { kc::fill(no_device, 4, 1.0f, nullptr); }, "cuda::fill: x must not be null when n > 0.");
   expect_invalid([&] { kc::axpy(no_device, 4, 1.0f, nullptr, x); }, "cuda::axpy: x and y must not be null when n > 0.");
+  expect_invalid([&] { kc::compress_gradient(no_device, 4, kc::gradient_quantizer::two_bit, 0.5f, x, nullptr, x, true); },
+                 "cuda::compress_gradient: grad, residual and sent must not be null when n > 0.");
+  kc::compress_gradient(no_device, 0, kc::gradient_quantizer::one_bit, 0.0f, nullptr, nullptr, nullptr, false);  // n = 0: nothing
 
   std::vector<const float*> inputs(300, x);
   float out[16] = {};

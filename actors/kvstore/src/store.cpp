@@ -220,8 +220,8 @@ expected<void> kvstore_actor::on_set_gradient_compression(kvstore::set_gradient_
   if (!type) return type.error();
   const std::string what = "kvstore set_gradient_compression: ";
   if (*type != compression_type::none) {
-    if (device_.kind() != device_kind::cpu)
-      return bad(what + "compression runs on cpu stores only (this store merges on " + device_.name() + ").");
+    if (device_.kind() != device_kind::cpu && device_.kind() != device_kind::cuda)  // sim items compute nothing
+      return bad(what + "compression runs on cpu and cuda stores only (this store merges on " + device_.name() + ").");
     if (options_.contributions_per_version > 1)
       return bad(what + "this store's versions collect the pushes of " +
                  std::to_string(options_.contributions_per_version) +

@@ -135,9 +135,17 @@ slice_ref kvstore_actor::compressed(const slice_ref& v, key_state& state, std::s
   kernels::on_stream(stream_,
                      {.name = "kvstore_compress", .kind = work_kind::pointwise, .bytes = 4.0 * sizeof(float) * static_cast<double>(n)},
                      [v, residual, sent, n, fresh, type = compression_, threshold = compression_threshold_,
-                      status](auto target) {
+                      status, label = work_label{"push: the compression", state.label}](auto target) {
                        if constexpr (kernels::is_cuda_target<decltype(target)>) {
-                         status->fail("kvstore push: gradient compression has no cuda kernel.");  // refused at set time
+                         // cuda stores hold float32 keys only; `compressed` runs only while compression is on
+                         using kernels::cuda::gradient_quantizer;
+                         const auto quantizer =
+                             type == compression_type::two_bit ? gradient_quantizer::two_bit : gradient_quantizer::one_bit;
+                         run_guarded(*status, label, [&] {
+                           kernels::cuda::compress_gradient(target.context, n, quantizer, threshold,
+                                                            v.t.device_data<float>() + v.offset,
+                                                            residual.device_data<float>(), sent.device_data<float>(), fresh);
+                         });
                        } else {
                          float* r = residual.device_data<float>();
                          if (fresh) std::fill(r, r + n, 0.0f);

@@ -238,6 +238,26 @@ inline constexpr std::size_t sum_arrays_inputs_per_launch = 256;
 void sum_arrays(const cuda_context& ctx, std::span<const float* const> inputs, std::size_t n,
                 float* out);
 
+// ---- gradient compression ------------------------------------------------------------------
+
+/// The quantizations of MXNet's gradient compression (`kvstore::compression_type` less "none").
+enum class gradient_quantizer {
+  two_bit,  ///< sends +threshold, +0 or -threshold
+  one_bit,  ///< sends +1 or -1
+};
+
+/// kvstore::compress (2bit or 1bit) on the device, per element: r = residual[i] + grad[i]; two_bit:
+/// q = threshold if r >= threshold, else -threshold if r <= -threshold, else +0; one_bit: q = 1 if
+/// r > threshold, else -1; then residual[i] = r - q and sent[i] = q. With `zero_residual` the
+/// residual is taken as 0 (r = 0 + grad[i], as the store's first push of a slot) and only written.
+/// Only adds, subtracts and comparisons, never contracted and without flushing subnormals: the
+/// results are bitwise those of the CPU code (a NaN gradient gives NaN on both, its payload may
+/// differ). `sent` may be `grad` (each element is read before it is written); otherwise the arrays
+/// must not overlap. `threshold` is not checked here (kvstore::parse_compression checks it).
+/// \throws std::invalid_argument if a pointer is null while n > 0.
+void compress_gradient(const cuda_context& ctx, std::size_t n, gradient_quantizer type, float threshold,
+                       const float* grad, float* residual, float* sent, bool zero_residual);
+
 // ---- norms ---------------------------------------------------------------------------------
 
 /// Partial sums each tensor's norm uses (fixed, so that results are deterministic).
