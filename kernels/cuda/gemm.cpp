@@ -14,7 +14,12 @@ namespace {
 cublasOperation_t to_cublas(transpose t) noexcept { return t == transpose::yes ? CUBLAS_OP_T : CUBLAS_OP_N; }
 
 cublasComputeType_t compute_type(gemm_math math) noexcept {
-  return math == gemm_math::tf32 ? CUBLAS_COMPUTE_32F_FAST_TF32 : CUBLAS_COMPUTE_32F;
+  switch (math) {
+    case gemm_math::tf32: return CUBLAS_COMPUTE_32F_FAST_TF32;
+    case gemm_math::bf16: return CUBLAS_COMPUTE_32F_FAST_16BF;
+    case gemm_math::fp32: break;
+  }
+  return CUBLAS_COMPUTE_32F;
 }
 
 int to_int(std::size_t v) noexcept { return static_cast<int>(v); }

@@ -129,6 +129,9 @@ void print_setup(const lm::training_setup& s, const lm::trainer_options& o) {
             << "), clip " << cfg.clip << ", residual connections "
             << (cfg.residual ? (cfg.layers > 2 ? "from layer 3 on" : "on (no effect below 3 layers)") : "off")
             << (cfg.dropout > 0 ? ", dropout " + fmt(cfg.dropout, 2) : std::string())
+            << (cfg.precision != lm::precision::fp32
+                    ? std::string(", ") + lm::to_string(cfg.precision) + " matrix products on the cuda stages"
+                    : std::string())
             << (s.accumulate > 1 ? ", " + std::to_string(s.accumulate) + " windows accumulated per step" : std::string())
             << (s.carry_state ? ", LSTM state carried across steps" : ", every step from a zero LSTM state") << "\n"
             << (s.auto_schedule ? "lstm_lm: schedule chosen by --schedule auto for " + s.devices + " (docs/lstm_lm.md)\n" : std::string())
@@ -292,6 +295,10 @@ int main(int argc, char** argv) {
   double lr_value = 0;
   auto* lr = train->add_option("--lr", lr_value, "learning rate (default: 0.004 for adam and adamw, 0.1 for momentum and nesterov, 1 for sgd)");
   train->add_option("--optimizer", t.optimizer, "sgd, momentum, nesterov, adam or adamw (applied by the KVStore)")
+      ->capture_default_str();
+  train->add_option("--precision", t.precision,
+                    "math of the matrix products on cuda stages: fp32, tf32 or bf16 (float32 weights and activations; "
+                    "docs/lstm_lm.md)")
       ->capture_default_str();
   train->add_option("--momentum", t.momentum, "momentum and nesterov: the momentum factor")->capture_default_str();
   train->add_option("--beta1", t.beta1, "adam, adamw: beta1")->capture_default_str();

@@ -123,12 +123,13 @@ row run_strata(strata::actor_system& sys, const std::string& spec, strata::lm::c
   r.kind = "strata";
   r.devices = spec;
   r.schedule = strata::pipeline::to_string(kind);
-  r.math = "fp32";
+  r.math = strata::lm::to_string(c.precision);
   r.stages = stages;
   r.micro_batches = micro_batches;
   r.name = "strata " + spec + ", " + (stages == 1 ? std::string("1 stage") : std::to_string(stages) + " stages " +
                                                                                  r.schedule + " M=" +
-                                                                                 std::to_string(micro_batches));
+                                                                                 std::to_string(micro_batches)) +
+           (c.precision == strata::lm::precision::fp32 ? std::string() : std::string(", ") + r.math);
   c.micro_batches = micro_batches;
   try {
     strata::lm::lm_pipeline p(sys, strata::make_devices(spec), c, kind, even_layer_counts(c.layers, stages));
@@ -163,13 +164,14 @@ row run_strata(strata::actor_system& sys, const std::string& spec, strata::lm::c
 
 /// PyTorch's own step on the GPU (lm_step_torch.py as a subprocess, after the other rows have
 /// released the GPU's memory): its own initial parameters and tokens, so only its time compares.
-row run_torch_gpu(int gpu, const strata::lm::config& c, bool tf32, int warmup, int steps) {
+row run_torch_gpu(int gpu, const strata::lm::config& c, strata::lm::precision math, int warmup, int steps) {
   row r;
-  r.name = std::string("PyTorch nn.LSTM (cuDNN) ") + (tf32 ? "TF32" : "fp32");
+  const bool tf32 = math == strata::lm::precision::tf32, bf16 = math == strata::lm::precision::bf16;
+  r.name = std::string("PyTorch nn.LSTM (cuDNN) ") + (tf32 ? "TF32" : bf16 ? "bf16 autocast" : "fp32");
   r.kind = "torch";
   r.devices = "cuda:" + std::to_string(gpu);
-  r.math = tf32 ? "tf32" : "fp32";
-  const std::string args = "--device cuda" + std::string(tf32 ? " --tf32" : "") + " --vocab " + std::to_string(c.vocab) +
+  r.math = strata::lm::to_string(math);
+  const std::string args = "--device cuda" + std::string(tf32 ? " --tf32" : bf16 ? " --bf16" : "") + " --vocab " + std::to_string(c.vocab) +
                            " --embed " + std::to_string(c.embed) + " --layers " + std::to_string(c.layers) +
                            " --hidden " + std::to_string(c.hidden) + " --batch " + std::to_string(c.batch) +
                            " --seq " + std::to_string(c.seq);
@@ -311,12 +313,20 @@ int main(int argc, char** argv) {
     const std::string shared = "cuda:" + g + "x" + std::to_string(stages);
     rows.push_back(run_strata(sys, shared, c, schedule_kind::one_f_one_b, stages, micro_batches, warmup, steps));
     rows.push_back(run_strata(sys, shared, c, schedule_kind::gpipe, stages, micro_batches, warmup, steps));
+    // --precision tf32 and bf16 (docs/lstm_lm.md, "Precision on GPUs"): the 1F1B pipeline again.
+    for (auto p : {strata::lm::precision::tf32, strata::lm::precision::bf16}) {
+      auto cp = c;
+      cp.precision = p;
+      rows.push_back(run_strata(sys, shared, cp, schedule_kind::one_f_one_b, stages, micro_batches, warmup, steps));
+    }
   }
   // PyTorch's rows are informative: a machine without PyTorch on CUDA reports why and still passes.
   std::vector<row> torch_rows;
   if (!no_torch)
-    for (bool tf32 : {false, true}) torch_rows.push_back(run_torch_gpu(gpu, c, tf32, warmup, steps));
+    for (auto p : {strata::lm::precision::fp32, strata::lm::precision::tf32})
+      torch_rows.push_back(run_torch_gpu(gpu, c, p, warmup, steps));
   rows.insert(rows.begin() + 2, torch_rows.begin(), torch_rows.end());
+  if (!no_torch) rows.push_back(run_torch_gpu(gpu, c, strata::lm::precision::bf16, warmup, steps));
   const row& fp32 = rows[0];
   const row& tf32 = rows[1];
   const bool failed =
@@ -364,8 +374,8 @@ int main(int argc, char** argv) {
     else if (r.kind == "torch")
       std::snprintf(b, sizeof b, "PyTorch %s %.2f ms", r.math.c_str(), r.step_ms);
     else
-      std::snprintf(b, sizeof b, "%s %.2f ms (%s)", r.stages == 1 ? "1 stage" : r.schedule.c_str(), r.step_ms,
-                    ratio(r, fp32).c_str());
+      std::snprintf(b, sizeof b, "%s%s%s %.2f ms (%s)", r.stages == 1 ? "1 stage" : r.schedule.c_str(),
+                    r.math == "fp32" ? "" : " ", r.math == "fp32" ? "" : r.math.c_str(), r.step_ms, ratio(r, fp32).c_str());
     summary += (&r == &rows.front() ? " " : " | ") + std::string(b);
   }
   std::printf("%s\n", summary.c_str());

@@ -14,7 +14,9 @@ Use Debian's interpreter (python3-torch):
     /usr/bin/python3 tools/bench/lm_step_torch.py --device cuda --json
     python3 tools/bench/lm_step_torch.py --device cuda --tf32 --vocab 96 --json
 --vocab/--embed/--layers/--hidden/--batch/--seq change the model (strata-bench-lm-gpu
-passes its own); --tf32 lets cuDNN and the matmuls use TF32, PyTorch's default for cuDNN.
+passes its own); --tf32 lets cuDNN and the matmuls use TF32, PyTorch's default for cuDNN;
+--bf16 runs the forward pass and the loss under torch.autocast(bfloat16) with float32 weights
+(the anchor of strata's --precision bf16).
 """
 
 import argparse
@@ -69,6 +71,9 @@ def parse_args(argv):
     ap.add_argument("--tf32", action="store_true",
                     help="with --device cuda: let cuDNN and matmuls use TF32 tensor cores "
                          "(PyTorch's default for cuDNN); without it every product is fp32")
+    ap.add_argument("--bf16", action="store_true",
+                    help="with --device cuda: forward and loss under torch.autocast(dtype=bfloat16), "
+                         "float32 weights and optimizer")
     for name, default, what in (("vocab", VOCAB, "vocabulary"), ("embed", EMBED, "embedding width"),
                                 ("layers", LAYERS, "LSTM layers"), ("hidden", HIDDEN, "hidden size"),
                                 ("batch", BATCH, "sequences per step"), ("seq", SEQ, "timesteps per step")):
@@ -81,10 +86,11 @@ def parse_args(argv):
 
 def main(argv=None):
     args = parse_args(argv)
-    if args.tf32 and args.device != "cuda":
-        # Checked before torch is imported, so it fails the same way with or without torch.
-        print("error: --tf32 needs --device cuda.", file=sys.stderr)
-        return 2
+    for flag in ("tf32", "bf16"):
+        if getattr(args, flag) and args.device != "cuda":
+            # Checked before torch is imported, so it fails the same way with or without torch.
+            print("error: --%s needs --device cuda." % flag, file=sys.stderr)
+            return 2
 
     # Debian's torch does its GEMMs through the system libblas, normally
     # OpenBLAS (pthread), which ignores torch.set_num_threads and by default
@@ -139,8 +145,9 @@ def main(argv=None):
 
     def step():
         opt.zero_grad()
-        logits = model(tokens)
-        loss = criterion(logits.reshape(-1, V), targets.reshape(-1))
+        with torch.autocast(device_type=device.type, dtype=torch.bfloat16, enabled=args.bf16):
+            logits = model(tokens)
+            loss = criterion(logits.reshape(-1, V), targets.reshape(-1))
         loss.backward()
         nn.utils.clip_grad_norm_(model.parameters(), CLIP)
         opt.step()
@@ -166,6 +173,7 @@ def main(argv=None):
             "threads": args.threads,
             "device": args.device,
             "tf32": args.tf32,
+            "bf16": args.bf16,
             "lm_step_ms": round(med, 3),
             "tokens_per_s": round(tokens_per_s, 1),
             "steps": args.steps,

@@ -53,6 +53,21 @@ optimizer_kind parse_optimizer(const std::string& name) {
   throw std::invalid_argument("optimizer '" + name + "' is not one of sgd, momentum, nesterov, adam, adamw");
 }
 
+const char* to_string(precision p) noexcept {
+  switch (p) {
+    case precision::fp32: return "fp32";
+    case precision::tf32: return "tf32";
+    case precision::bf16: return "bf16";
+  }
+  return "fp32";
+}
+
+precision parse_precision(const std::string& name) {
+  for (auto p : {precision::fp32, precision::tf32, precision::bf16})
+    if (name == to_string(p)) return p;
+  throw std::invalid_argument("precision '" + name + "' is not one of fp32, tf32, bf16");
+}
+
 std::vector<stage_span> make_spans(std::size_t layers, const std::vector<std::size_t>& counts) {
   if (counts.empty()) throw std::invalid_argument("a pipeline needs at least one stage");
   std::vector<stage_span> spans;

@@ -69,7 +69,8 @@ std::vector<std::int32_t> random_ids(std::size_t n, std::size_t vocab, std::uint
 /// serves both backends. Buffers live on the device, uploaded on the same stream.
 class device_timer {
 public:
-  device_timer(device& dev, const cost_measurement_options& o) : dev_(dev), stream_(dev.create_stream()), opt_(o) {
+  device_timer(device& dev, const cost_measurement_options& o, precision math)
+      : dev_(dev), stream_(dev.create_stream()), opt_(o), math_(math) {
     dev_.set_work_observer([seen = seen_](const work_record& r) {
       std::lock_guard lk(seen->mu);
       seen->seconds[*r.name].push_back(std::chrono::duration<double>(r.end - r.start).count());
@@ -102,7 +103,7 @@ public:
     const std::string measured = "measure." + name;
     for (int i = 0; i < warmup + timed; ++i) {
       kernel_work w{.name = i < warmup ? "warmup." + name : measured, .kind = work_kind::matmul};
-      ops::attach(w, dev_.kind(), run);
+      ops::attach(w, dev_.kind(), math_, run);
       try {
         stream_.launch(std::move(w));
       } catch (...) {
@@ -128,6 +129,7 @@ private:
   device& dev_;
   stream stream_;
   cost_measurement_options opt_;
+  precision math_;  ///< the matrix-product math the stages will use (cuda)
   std::shared_ptr<seen_t> seen_ = std::make_shared<seen_t>();
 };
 
@@ -333,7 +335,7 @@ pipeline::model_costs measure_layer_costs(const lm::config& config, device& dev,
   if (dev.kind() == device_kind::cuda)
     throw std::invalid_argument("measure_layer_costs on " + dev.name() + " needs strata built with CUDA (STRATA_CUDA=ON)");
 #endif
-  device_timer timer(dev, options);
+  device_timer timer(dev, options, config.precision);
   const auto emb = measure_embedding(config, timer);
   m.embedding.forward_s = emb.forward;
   m.embedding.backward_s = emb.backward;

@@ -20,6 +20,7 @@
 #include "strata/kernels/lstm.hpp"
 #include "strata/kernels/on_stream.hpp"
 #include "strata/kernels/reduce.hpp"
+#include "strata/lm/config.hpp"
 #if STRATA_HAS_CUDA
 #include "strata/kernels/cuda.hpp"
 #endif
@@ -78,7 +79,11 @@ struct host_ops {
 /// stream's cuBLAS handle (nothing waits on the host).
 struct gpu_ops {
   k::cuda::cuda_context ctx;
-  explicit gpu_ops(const k::cuda_target& target) : ctx(target.context) {}
+  gpu_ops(const k::cuda_target& target, precision math) : ctx(target.context) {
+    ctx.math = math == precision::tf32   ? k::cuda::gemm_math::tf32
+               : math == precision::bf16 ? k::cuda::gemm_math::bf16
+                                         : k::cuda::gemm_math::fp32;
+  }
 
   void lstm_forward(const k::lstm_dims& d, const k::lstm_weights& w, const k::lstm_forward_args& a) const {
     k::cuda::lstm_forward(ctx, d, w, a);
@@ -118,14 +123,17 @@ struct gpu_ops {
 };
 #endif
 
-/// Gives `w` the host implementation on cpu devices and the CUDA one on cuda devices, both from
-/// the same templated math `run(ops)`; sim devices run neither (they model the cost).
+/// Gives `w` the host implementation on cpu devices and the CUDA one on cuda devices (its matrix
+/// products in `math`), both from the same templated math `run(ops)`; sim devices run neither
+/// (they model the cost).
 template <class Run>
-void attach(kernel_work& w, device_kind kind, Run run) {
-  k::attach(w, kind, [run](auto target) {
+void attach(kernel_work& w, device_kind kind, precision math, Run run) {
+  k::attach(w, kind, [run, math](auto target) {
     if constexpr (k::is_cuda_target<decltype(target)>) {
 #if STRATA_HAS_CUDA
-      run(gpu_ops{target});
+      run(gpu_ops{target, math});
+#else
+      (void)math;
 #endif
     } else {
       run(host_ops{});

@@ -317,7 +317,7 @@ kernel_work lm_stage::forward_work(std::size_t mb, std::size_t chunk) {
     maybe_fail();
     forward_math(ops, mb, chunk, step);
   };
-  attach(w, dev_.kind(), run);
+  attach(w, dev_.kind(), config_.precision, run);
   return w;
 }
 
@@ -329,7 +329,7 @@ kernel_work lm_stage::backward_work(std::size_t mb, std::size_t chunk) {
     maybe_fail();
     backward_math(ops, mb, chunk, step);
   };
-  attach(w, dev_.kind(), run);
+  attach(w, dev_.kind(), config_.precision, run);
   return w;
 }
 
@@ -344,7 +344,7 @@ void lm_stage::enqueue_norm(const stream& s) {
   for (const auto& g : grads_) n += static_cast<double>(g.numel());
   kernel_work w{.name = "grad_norm", .kind = work_kind::pointwise, .flops = 2 * n, .bytes = 4 * n};
   auto run = [this](const auto& ops) { norm_math(ops); };
-  attach(w, dev_.kind(), run);
+  attach(w, dev_.kind(), config_.precision, run);
   stream str = s;
   str.launch(std::move(w));
   if (dev_.kind() == device_kind::cuda)
@@ -373,7 +373,7 @@ kernel_work lm_stage::scale_work(double scale) {
   auto run = [this, f = static_cast<float>(scale)](const auto& ops) {
     for (auto& g : grads_) ops.scale(static_cast<std::size_t>(g.numel()), f, fp(g));
   };
-  attach(w, dev_.kind(), run);
+  attach(w, dev_.kind(), config_.precision, run);
   return w;
 }
 
@@ -381,7 +381,7 @@ kernel_work lm_stage::zero_state_work() {
   const double n = 2.0 * static_cast<double>(config_.micro_batches * (span_.last - span_.first) * bm_ * config_.hidden);
   kernel_work w{.name = "zero_state", .kind = work_kind::pointwise, .flops = 0, .bytes = 4 * n};
   auto run = [this](const auto& ops) { zero_state_math(ops); };
-  attach(w, dev_.kind(), run);
+  attach(w, dev_.kind(), config_.precision, run);
   return w;
 }
 
@@ -392,7 +392,7 @@ kernel_work lm_stage::zero_grad_work() {
   auto run = [this](const auto& ops) {
     for (auto& g : grads_) ops.fill(static_cast<std::size_t>(g.numel()), 0.f, fp(g));
   };
-  attach(w, dev_.kind(), run);
+  attach(w, dev_.kind(), config_.precision, run);
   return w;
 }
 

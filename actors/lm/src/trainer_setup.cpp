@@ -106,6 +106,11 @@ void check_options(const trainer_options& o) {
   } catch (const std::exception&) {
     throw input_error("--optimizer '" + o.optimizer + "' is not one of sgd, momentum, nesterov, adam, adamw");
   }
+  try {
+    (void)parse_precision(o.precision);
+  } catch (const std::exception&) {
+    throw input_error("--precision '" + o.precision + "' is not one of fp32, tf32, bf16");
+  }
   for (auto [name, v] : {std::pair{"--momentum", o.momentum}, {"--weight-decay", o.weight_decay}})
     if (!(v >= 0) || !std::isfinite(v)) throw input_error(std::string(name) + " must be a number >= 0");
   for (auto [name, v] : {std::pair{"--beta1", o.beta1}, {"--beta2", o.beta2}})
@@ -219,6 +224,10 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
   } else if (o.replicas != 1) {
     throw input_error("--replicas " + std::to_string(o.replicas) + " needs a job of stages x replicas ranks under mpirun");
   }
+  if (o.precision != "fp32" &&
+      std::none_of(run.devices.begin(), run.devices.end(), [](const device& d) { return d.kind() == device_kind::cuda; }))
+    throw input_error("--precision " + o.precision + " sets the math of cuda stages, but the stages run on " +
+                      run.devices.front().name() + ", which computes in fp32: use cuda devices or --precision fp32");
   // auto (docs/lstm_lm.md): 1F1B, except on cpu stages that own their cores (cpu_threads times
   // the stages fits the hardware threads), where wavefront's time chunks let the stages overlap;
   // where the stages share every core (the default), a stage that waits lends its cores to the
@@ -306,6 +315,7 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
   cfg.weight_decay = o.weight_decay;
   cfg.residual = o.residual;
   cfg.dropout = o.dropout;
+  cfg.precision = parse_precision(o.precision);
   cfg.clip = o.clip;
   cfg.seed = o.seed;
   try {

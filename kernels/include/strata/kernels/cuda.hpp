@@ -61,6 +61,9 @@ enum class gemm_math {
   fp32,  ///< IEEE float32 multiply-adds (the default; matches the CPU kernels to rounding)
   tf32,  ///< tensor cores with TF32 inputs (10-bit mantissa), float32 accumulation: several
          ///< times faster on Ampere/Hopper, relative error ~1e-3 per product
+  bf16,  ///< tensor cores with inputs rounded to bfloat16 (7-bit mantissa), float32 accumulation
+         ///< and float32 in and out (CUBLAS_COMPUTE_32F_FAST_16BF): relative error ~1e-2 per
+         ///< product; nothing else changes (the tensors stay float32)
 };
 
 /// Where and how the kernels run. Cheap to copy; holds no ownership.
@@ -124,7 +127,8 @@ struct column_major_gemm {
 
 /// C = alpha * op(A) op(B) + beta * C, row-major, exactly the contract of cpu::gemm
 /// (beta == 0 ignores C's contents; k == 0 scales C by beta; m or n == 0 does nothing).
-/// cublasGemmEx with compute type CUBLAS_COMPUTE_32F, or ..._FAST_TF32 when ctx.math == tf32.
+/// cublasGemmEx with compute type CUBLAS_COMPUTE_32F, or ..._FAST_TF32 / ..._FAST_16BF when
+/// ctx.math is tf32 / bf16.
 /// \throws std::invalid_argument as cpu::gemm (checked before anything is enqueued), also if
 ///         ctx.blas is null; cuda_error if cuBLAS fails.
 void gemm(const cuda_context& ctx, transpose ta, transpose tb, std::size_t m, std::size_t n,

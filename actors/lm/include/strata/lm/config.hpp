@@ -22,6 +22,18 @@ const char* to_string(optimizer_kind kind) noexcept;
 /// The kind named `name`; throws std::invalid_argument with one sentence for another name.
 optimizer_kind parse_optimizer(const std::string& name);
 
+/// Math of the matrix products on cuda stages (LSTM gates, their gradients, the decoder); the
+/// parameters, activations, gradients and the KVStore's copies stay float32 whatever the choice.
+enum class precision {
+  fp32,  ///< IEEE float32 (the default; cpu stages always compute so)
+  tf32,  ///< tensor cores, inputs rounded to TF32 (10-bit mantissa), float32 accumulation
+  bf16,  ///< tensor cores, inputs rounded to bfloat16 (7-bit mantissa), float32 accumulation
+};
+/// "fp32", "tf32", "bf16".
+const char* to_string(precision p) noexcept;
+/// The precision named `name`; throws std::invalid_argument with one sentence for another name.
+precision parse_precision(const std::string& name);
+
 /// Sizes and training settings of the LSTM language model (defaults: the seed configuration).
 struct config {
   std::size_t vocab = 10000;      ///< V: embedding rows and decoder classes
@@ -50,6 +62,9 @@ struct config {
   /// LSTM layer l's output, over the step's [seq, batch, width] activation: the same whatever
   /// the pipeline split, micro-batches or threads. Evaluation never drops.
   double dropout = 0.0;
+  /// Matrix-product math on cuda stages (cpu stages compute in float32 whatever it says; the
+  /// trainer refuses tf32 and bf16 without a cuda stage). docs/lstm_lm.md, "Precision on GPUs".
+  lm::precision precision = lm::precision::fp32;
 
   std::size_t micro_batch_size() const noexcept { return batch / micro_batches; }
   std::size_t chunk_steps() const noexcept { return seq / chunks; }

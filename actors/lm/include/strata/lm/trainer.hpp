@@ -68,6 +68,9 @@ struct trainer_options {
   /// The update rule the KVStore applies: sgd, momentum, nesterov, adam or adamw (docs/lstm_lm.md
   /// explains the default).
   std::string optimizer = "adam";
+  /// Matrix-product math on cuda stages: fp32, tf32 or bf16 (docs/lstm_lm.md, "Precision on
+  /// GPUs"); tf32 and bf16 need a cuda device among --devices.
+  std::string precision = "fp32";
   double momentum = 0.9;           ///< momentum, nesterov
   double beta1 = 0.9, beta2 = 0.999, eps = 1e-8;  ///< adam, adamw
   double weight_decay = 0.0;
