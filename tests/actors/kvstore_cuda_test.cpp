@@ -20,9 +20,11 @@
 #include <iterator>
 #include <limits>
 #include <memory>
+#include <random>
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <variant>
 #include <vector>
 
 #include <unistd.h>
@@ -31,6 +33,7 @@
 #include "strata/kvstore/compression.hpp"
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/device/device_manager.hpp"
+#include "strata/kernels/cpu.hpp"
 #include "strata/kernels/cuda.hpp"
 #include "strata/strata.hpp"
 #include "support/await.hpp"
@@ -134,6 +137,29 @@ struct gpu_fixture : fixture {
 
 const std::vector<std::int64_t> shape{5, 7};
 constexpr std::size_t numel = 35;
+
+/// A user updater of a cpu store: stored -= 0.5 * merged. -0.5 * g is exact, so the GPU's fused
+/// multiply-add rounds as the cpu.
+void half_step_on_host(const strata::kvstore::key&, const strata::tensor& merged, strata::tensor& stored) {
+  const float* g = merged.data<float>();
+  float* p = stored.data<float>();
+  for (std::int64_t i = 0; i < stored.numel(); ++i) p[i] += -0.5f * g[i];
+}
+
+/// The same updater on a cuda store: it launches its own work, after the sum.
+void half_step_on_gpu(const strata::kvstore::key&, const strata::tensor& merged, strata::tensor& stored) {
+  strata::device dev = stored.get_device();
+  strata::stream s = dev.create_stream();
+  s.wait(merged.ready_event());
+  merged.storage().record_stream(s);
+  const auto n = static_cast<std::size_t>(stored.numel());
+  const auto* g = merged.device_data<const float>();
+  auto* p = stored.device_data<float>();
+  s.launch({.name = "user_update", .cuda = [=](const strata::cuda_launch_context& c) {
+              kc::axpy({.stream = static_cast<kc::cuda_stream>(c.stream)}, n, -0.5f, g, p);
+            }});
+  stored.set_ready_event(s.record());
+}
 
 }  // namespace
 
@@ -268,25 +294,6 @@ BOOST_FIXTURE_TEST_CASE(a_sharded_cuda_store_with_split_keys_updates_as_a_sharde
 BOOST_FIXTURE_TEST_CASE(a_user_updater_on_a_cuda_store_launches_its_own_work_after_the_sum, gpu_fixture) {
   auto w = rng.values(numel);
   auto grads = arrays(4, numel);
-  // stored -= 0.5 * merged; -0.5 * g is exact, so the GPU's fused multiply-add rounds as the cpu.
-  auto host_rule = [](const strata::kvstore::key&, const strata::tensor& merged, strata::tensor& stored) {
-    const float* g = merged.data<float>();
-    float* p = stored.data<float>();
-    for (std::int64_t i = 0; i < stored.numel(); ++i) p[i] += -0.5f * g[i];
-  };
-  auto gpu_rule = [](const strata::kvstore::key&, const strata::tensor& merged, strata::tensor& stored) {
-    strata::device dev = stored.get_device();
-    strata::stream s = dev.create_stream();
-    s.wait(merged.ready_event());
-    merged.storage().record_stream(s);
-    const auto n = static_cast<std::size_t>(stored.numel());
-    const auto* g = merged.device_data<const float>();
-    auto* p = stored.device_data<float>();
-    s.launch({.name = "user_update", .cuda = [=](const strata::cuda_launch_context& c) {
-                kc::axpy({.stream = static_cast<kc::cuda_stream>(c.stream)}, n, -0.5f, g, p);
-              }});
-    stored.set_ready_event(s.record());
-  };
   auto session = [&](strata::kvstore::updater rule) {
     return [&, rule](strata::kvstore::client& kv, side& s) {
       pulls out;
@@ -298,8 +305,8 @@ BOOST_FIXTURE_TEST_CASE(a_user_updater_on_a_cuda_store_launches_its_own_work_aft
       return out;
     };
   };
-  const pulls want = run({}, cpu, session(host_rule));
-  const pulls got = run(on(gpu.devs[0]), gpu, session(gpu_rule));
+  const pulls want = run({}, cpu, session(half_step_on_host));
+  const pulls got = run(on(gpu.devs[0]), gpu, session(half_step_on_gpu));
   BOOST_REQUIRE(got.size() == want.size());
   BOOST_TEST(kct::relative_error(got[0], want[0]) <= tolerance);
 }
@@ -529,6 +536,265 @@ BOOST_FIXTURE_TEST_CASE(values_and_outputs_on_another_gpu_are_copied_peer_to_pee
   // ... and shards on both GPUs, where slices of a split key cross GPUs.
   same_results({.shards = 2, .chunk_bytes = 1024, .shard_devices = cpu.devs},
                {.shards = 2, .chunk_bytes = 1024, .shard_devices = gpus.devs}, gpus, session);
+}
+
+// ---- row-sparse values ------------------------------------------------------------------------
+
+// The row-sparse kernels against the host code they stand for, bit for bit: copy_rows against a
+// copy, sum_rows against in-order float sums (repeated contributions, an empty row), sgd_rows and
+// adam_rows against cpu::sgd_step / cpu::adam_step on the same rows; spans shorter than the
+// longest (a shard's cut rows) and more elements than one pass of the grid.
+BOOST_FIXTURE_TEST_CASE(row_sparse_kernels_equal_the_host_code_bit_for_bit, fixture) {
+  namespace sk = strata::kernels;
+  kct::gpu_session session;
+  std::mt19937_64 draw(7);
+  const std::size_t rows = 3000, cols = 1100, n = rows * cols;  // 3.3M elements: several grid passes
+  // Spans of distinct rows (as a store's: updated rows do not overlap), some cut short.
+  std::vector<std::int64_t> ids(rows);
+  for (std::size_t r = 0; r < rows; ++r) ids[r] = static_cast<std::int64_t>(r);
+  std::shuffle(ids.begin(), ids.end(), draw);
+  const std::size_t count = 700;
+  std::vector<sk::cuda::row_span> spans;  // from: packed place, to: the row in the value
+  std::size_t packed = 0;
+  for (std::size_t i = 0; i < count; ++i) {
+    const std::size_t length = i % 5 == 0 ? 1 + (i * 37) % cols : cols;
+    const std::size_t skip = i % 7 == 0 ? cols - length : 0;  // a cut row's piece may start inside it
+    spans.push_back({static_cast<std::int64_t>(packed), ids[i] * static_cast<std::int64_t>(cols) + static_cast<std::int64_t>(skip),
+                     static_cast<std::int64_t>(length)});
+    packed += length;
+  }
+  kct::device_array<sk::cuda::row_span> d_spans(spans);
+  const auto value = rng.values(n), grad = rng.values(packed);
+  kct::dfloats d_value(value), d_grad(grad);
+
+  // copy_rows: the value's rows gathered into packed order.
+  std::vector<sk::cuda::row_span> gather;
+  for (const auto& s : spans) gather.push_back({s.to, s.from, s.length});
+  kct::device_array<sk::cuda::row_span> d_gather(gather);
+  kct::dfloats d_packed(std::vector<float>(packed, -7.f));
+  kc::copy_rows(session.ctx(), count, cols, d_gather.get(), d_value.get(), d_packed.get());
+  std::vector<float> want_packed(packed);
+  for (const auto& s : spans) std::copy_n(value.begin() + s.to, s.length, want_packed.begin() + s.from);
+  BOOST_TEST(first_bit_difference(d_packed.download(), want_packed) == packed);
+
+  // sum_rows: contributions from several arrays, 0 to 4 per row, in the order listed.
+  const auto parts = rng.values(4 * packed);
+  kct::dfloats d_parts(parts);
+  std::vector<sk::cuda::row_sum> plan;
+  std::vector<const float*> sources;
+  std::vector<float> want_sums(n, -3.f);
+  kct::dfloats d_sums(want_sums);
+  for (std::size_t i = 0; i < count; ++i) {
+    const auto& s = spans[i];
+    const std::size_t k = i % 9 == 4 ? 0 : 1 + (i * 13) % 4;
+    plan.push_back({static_cast<std::int64_t>(sources.size()), static_cast<std::int64_t>(sources.size() + k), s.to, s.length});
+    for (std::size_t c = 0; c < static_cast<std::size_t>(s.length); ++c) {
+      float acc = 0.f;
+      for (std::size_t j = 0; j < k; ++j) {
+        const float x = parts[((j + i) % 4) * packed + static_cast<std::size_t>(s.from) + c];
+        acc = j == 0 ? x : acc + x;
+      }
+      want_sums[static_cast<std::size_t>(s.to) + c] = acc;
+    }
+    for (std::size_t j = 0; j < k; ++j) sources.push_back(d_parts.get() + ((j + i) % 4) * packed + s.from);
+  }
+  kct::device_array<sk::cuda::row_sum> d_plan(plan);
+  kct::device_array<const float*> d_sources(sources);
+  kc::sum_rows(session.ctx(), count, cols, d_plan.get(), d_sources.get(), d_sums.get());
+  BOOST_TEST(first_bit_difference(d_sums.download(), want_sums) == n);
+
+  // sgd_rows and adam_rows: the cpu kernels per row.
+  for (const sk::sgd_options& o : {sk::sgd_options{.lr = 0.1}, sk::sgd_options{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01},
+                                   sk::sgd_options{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true}}) {
+    BOOST_TEST_CONTEXT("sgd momentum " << o.momentum << " nesterov " << o.nesterov) {
+      std::vector<float> p = value, m = rng.values(n);
+      kct::dfloats d_p(p), d_m(m);
+      kc::sgd_rows(session.ctx(), count, cols, d_spans.get(), d_p.get(), d_grad.get(), d_m.get(), o);
+      for (const auto& s : spans)
+        sk::cpu::sgd_step(static_cast<std::size_t>(s.length), p.data() + s.to, grad.data() + s.from, m.data() + s.to, o);
+      BOOST_TEST(first_bit_difference(d_p.download(), p) == n);
+      BOOST_TEST(first_bit_difference(d_m.download(), m) == n);
+    }
+  }
+  for (const std::int64_t step : {1, 5}) {
+    const sk::adam_options o{.lr = 0.01, .weight_decay = 0.02, .decoupled_weight_decay = step == 5};
+    std::vector<float> p = value, m = rng.values(n), v = rng.values(n, 0.f, 1.f);
+    kct::dfloats d_p(p), d_m(m), d_v(v);
+    kc::adam_rows(session.ctx(), count, cols, d_spans.get(), d_p.get(), d_grad.get(), d_m.get(), d_v.get(), step, o);
+    for (const auto& s : spans)
+      sk::cpu::adam_step(static_cast<std::size_t>(s.length), p.data() + s.to, grad.data() + s.from, m.data() + s.to,
+                         v.data() + s.to, step, o);
+    BOOST_TEST(first_bit_difference(d_p.download(), p) == n, "step " << step);
+    BOOST_TEST(first_bit_difference(d_m.download(), m) == n, "step " << step);
+    BOOST_TEST(first_bit_difference(d_v.download(), v) == n, "step " << step);
+  }
+}
+
+namespace {
+
+/// One row-sparse value of a push: rows `ids` of key `key` (several per push, ids unsorted and
+/// repeated, maybe none).
+struct sparse_value {
+  std::size_t key;
+  std::vector<std::int64_t> ids;
+  std::vector<float> rows;
+};
+
+/// A random row-sparse session, drawn once so that the cpu and the cuda store get the same data:
+/// rounds of one push request each (several keys, several values per key), after each a
+/// row_sparse_pull of random ids (repeated) per key and a dense pull of every key.
+struct sparse_session {
+  std::vector<std::vector<std::int64_t>> shapes;
+  std::vector<std::vector<float>> inits;
+  std::vector<std::vector<sparse_value>> rounds;
+  std::vector<std::vector<std::vector<std::int64_t>>> pulled_ids;  // [round][key]
+
+  static std::size_t row_length(const std::vector<std::int64_t>& shape) {
+    std::size_t n = 1;
+    for (std::size_t d = 1; d < shape.size(); ++d) n *= static_cast<std::size_t>(shape[d]);
+    return n;
+  }
+  static std::vector<std::int64_t> rows_shape(std::size_t ids, const std::vector<std::int64_t>& shape) {
+    std::vector<std::int64_t> s{static_cast<std::int64_t>(ids)};
+    s.insert(s.end(), shape.begin() + 1, shape.end());
+    return s;
+  }
+
+  sparse_session(kct::random_source& rng, std::uint64_t seed, std::size_t round_count) {
+    std::mt19937_64 draw(seed);
+    // 300 floats, 1320 with 33-float rows (1 KiB chunks cut rows), a rank-1 key of 1-float rows.
+    shapes = {{50, 6}, {40, 33}, {64}};
+    auto pick = [&](std::size_t lo, std::size_t hi) { return std::uniform_int_distribution<std::size_t>(lo, hi)(draw); };
+    auto ids_of = [&](std::size_t key, std::size_t k) {
+      std::vector<std::int64_t> ids(k);
+      for (auto& id : ids) id = static_cast<std::int64_t>(pick(0, static_cast<std::size_t>(shapes[key][0]) - 1));
+      if (k >= 3) ids[k - 1] = ids[0];  // a repeated id for sure
+      return ids;
+    };
+    for (const auto& shape : shapes) inits.push_back(rng.values(static_cast<std::size_t>(shape[0]) * row_length(shape)));
+    for (std::size_t r = 0; r < round_count; ++r) {
+      auto& round = rounds.emplace_back();
+      for (std::size_t v = pick(2, 6); v > 0; --v) {
+        const std::size_t key = pick(0, shapes.size() - 1);
+        const std::size_t k = v == 1 ? 0 : pick(0, 14);  // the last value of a round names no row
+        auto ids = ids_of(key, k);
+        round.push_back({key, ids, rng.values(ids.size() * row_length(shapes[key]))});
+      }
+      auto& pulls = pulled_ids.emplace_back();
+      for (std::size_t key = 0; key < shapes.size(); ++key) pulls.push_back(ids_of(key, pick(1, 20)));
+    }
+  }
+
+  /// The session on `kv`: dense tensors on `s`, rows and row_sparse_pull outputs on `host`.
+  pulls run(strata::kvstore::client& kv, side& s, side& host) const {
+    namespace kv_ns = strata::kvstore;
+    pulls out;
+    std::vector<kv_ns::key> keys;
+    std::vector<strata::tensor> values;
+    for (std::size_t k = 0; k < shapes.size(); ++k) {
+      keys.emplace_back(static_cast<int>(k));
+      values.push_back(s.make(inits[k], shapes[k], k % s.devs.size()));
+    }
+    BOOST_REQUIRE(await(kv.init(keys, values)).has_value());
+    for (std::size_t r = 0; r < rounds.size(); ++r) {
+      kv_ns::push_row_sparse push;
+      for (const auto& v : rounds[r]) {
+        push.keys.emplace_back(static_cast<int>(v.key));
+        push.values.push_back({host.make(v.rows, rows_shape(v.ids.size(), shapes[v.key]), r % host.devs.size()), v.ids,
+                               shapes[v.key]});
+      }
+      auto pushed = await(kv.send(std::move(push)));
+      BOOST_REQUIRE_MESSAGE(pushed.has_value(), (pushed ? std::string() : pushed.error().message()));
+      for (std::size_t k = 0; k < shapes.size(); ++k) {
+        const auto& ids = pulled_ids[r][k];
+        auto got = await(kv.row_sparse_pull(keys[k], host.zeros(rows_shape(ids.size(), shapes[k]), k % host.devs.size()), ids));
+        BOOST_REQUIRE_MESSAGE(got.has_value(), (got ? std::string() : got.error().message()));
+        out.push_back(host.read(got->at(0)));
+      }
+      for (const auto& t : await(kv.pull(keys, [&] {
+             std::vector<strata::tensor> outs;
+             for (std::size_t k = 0; k < shapes.size(); ++k) outs.push_back(s.zeros(shapes[k], (k + r) % s.devs.size()));
+             return outs;
+           }())).value())
+        out.push_back(s.read(t));
+    }
+    return out;
+  }
+};
+
+using rule_setting = std::variant<std::monostate, strata::kernels::sgd_options, strata::kernels::adam_options>;
+
+const char* name_of(const rule_setting& rule) {
+  if (std::holds_alternative<std::monostate>(rule)) return "assign";
+  if (const auto* sgd = std::get_if<strata::kernels::sgd_options>(&rule))
+    return sgd->momentum == 0.0 ? "sgd" : sgd->nesterov ? "sgd with nesterov momentum" : "sgd with momentum";
+  return "adam";
+}
+
+}  // namespace
+
+// Row-sparse pushes and row_sparse_pull on a cuda store against a cpu store, bit for bit: random
+// sessions over three keys (one of rank 1), pushes of several values per key with unsorted and
+// repeated ids and values naming no row, pulls of random ids with repeats; assign, SGD (plain,
+// momentum, Nesterov) and Adam; one store, asynchronous and synchronous (a version's
+// contributions spread over pushes), and three shards with 1 KiB chunks (rows cut between
+// shards).
+BOOST_FIXTURE_TEST_CASE(row_sparse_values_on_a_cuda_store_equal_a_cpu_store_bit_for_bit, gpu_fixture) {
+  namespace sk = strata::kernels;
+  const std::vector<rule_setting> rules{std::monostate{}, sk::sgd_options{.lr = 0.1},
+                                        sk::sgd_options{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01},
+                                        sk::sgd_options{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true},
+                                        sk::adam_options{.lr = 0.01, .weight_decay = 0.02}};
+  struct layout {
+    const char* name;
+    strata::kvstore::options cpu, gpu;
+  };
+  strata::kvstore::options cpu_sync{.contributions_per_version = 3}, gpu_sync = on(gpu.devs[0]);
+  gpu_sync.contributions_per_version = 3;
+  const std::vector<layout> layouts{
+      {"one store", {}, on(gpu.devs[0])},
+      {"one synchronous store", cpu_sync, gpu_sync},
+      {"three shards", {.shards = 3, .chunk_bytes = 1024, .shard_devices = cpu.devs},
+       {.shards = 3, .chunk_bytes = 1024, .shard_devices = gpu.devs}},
+      {"three synchronous shards",
+       {.contributions_per_version = 3, .shards = 3, .chunk_bytes = 1024, .shard_devices = cpu.devs},
+       {.contributions_per_version = 3, .shards = 3, .chunk_bytes = 1024, .shard_devices = gpu.devs}}};
+  std::uint64_t seed = 1;
+  for (const layout& l : layouts) {
+    for (const rule_setting& rule : rules) {
+      BOOST_TEST_CONTEXT(l.name << ", " << name_of(rule)) {
+        const sparse_session data(rng, seed++, 5);
+        same_results(l.cpu, l.gpu, gpu,
+                     [&](strata::kvstore::client& kv, side& s) {
+                       if (!std::holds_alternative<std::monostate>(rule))
+                         std::visit(
+                             [&](const auto& o) {
+                               if constexpr (!std::is_same_v<std::decay_t<decltype(o)>, std::monostate>)
+                                 BOOST_REQUIRE(await(kv.set_optimizer(o)).has_value());
+                             },
+                             rule);
+                       return data.run(kv, s, cpu);
+                     },
+                     true);
+      }
+    }
+  }
+}
+
+// A user updater on a cuda store gets the row-sparse sum as a dense tensor of the store (zeros
+// off the pushed rows), after the sum, as on a cpu store.
+BOOST_FIXTURE_TEST_CASE(a_user_updater_on_a_cuda_store_gets_the_row_sparse_sum_as_a_dense_tensor, gpu_fixture) {
+  const sparse_session data(rng, 99, 4);
+  auto session = [&](strata::kvstore::updater rule) {
+    return [&, rule](strata::kvstore::client& kv, side& s) {
+      BOOST_REQUIRE(await(kv.set_updater(rule)).has_value());
+      return data.run(kv, s, cpu);
+    };
+  };
+  const pulls want = run({}, cpu, session(half_step_on_host));
+  const pulls got = run(on(gpu.devs[0]), gpu, session(half_step_on_gpu));
+  BOOST_REQUIRE(got.size() == want.size());
+  for (std::size_t i = 0; i < want.size(); ++i) BOOST_TEST(first_bit_difference(got[i], want[i]) == want[i].size(), "pull " << i);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

@@ -277,7 +277,7 @@ BOOST_FIXTURE_TEST_CASE(bad_row_sparse_requests_on_sharded_synchronous_and_sim_s
     BOOST_TEST(await(store.version("emb")).value() == 1u);
   }
 
-  // Stores off the cpu (sim here; cuda stores take the same path) refuse row-sparse values.
+  // sim stores (they hold no data) refuse row-sparse values; cpu and cuda stores take them.
   strata::device_manager sims(strata::device_options{.sim_time_scale = 0});
   auto sim = sims.create("sim:2");
   auto sim_stream = sim[0].create_stream();
@@ -287,9 +287,9 @@ BOOST_FIXTURE_TEST_CASE(bad_row_sparse_requests_on_sharded_synchronous_and_sim_s
     BOOST_REQUIRE(await(store->init("emb", strata::tensor::empty(shape, strata::dtype::float32, sim[0], sim_stream)))
                       .has_value());
     refused(await(store->push("emb", {sparse(shape, {1}, random(7))})),
-            "kvstore push: row-sparse values run on cpu stores only (this store merges on sim:0).");
+            "kvstore push: row-sparse values run on cpu and cuda stores only (this store merges on sim:0).");
     refused(await(store->row_sparse_pull("emb", filled({1, 7}, 0.f), {1})),
-            "kvstore row_sparse_pull: row-sparse values run on cpu stores only (this store merges on sim:0).");
+            "kvstore row_sparse_pull: row-sparse values run on cpu and cuda stores only (this store merges on sim:0).");
   }
 }
 

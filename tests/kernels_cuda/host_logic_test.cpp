@@ -211,6 +211,42 @@ BOOST_AUTO_TEST_CASE(bad_elementwise_optimiser_and_norm_arguments_throw_before_a
   kc::sum_arrays(no_device, {}, 0, nullptr);
 }
 
+// The row-sparse kernels check their pointers before anything is enqueued; no rows (or rows of
+// no element) enqueue nothing.
+BOOST_AUTO_TEST_CASE(row_sparse_kernels_refuse_null_arrays_before_enqueueing) {
+  float x[16] = {};
+  const kc::row_span spans[2] = {{0, 0, 4}, {4, 8, 4}};
+  const kc::row_sum plan[1] = {{0, 1, 0, 4}};
+  const float* const sources[1] = {x};
+  expect_invalid([&] { kc::copy_rows(no_device, 2, 4, nullptr, x, x); },
+                 "cuda::copy_rows: spans, from and to must not be null when count > 0.");
+  expect_invalid([&] { kc::copy_rows(no_device, 2, 4, spans, x, nullptr); },
+                 "cuda::copy_rows: spans, from and to must not be null when count > 0.");
+  expect_invalid([&] { kc::sum_rows(no_device, 1, 4, plan, nullptr, x); },
+                 "cuda::sum_rows: plan, sources and out must not be null when rows > 0.");
+  expect_invalid([&] { kc::sum_rows(no_device, 1, 4, nullptr, sources, x); },
+                 "cuda::sum_rows: plan, sources and out must not be null when rows > 0.");
+  expect_invalid([&] { kc::sgd_rows(no_device, 2, 4, nullptr, x, x, nullptr, {.lr = 0.1}); },
+                 "cuda::sgd_rows: spans must not be null when count > 0.");
+  expect_invalid([&] { kc::sgd_rows(no_device, 2, 4, spans, x, x, nullptr, {.lr = 0.1, .momentum = 0.9}); },
+                 "cuda::sgd_rows: momentum_buffer must not be null when momentum != 0.");
+  expect_invalid([&] { kc::sgd_rows(no_device, 2, 4, spans, x, nullptr, x, {.lr = 0.1}); },
+                 "cuda::sgd_rows: param and grad must not be null.");
+  expect_invalid([&] { kc::adam_rows(no_device, 2, 4, spans, x, x, x, x, 0, {}); },
+                 "cuda::adam_rows: step must be at least 1 (steps count from 1).");
+  expect_invalid([&] { kc::adam_rows(no_device, 2, 4, nullptr, x, x, x, x, 1, {}); },
+                 "cuda::adam_rows: spans must not be null when count > 0.");
+  expect_invalid([&] { kc::adam_rows(no_device, 2, 4, spans, x, x, nullptr, x, 1, {}); },
+                 "cuda::adam_rows: param, grad, exp_avg and exp_avg_sq must not be null.");
+  // Nothing to do: no device needed.
+  kc::copy_rows(no_device, 0, 4, nullptr, nullptr, nullptr);
+  kc::copy_rows(no_device, 2, 0, spans, x, x);
+  kc::sum_rows(no_device, 0, 4, nullptr, nullptr, nullptr);
+  kc::sum_rows(no_device, 1, 0, plan, sources, x);
+  kc::sgd_rows(no_device, 0, 4, nullptr, nullptr, nullptr, nullptr, {.lr = 0.1, .momentum = 0.9});
+  kc::adam_rows(no_device, 0, 4, nullptr, nullptr, nullptr, nullptr, nullptr, 1, {});
+}
+
 BOOST_AUTO_TEST_CASE(cuda_argument_checks_give_the_cpu_messages_prefixed_with_cuda) {
   namespace cpu = sk::cpu;
   alignas(16) float x[64] = {};

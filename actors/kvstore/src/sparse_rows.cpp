@@ -40,7 +40,7 @@ std::vector<std::int64_t> rows_shape(std::size_t ids, const std::vector<std::int
 /// One key's rows and ids against its stored layout: ids in range, rows of the right shape, a cpu
 /// tensor of the key's dtype.
 expected<void> check_rows(const char* op, const char* role, const kvstore::key& key, const tensor& rows,
-                          const std::vector<std::int64_t>& ids, const key_layout& layout) {
+                          const std::vector<std::int64_t>& ids, const key_layout& layout, const store_place& place) {
   const auto& shape = *layout.shape;
   const std::string type(to_string(layout.type));
   const std::string where = std::string("kvstore ") + op + ": the " + role + " for key " + key.to_string();
@@ -51,6 +51,10 @@ expected<void> check_rows(const char* op, const char* role, const kvstore::key& 
   if (!rows.valid()) return bad(where + " is an empty tensor; expected a " + type + " tensor.");
   if (rows.dtype() != layout.type)
     return bad(where + " has dtype " + std::string(to_string(rows.dtype())) + ", expected " + type + ".");
+  if (kernels::is_half(layout.type) && place.kind != device_kind::cpu)
+    return bad(where + " has dtype " + type +
+               "; row-sparse values of float16 and bfloat16 keys run on cpu stores only (this store merges on " +
+               place.name + ").");
   const auto expected_shape = rows_shape(ids.size(), shape);
   if (rows.shape() != expected_shape)
     return bad(where + " has shape " + shape_text(rows.shape()) + ", expected " + shape_text(expected_shape) +
@@ -71,8 +75,8 @@ expected<key_layout> initialised_key(const char* op, const kvstore::key& key, co
 
 expected<void> row_sparse_supported(const char* op, const store_place& place, bool compressed) {
   const std::string what = std::string("kvstore ") + op + ": ";
-  if (place.kind != device_kind::cpu)
-    return bad(what + "row-sparse values run on cpu stores only (this store merges on " + place.name + ").");
+  if (place.kind != device_kind::cpu && place.kind != device_kind::cuda)
+    return bad(what + "row-sparse values run on cpu and cuda stores only (this store merges on " + place.name + ").");
   if (compressed)
     return bad(what + "gradient compression does not apply to row-sparse pushes (MXNet refuses them too); "
                       "turn gradient compression off first.");
@@ -86,7 +90,7 @@ error mixed_round(const char* op, const kvstore::key& key, bool sparse) {
 
 expected<void> check_row_sparse_push(const kvstore::push_row_sparse& m, const shape_lookup& shape_of,
                                      const store_place& place) {
-  if (place.kind != device_kind::cpu) return row_sparse_supported("push", place, false);
+  if (auto r = row_sparse_supported("push", place, false); !r) return r;
   if (m.keys.size() != m.values.size() || m.keys.empty())
     return bad("kvstore push: " + std::to_string(m.keys.size()) + " keys and " + std::to_string(m.values.size()) +
                " row-sparse values; expected one value per key, at least one.");
@@ -96,7 +100,9 @@ expected<void> check_row_sparse_push(const kvstore::push_row_sparse& m, const sh
     if (m.values[i].shape != *layout->shape)
       return bad("kvstore push: the row-sparse value for key " + m.keys[i].to_string() + " has shape " +
                  shape_text(m.values[i].shape) + ", expected " + shape_text(*layout->shape) + " (the stored shape).");
-    if (auto r = check_rows("push", "row-sparse value", m.keys[i], m.values[i].rows, m.values[i].row_ids, *layout); !r)
+    if (auto r = check_rows("push", "row-sparse value", m.keys[i], m.values[i].rows, m.values[i].row_ids, *layout,
+                            place);
+        !r)
       return r;
   }
   return {};
@@ -104,7 +110,7 @@ expected<void> check_row_sparse_push(const kvstore::push_row_sparse& m, const sh
 
 expected<void> check_row_sparse_pull(const kvstore::row_sparse_pull& m, const shape_lookup& shape_of,
                                      const store_place& place) {
-  if (place.kind != device_kind::cpu) return row_sparse_supported("row_sparse_pull", place, false);
+  if (auto r = row_sparse_supported("row_sparse_pull", place, false); !r) return r;
   if (m.keys.size() != m.row_ids.size() || m.keys.size() != m.outs.size() || m.keys.empty())
     return bad("kvstore row_sparse_pull: " + std::to_string(m.keys.size()) + " keys, " +
                std::to_string(m.row_ids.size()) + " row id lists and " + std::to_string(m.outs.size()) +
@@ -112,27 +118,29 @@ expected<void> check_row_sparse_pull(const kvstore::row_sparse_pull& m, const sh
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
     auto layout = initialised_key("row_sparse_pull", m.keys[i], shape_of);
     if (!layout) return layout.error();
-    if (auto r = check_rows("row_sparse_pull", "output", m.keys[i], m.outs[i], m.row_ids[i], *layout); !r) return r;
+    if (auto r = check_rows("row_sparse_pull", "output", m.keys[i], m.outs[i], m.row_ids[i], *layout, place); !r)
+      return r;
   }
   return {};
 }
 
-summed_rows sum_by_id(const std::vector<row_pieces>& lists) {
-  struct part {
-    std::int64_t id;
-    const row_piece* piece;
-    const row_pieces* list;
-  };
-  std::vector<part> order;
+std::vector<ordered_piece> sum_order(const std::vector<row_pieces>& lists) {
+  std::vector<ordered_piece> order;
   for (const auto& list : lists)
-    for (const auto& p : list.pieces) order.push_back({p.id, &p, &list});
-  auto by_id = [](const part& a, const part& b) { return a.id < b.id; };
+    for (const auto& p : list.pieces) order.push_back({&p, &list});
+  auto by_id = [](const ordered_piece& a, const ordered_piece& b) { return a.piece->id < b.piece->id; };
   if (!std::is_sorted(order.begin(), order.end(), by_id)) std::stable_sort(order.begin(), order.end(), by_id);
+  return order;
+}
+
+summed_rows sum_by_id(const std::vector<row_pieces>& lists) {
+  using part = ordered_piece;
+  const std::vector<part> order = sum_order(lists);
   // Rows of one float32 piece are used where they are (the common push: each id once); the others
   // (repeated ids, 16-bit pieces widened) are summed into `data`, sized first so that it never moves.
   auto group_end = [&](std::size_t i) {
     std::size_t j = i + 1;
-    while (j < order.size() && order[j].id == order[i].id) ++j;
+    while (j < order.size() && order[j].piece->id == order[i].piece->id) ++j;
     return j;
   };
   auto in_place = [&](std::size_t i, std::size_t end) {

@@ -48,13 +48,23 @@ expected<void> check_row_sparse_push(const kvstore::push_row_sparse& m, const sh
 expected<void> check_row_sparse_pull(const kvstore::row_sparse_pull& m, const shape_lookup& shape_of,
                                      const store_place& place);
 
-/// A store at `place` takes row-sparse values (cpu only) with compression off (`compressed`),
-/// as MXNet, which refuses compression of row_sparse pushes.
+/// A store at `place` takes row-sparse values (cpu and cuda stores; sim stores hold no data) with
+/// compression off (`compressed`), as MXNet, which refuses compression of row_sparse pushes.
 expected<void> row_sparse_supported(const char* op, const store_place& place, bool compressed);
 
 /// The refusal of a `sparse` (else dense) value for `key` whose next synchronous version has
 /// values of the other kind.
 error mixed_round(const char* op, const kvstore::key& key, bool sparse);
+
+/// A piece of one of the lists given to `sum_order`, with the list that holds its data.
+struct ordered_piece {
+  const row_piece* piece;
+  const row_pieces* list;
+};
+/// The pieces of `lists` in the order `sum_by_id` adds them: by id, increasing, and pieces of one
+/// id in the order given (lists first, then pieces). A cuda store sums in the same order (the
+/// pointers are into `lists`).
+std::vector<ordered_piece> sum_order(const std::vector<row_pieces>& lists);
 
 /// Row-sparse rows summed by id: for each distinct id in increasing order, the elements of the
 /// stored value its pieces cover and their sum.

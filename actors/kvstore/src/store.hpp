@@ -170,17 +170,31 @@ private:
   tensor& accumulator_of(key_state& state);
   void merge(key_state& state, const std::vector<slice_ref>& values, bool with_accumulator, bool complete,
              const std::shared_ptr<work_status>& status);
-  void run_user_updater(const merge_work& work, work_status& status);
+  void run_user_updater(const merge_work& work, work_status& status, const char* action = "push: the update");
   /// Row-sparse pushes (store_sparse.cpp): `values[i]` are the pieces of one value of `keys[i]`;
   /// asynchronous, a call's values make one update; synchronous, each value is a contribution.
   void enqueue_row_sparse_push(const std::vector<kvstore::key>& keys, const std::vector<row_pieces>& values,
                                const std::shared_ptr<work_status>& status);
   /// Sums the pieces by id and runs the rule on those rows of `state` (a version).
   void update_rows(key_state& state, std::vector<row_pieces> lists, const std::shared_ptr<work_status>& status);
-  /// The pieces of `lists` (data of dtype `type`) copied (on the stream) into one tensor of this store.
+  /// The pieces of `lists` (data of dtype `type`) copied (on the stream) into one tensor of this
+  /// store (cpu stores).
   row_pieces kept_copy(const std::vector<row_pieces>& lists, dtype type);
+  /// cuda stores: `list` with its rows (a cpu tensor) copied to a tensor of this store on its
+  /// stream, which the store keeps as long as it needs (a version's contributions included).
+  row_pieces rows_on_store(const row_pieces& list, const std::shared_ptr<work_status>& status, const work_label& label);
+  /// cuda stores: update_rows' sum by id (sum_order) and `rule` on the device; `fresh`: the
+  /// optimizer state was just made (zeroed first); `step`: Adam's.
+  void update_rows_on_cuda(key_state& state, const std::vector<row_pieces>& lists, const update_rule& rule, bool fresh,
+                           std::int64_t step, const std::shared_ptr<work_status>& status);
   /// Copies the pieces of each key into the outputs they name; returns the event marking it done.
-  event enqueue_row_pull(const std::vector<kvstore::key>& keys, const std::vector<row_pieces>& outs);
+  event enqueue_row_pull(const std::vector<kvstore::key>& keys, const std::vector<row_pieces>& outs,
+                         const std::shared_ptr<work_status>& status);
+  /// cuda stores: the pieces of `out` gathered from `stored` on the device, then copied to the
+  /// output (a cpu tensor), whole when the pieces fill it in order (one store), else through a
+  /// host temporary and a copy per piece on a stream of the output's device (a shard's pieces).
+  void pull_rows_on_cuda(const tensor& stored, const row_pieces& out, const std::shared_ptr<work_status>& status,
+                         const work_label& label);
   event enqueue_pull(const std::vector<kvstore::key>& keys, const std::vector<slice_ref>& outs,
                      const std::shared_ptr<work_status>& status);
   void reply_when_done(response_promise<unit_t> promise, std::shared_ptr<work_status> status);

@@ -2,6 +2,8 @@
 
 #include <algorithm>
 #include <cstring>
+#include <cstdint>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -69,9 +71,10 @@ expected<void> kvstore_actor::on_row_sparse_pull(kvstore::row_sparse_pull& m, re
   auto pieces = whole_key_pieces(m.keys, [&](std::size_t i) -> const auto& { return m.row_ids[i]; }, m.outs, shape_of());
   auto serve = [this, keys = m.keys, pieces = std::move(pieces), outs = m.outs, p](const error* stopped) mutable {
     if (stopped) return p.deliver(*stopped);
-    const event done = enqueue_row_pull(keys, pieces);
+    auto status = std::make_shared<work_status>();
+    const event done = enqueue_row_pull(keys, pieces, status);
     for (auto& out : outs) out.set_ready_event(done);
-    reply_when_done(p, std::move(outs));
+    reply_when_done(p, std::move(outs), status);
   };
   std::vector<std::uint64_t> versions(m.keys.size(), m.min_version);
   if (!version_reached(m.keys, versions)) parked_.push_back(parked_pull{m.keys, std::move(versions), std::move(serve)});
@@ -100,8 +103,9 @@ expected<void> kvstore_actor::on_shard_row_sparse(shard_row_sparse& m, response_
   }
   auto serve = [this, keys = m.pull_keys, pieces = std::move(m.outs), p](const error* stopped) mutable {
     if (stopped) return p.deliver(*stopped);
-    (void)enqueue_row_pull(keys, pieces);
-    reply_when_done(p, std::vector<std::uint64_t>{}, std::make_shared<work_status>());
+    auto status = std::make_shared<work_status>();
+    (void)enqueue_row_pull(keys, pieces, status);
+    reply_when_done(p, std::vector<std::uint64_t>{}, status);
   };
   std::vector<std::uint64_t> versions(m.pull_keys.size(), m.min_version);
   if (!version_reached(m.pull_keys, versions))
@@ -117,6 +121,8 @@ void kvstore_actor::enqueue_row_sparse_push(const std::vector<kvstore::key>& key
   for (auto& [key, group] : group_by_key(keys, values)) {
     key_state& state = keys_.at(key);
     for (const auto& list : group) stream_.wait(list.data.ready_event());
+    if (device_.kind() == device_kind::cuda)  // the rows (cpu tensors, checked) are read on the device
+      for (auto& list : group) list = rows_on_store(list, status, {"push: the copy of the rows", state.label});
     if (need == 0) {  // asynchronous: this call's values make one update
       update_rows(state, std::move(group), status);
       continue;
@@ -137,7 +143,12 @@ void kvstore_actor::enqueue_row_sparse_push(const std::vector<kvstore::key>& key
       state.received = 0;
       state.sparse_round = false;
     }
-    if (!fresh.empty()) state.sparse_received.push_back(kept_copy(fresh, state.value.dtype()));
+    if (fresh.empty()) continue;
+    if (device_.kind() == device_kind::cuda)  // already copies of the store's own
+      state.sparse_received.insert(state.sparse_received.end(), std::make_move_iterator(fresh.begin()),
+                                   std::make_move_iterator(fresh.end()));
+    else
+      state.sparse_received.push_back(kept_copy(fresh, state.value.dtype()));
   }
 }
 
@@ -200,6 +211,7 @@ void kvstore_actor::update_rows(key_state& state, std::vector<row_pieces> lists,
     if (auto* sgd = std::get_if<kernels::sgd_options>(&rule)) sgd->lr = lr;
     if (auto* adam = std::get_if<kernels::adam_options>(&rule)) adam->lr = lr;
   }
+  if (device_.kind() == device_kind::cuda) return update_rows_on_cuda(state, lists, rule, fresh, step, status);
   tensor dense = std::holds_alternative<kvstore::updater>(rule)
                      ? tensor::empty(state.value.shape(), dtype::float32, device_, stream_)
                      : tensor{};
@@ -208,9 +220,7 @@ void kvstore_actor::update_rows(key_state& state, std::vector<row_pieces> lists,
       [lists = std::move(lists), stored = state.value, opt = state.optimizer_state, dense, rule, fresh, step, status,
        master = kernels::is_half(type) && optimizer && multi_precision_ ? state.master : tensor{}, fresh_master, type,
        label = work_label{"push: the row-sparse update", state.label}](auto target) {
-        if constexpr (kernels::is_cuda_target<decltype(target)>) {
-          status->fail("kvstore push: row-sparse values have no cuda kernel.");  // refused before
-        } else {
+        if constexpr (!kernels::is_cuda_target<decltype(target)>) {  // cuda stores: update_rows_on_cuda
           run_guarded(*status, label, [&] {
             // The sum by id, in id order (repeated ids add up, in the order pushed).
             const summed_rows sums = sum_by_id(lists);
@@ -284,10 +294,16 @@ void kvstore_actor::update_rows(key_state& state, std::vector<row_pieces> lists,
       });
 }
 
-event kvstore_actor::enqueue_row_pull(const std::vector<kvstore::key>& keys, const std::vector<row_pieces>& outs) {
+event kvstore_actor::enqueue_row_pull(const std::vector<kvstore::key>& keys, const std::vector<row_pieces>& outs,
+                                      const std::shared_ptr<work_status>& status) {
   for (std::size_t i = 0; i < keys.size(); ++i) {
     if (outs[i].pieces.empty()) continue;
     stream_.wait(outs[i].data.ready_event());  // whatever the caller queued on the output comes first
+    if (device_.kind() == device_kind::cuda) {
+      const key_state& state = keys_.at(keys[i]);
+      pull_rows_on_cuda(state.value, outs[i], status, {"row_sparse_pull: the copy of the rows", state.label});
+      continue;
+    }
     kernels::on_stream(stream_, {.name = "kvstore_row_sparse_pull", .kind = work_kind::copy},
                        [stored = keys_.at(keys[i]).value, list = outs[i]](auto target) {
                          if constexpr (!kernels::is_cuda_target<decltype(target)>) {
@@ -311,6 +327,176 @@ event kvstore_actor::enqueue_row_pull(const std::vector<kvstore::key>& keys, con
                        });
   }
   return stream_.record();
+}
+
+// ---- cuda stores ----------------------------------------------------------------------------
+// The row ids are turned into element ranges on the host (checked there, sum_order gives the
+// cpu's order of additions), copied to the device on the store's stream (tensor::from_host reads
+// them before it returns; the device copies are the store's own, freed in stream order after the
+// kernels), and read there by kernels::cuda's row-sparse kernels, which only enqueue.
+
+namespace {
+
+static_assert(sizeof(kernels::cuda::row_span) == 3 * sizeof(std::int64_t) &&
+              sizeof(kernels::cuda::row_sum) == 4 * sizeof(std::int64_t));
+
+/// `values` on `d`, copied in `s`'s order.
+tensor device_int64s(const std::vector<std::int64_t>& values, device& d, const stream& s) {
+  return tensor::from_host<std::int64_t>(std::span<const std::int64_t>(values), d, s);
+}
+
+/// A device array of int64s as the array of kernel structs (or pointers) it holds.
+template <class T>
+T* device_array(const tensor& t) {
+  return t.valid() ? reinterpret_cast<T*>(t.device_data<std::int64_t>()) : nullptr;
+}
+
+}  // namespace
+
+row_pieces kvstore_actor::rows_on_store(const row_pieces& list, const std::shared_ptr<work_status>& status,
+                                        const work_label& label) {
+  if (list.pieces.empty()) return row_pieces{tensor{}, {}};  // nothing of it is read
+  const auto n = static_cast<std::size_t>(list.data.numel());
+  tensor own = tensor::empty({list.data.numel()}, dtype::float32, device_, stream_);
+  copy_elements(own, 0, list.data, 0, n, status, label);
+  return row_pieces{own, list.pieces};
+}
+
+void kvstore_actor::update_rows_on_cuda(key_state& state, const std::vector<row_pieces>& lists,
+                                        const update_rule& rule, bool fresh, std::int64_t step,
+                                        const std::shared_ptr<work_status>& status) {
+  // Optimizers read the sums from a packed buffer; assign and a user updater get them in place.
+  const bool packed =
+      std::holds_alternative<kernels::sgd_options>(rule) || std::holds_alternative<kernels::adam_options>(rule);
+  const std::vector<ordered_piece> order = sum_order(lists);
+  std::vector<std::int64_t> plan, spans, sources;
+  std::size_t rows = 0, max_length = 0, total = 0;
+  for (std::size_t i = 0; i < order.size(); ++rows) {
+    std::size_t end = i + 1;
+    while (end < order.size() && order[end].piece->id == order[i].piece->id) ++end;
+    const row_piece& p = *order[i].piece;  // the id's pieces cover the same elements
+    const auto at = static_cast<std::int64_t>(total), offset = static_cast<std::int64_t>(p.offset),
+               length = static_cast<std::int64_t>(p.length);
+    plan.insert(plan.end(),
+                {static_cast<std::int64_t>(i), static_cast<std::int64_t>(end), packed ? at : offset, length});
+    spans.insert(spans.end(), {at, offset, length});
+    total += p.length;
+    max_length = std::max(max_length, p.length);
+    i = end;
+  }
+  for (const ordered_piece& x : order)
+    sources.push_back(static_cast<std::int64_t>(
+        reinterpret_cast<std::uintptr_t>(x.list->data.device_data<float>() + x.piece->at)));
+  const tensor plan_d = rows > 0 ? device_int64s(plan, device_, stream_) : tensor{};
+  const tensor spans_d = rows > 0 && packed ? device_int64s(spans, device_, stream_) : tensor{};
+  const tensor sources_d = rows > 0 ? device_int64s(sources, device_, stream_) : tensor{};
+  const tensor sums = packed && total > 0
+                          ? tensor::empty({static_cast<std::int64_t>(total)}, dtype::float32, device_, stream_)
+                          : tensor{};
+  const bool user = std::holds_alternative<kvstore::updater>(rule);
+  const tensor dense = user ? tensor::empty(state.value.shape(), dtype::float32, device_, stream_) : tensor{};
+  const work_label label{"push: the row-sparse update", state.label};
+  kernels::on_stream(
+      stream_, {.name = "kvstore_row_sparse_update", .kind = work_kind::pointwise},
+      [plan_d, spans_d, sources_d, sums, dense, rows, max_length, stored = state.value,
+       opt = state.optimizer_state, rule, fresh, step, status, label](auto target) {
+        if constexpr (kernels::is_cuda_target<decltype(target)>) {
+          namespace kc = kernels::cuda;
+          run_guarded(*status, label, [&] {
+            const auto& ctx = target.context;
+            const auto n = static_cast<std::size_t>(stored.numel());
+            const auto* row_plan = device_array<const kc::row_sum>(plan_d);
+            const auto* from = device_array<const float* const>(sources_d);
+            const auto* row_spans = device_array<const kc::row_span>(spans_d);
+            float* value = stored.device_data<float>();
+            float* summed = sums.valid() ? sums.device_data<float>() : nullptr;
+            if (fresh)
+              for (const auto& t : opt) kc::fill(ctx, n, 0.0f, t.device_data<float>());
+            std::visit(
+                [&](const auto& r) {
+                  using rule_type = std::decay_t<decltype(r)>;
+                  if constexpr (std::is_same_v<rule_type, std::monostate>) {  // the key becomes the sum
+                    kc::fill(ctx, n, 0.0f, value);
+                    kc::sum_rows(ctx, rows, max_length, row_plan, from, value);
+                  } else if constexpr (std::is_same_v<rule_type, kvstore::updater>) {  // called after this item
+                    kc::fill(ctx, n, 0.0f, dense.device_data<float>());
+                    kc::sum_rows(ctx, rows, max_length, row_plan, from, dense.device_data<float>());
+                  } else if constexpr (std::is_same_v<rule_type, kernels::sgd_options>) {
+                    kc::sum_rows(ctx, rows, max_length, row_plan, from, summed);
+                    float* momentum = opt.empty() ? nullptr : opt[0].device_data<float>();
+                    kc::sgd_rows(ctx, rows, max_length, row_spans, value, summed, momentum, r);
+                  } else {
+                    kc::sum_rows(ctx, rows, max_length, row_plan, from, summed);
+                    kc::adam_rows(ctx, rows, max_length, row_spans, value, summed, opt[0].device_data<float>(),
+                                  opt[1].device_data<float>(), step, r);
+                  }
+                },
+                rule);
+          });
+        }
+      });
+  if (user)
+    run_user_updater(
+        merge_work{.key = state.label, .merged = dense, .complete = true, .stored = state.value, .rule = rule}, *status,
+        label.action);
+}
+
+void kvstore_actor::pull_rows_on_cuda(const tensor& stored, const row_pieces& out,
+                                      const std::shared_ptr<work_status>& status, const work_label& label) {
+  // The output has the key's dtype (checked), unless a load replaced the key meanwhile: then
+  // nothing of it is copied, nor a piece outside the key now held (as on cpu stores).
+  if (stored.dtype() != out.data.dtype()) return;
+  const auto n = static_cast<std::size_t>(stored.numel());
+  std::vector<std::int64_t> spans;
+  std::vector<row_piece> copied;  // with `offset` their place in the gathered rows
+  std::size_t total = 0, max_length = 0;
+  bool in_order = true;  // the pieces fill the output in order: the gathered rows are the output
+  for (const row_piece& p : out.pieces) {
+    if (p.offset + p.length > n) continue;
+    spans.insert(spans.end(), {static_cast<std::int64_t>(p.offset), static_cast<std::int64_t>(total),
+                               static_cast<std::int64_t>(p.length)});
+    in_order = in_order && p.at == total;
+    copied.push_back({p.id, total, p.length, p.at});
+    total += p.length;
+    max_length = std::max(max_length, p.length);
+  }
+  if (total == 0) return;
+  const tensor spans_d = device_int64s(spans, device_, stream_);
+  const tensor gathered = tensor::empty({static_cast<std::int64_t>(total)}, dtype::float32, device_, stream_);
+  kernels::on_stream(stream_,
+                     {.name = "kvstore_row_sparse_pull", .kind = work_kind::copy,
+                      .bytes = 2.0 * sizeof(float) * static_cast<double>(total)},
+                     [stored, spans_d, gathered, count = copied.size(), max_length, status, label](auto target) {
+                       if constexpr (kernels::is_cuda_target<decltype(target)>) {
+                         run_guarded(*status, label, [&] {
+                           kernels::cuda::copy_rows(target.context, count, max_length,
+                                                    device_array<const kernels::cuda::row_span>(spans_d),
+                                                    stored.device_data<float>(), gathered.device_data<float>());
+                         });
+                       }
+                     });
+  const std::size_t bytes = total * sizeof(float);
+  if (in_order && static_cast<std::size_t>(out.data.numel()) == total) {
+    stream_.copy(out.data.storage(), gathered.storage(), bytes);
+    return;
+  }
+  device where = out.data.get_device();
+  stream other = transfer_stream(where);
+  const tensor host = tensor::empty({static_cast<std::int64_t>(total)}, dtype::float32, where, other);
+  stream_.copy(host.storage(), gathered.storage(), bytes);
+  other.wait(stream_.record());
+  kernels::on_stream(other,
+                     {.name = "kvstore_row_sparse_pull_place", .kind = work_kind::copy,
+                      .bytes = 2.0 * static_cast<double>(bytes)},
+                     [host, to = out.data, copied = std::move(copied)](auto target) {
+                       if constexpr (!kernels::is_cuda_target<decltype(target)>) {  // the output is a cpu tensor
+                         const float* from = host.device_data<float>();
+                         float* into = to.device_data<float>();
+                         for (const row_piece& p : copied)
+                           std::memcpy(into + p.at, from + p.offset, p.length * sizeof(float));
+                       }
+                     });
+  stream_.wait(other.record());  // the reply follows the copies
 }
 
 }  // namespace strata::kvstore::internal

@@ -284,14 +284,14 @@ void kvstore_actor::merge(key_state& state, const std::vector<slice_ref>& values
 /// calls it here, on the actor's thread, right after enqueueing the sum, with `merged` and
 /// `stored` carrying the sum's event as their ready event. The updater may set `stored`'s ready
 /// event to the end of its own work; the store's stream waits for it before anything later.
-void kvstore_actor::run_user_updater(const merge_work& work, work_status& status) {
+void kvstore_actor::run_user_updater(const merge_work& work, work_status& status, const char* action) {
   event summed = stream_.record();
   tensor merged = work.merged;
   tensor stored = work.stored;
   merged.set_ready_event(summed);
   stored.set_ready_event(summed);
   if (!status.failed())
-    run_guarded(status, {"push: the update", work.key},
+    run_guarded(status, {action, work.key},
                 [&] { std::get<kvstore::updater>(work.rule)(work.key, merged, stored); });
   stream_.wait(stored.ready_event());
 }

@@ -262,6 +262,64 @@ enum class gradient_quantizer {
 void compress_gradient(const cuda_context& ctx, std::size_t n, gradient_quantizer type, float threshold,
                        const float* grad, float* residual, float* sent, bool zero_residual);
 
+// ---- row-sparse ----------------------------------------------------------------------------
+//
+// The device side of a kvstore's row-sparse values (MXNet's row_sparse tensors): a value is rows
+// by id, and a row of a stored key is a run of contiguous elements. The caller (the store) turns
+// row ids into element ranges on the host, where it checks them, and copies the ranges to the
+// device; the kernels only read and write the ranges they are given. One thread per (row,
+// element): no atomics, every sum in a fixed order, so results are deterministic and bitwise
+// those of the CPU code that adds the same floats in the same order.
+
+/// A run of `length` elements copied or updated from element `from` of one array to element `to`
+/// of another (device arrays of these are read by the kernels below; 3 int64 each).
+struct row_span {
+  std::int64_t from = 0;
+  std::int64_t to = 0;
+  std::int64_t length = 0;
+};
+
+/// One row of a row-sparse sum: elements [to, to + length) of the output get the sum of the
+/// contributions `sources[first]`, ..., `sources[last - 1]` (each `length` elements), added in
+/// that order: out = s[first] + s[first + 1] + ... (4 int64 each).
+struct row_sum {
+  std::int64_t first = 0;
+  std::int64_t last = 0;
+  std::int64_t to = 0;
+  std::int64_t length = 0;
+};
+
+/// to[s.to + c] = from[s.from + c] for each of the `count` spans s of `spans` and c < s.length.
+/// `max_length` is at least every span's length (it sizes the grid; elements past it are left
+/// alone). Spans must not write overlapping elements, nor write what another span reads.
+/// \throws std::invalid_argument if spans, from or to is null while count > 0.
+void copy_rows(const cuda_context& ctx, std::size_t count, std::size_t max_length, const row_span* spans,
+               const float* from, float* to);
+
+/// The `rows` sums of `plan` (device array of row_sum) written into `out`: for each row, its
+/// contributions (device pointers in the device array `sources`) added in order, as the CPU adds
+/// repeated row ids in the order they were pushed. A row with no contributions (first == last) is
+/// written as zeros. Rows must not overlap in `out`, nor `out` any contribution. `max_length` as
+/// for copy_rows.
+/// \throws std::invalid_argument if plan, sources or out is null while rows > 0.
+void sum_rows(const cuda_context& ctx, std::size_t rows, std::size_t max_length, const row_sum* plan,
+              const float* const* sources, float* out);
+
+/// cpu::sgd_step on the `count` spans of `spans` (device array): for each span s,
+/// sgd_step(s.length, param + s.to, grad + s.from, momentum_buffer + s.to, o), one launch for
+/// all. Each operation rounded on its own (no fused multiply-add), so the results are bitwise
+/// those of cpu::sgd_step on the same rows. Spans must not overlap in param.
+/// \throws std::invalid_argument as cuda::sgd_step, or if spans is null while count > 0.
+void sgd_rows(const cuda_context& ctx, std::size_t count, std::size_t max_length, const row_span* spans,
+              float* param, const float* grad, float* momentum_buffer, const sgd_options& o);
+
+/// cpu::adam_step on the spans (step `step` >= 1), likewise bitwise, exp_avg and exp_avg_sq at
+/// s.to as param.
+/// \throws std::invalid_argument as cuda::adam_step, or if spans is null while count > 0.
+void adam_rows(const cuda_context& ctx, std::size_t count, std::size_t max_length, const row_span* spans,
+               float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t step,
+               const adam_options& o);
+
 // ---- norms ---------------------------------------------------------------------------------
 
 /// Partial sums each tensor's norm uses (fixed, so that results are deterministic).

@@ -166,12 +166,13 @@ struct pushpull_in_place {
 /// merged row-sparse array), SGD and Adam update only the pushed rows and their state (MXNet's
 /// lazy update; Adam's step counts pushes), a user updater gets the sum as a dense tensor.
 /// Rows have the key's dtype: a 16-bit key's are summed in float32 and rounded once, and under
-/// multi_precision its master copy's pushed rows are updated. cpu stores, one shard or sharded (a row reaches the shards holding its elements); in
-/// synchronous mode each of a version's n values is one contribution, summed by id with the
-/// others, and the rule runs once on the union of their rows. Refused with one sentence: a row
-/// id out of range, rows whose shape is not `[row_ids.size(), shape[1], ...]`, cuda stores,
-/// compressed stores (as MXNet), and, in synchronous mode, a version that has dense values
-/// already. Reply: `unit` (in synchronous mode: once the values are accumulated).
+/// multi_precision its master copy's pushed rows are updated. cpu and cuda stores (float32 keys
+/// on cuda; rows are cpu tensors either way), one shard or sharded (a row reaches the shards
+/// holding its elements); in synchronous mode each of a version's n values is one contribution,
+/// summed by id with the others, and the rule runs once on the union of their rows. Refused with
+/// one sentence: a row id out of range, rows whose shape is not `[row_ids.size(), shape[1],
+/// ...]`, sim stores, compressed stores (as MXNet), and, in synchronous mode, a version that has
+/// dense values already. Reply: `unit` (in synchronous mode: once the values are accumulated).
 struct push_row_sparse {
   std::vector<kvstore::key> keys;
   std::vector<kvstore::row_sparse> values;
