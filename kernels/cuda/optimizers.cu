@@ -1,5 +1,8 @@
 // cuda::sgd_step and cuda::adam_step: the scalars and the operation order of the CPU kernels
-// (kernels/cpu/optimizers.cpp), one fused elementwise kernel each.
+// (kernels/cpu/optimizers.cpp), one fused elementwise kernel each. Every operation is an
+// IEEE-rounded intrinsic (__fmul_rn, __fadd_rn, __fdiv_rn, __fsqrt_rn), which nvcc never contracts
+// into fused multiply-adds, so the results are bitwise those of the CPU kernels (built with
+// -ffp-contract=off): a kvstore's 16-bit keys, rounded from them, match a cpu store's exactly.
 #include "support.hpp"
 
 #include <cstddef>
@@ -19,16 +22,16 @@ __global__ void sgd_kernel(std::size_t n, float* __restrict__ p, const float* __
                            float* __restrict__ buf, float wd, float mom, float neg_lr) {
   const std::size_t stride = detail::grid_threads();
   for (std::size_t i = detail::global_thread(); i < n; i += stride) {
+    const float d = __fadd_rn(gr[i], __fmul_rn(wd, p[i]));
     if constexpr (Kind == sgd_kind::plain) {
-      p[i] += neg_lr * (gr[i] + wd * p[i]);
+      p[i] = __fadd_rn(p[i], __fmul_rn(neg_lr, d));
     } else {
-      const float d = gr[i] + wd * p[i];
-      const float b = buf[i] * mom + d;
+      const float b = __fadd_rn(__fmul_rn(buf[i], mom), d);
       buf[i] = b;
       if constexpr (Kind == sgd_kind::momentum) {
-        p[i] += neg_lr * b;
+        p[i] = __fadd_rn(p[i], __fmul_rn(neg_lr, b));
       } else {
-        p[i] += neg_lr * (d + mom * b);
+        p[i] = __fadd_rn(p[i], __fmul_rn(neg_lr, __fadd_rn(d, __fmul_rn(mom, b))));
       }
     }
   }
@@ -38,13 +41,14 @@ __global__ void adam_kernel(std::size_t n, float* __restrict__ p, const float* _
                             float* __restrict__ m, float* __restrict__ v, common::adam_scalars k) {
   const std::size_t stride = detail::grid_threads();
   for (std::size_t i = detail::global_thread(); i < n; i += stride) {
-    const float pv = p[i] * k.decay;
-    const float g = gr[i] + k.wd * pv;
-    const float mv = m[i] + k.one_minus_b1 * (g - m[i]);
-    const float vv = v[i] * k.b2 + k.one_minus_b2 * g * g;
+    const float pv = __fmul_rn(p[i], k.decay);
+    const float g = __fadd_rn(gr[i], __fmul_rn(k.wd, pv));
+    const float mv = __fadd_rn(m[i], __fmul_rn(k.one_minus_b1, __fsub_rn(g, m[i])));
+    const float vv = __fadd_rn(__fmul_rn(v[i], k.b2), __fmul_rn(__fmul_rn(k.one_minus_b2, g), g));
     m[i] = mv;
     v[i] = vv;
-    p[i] = pv + (k.neg_step_size * mv) / (sqrtf(vv) / k.bc2_sqrt + k.eps);
+    p[i] = __fadd_rn(pv, __fdiv_rn(__fmul_rn(k.neg_step_size, mv),
+                                   __fadd_rn(__fdiv_rn(__fsqrt_rn(vv), k.bc2_sqrt), k.eps)));
   }
 }
 

@@ -13,6 +13,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <future>
@@ -30,6 +31,9 @@
 #include <unistd.h>
 
 #include "cuda_test_support.hpp"  // tests/kernels_cuda: the GPU precondition, random data, the error measure
+#include "strata/kernels/elementwise.hpp"
+#include "strata/kernels/half.hpp"
+#include "strata/kvstore/checkpoint.hpp"
 #include "strata/kvstore/compression.hpp"
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/device/device_manager.hpp"
@@ -70,6 +74,34 @@ struct side {
   std::vector<float> read(const strata::tensor& t) {
     for (std::size_t i = 0; i < devs.size(); ++i)
       if (devs[i] == t.get_device()) return t.to_host<float>(streams[i]);
+    BOOST_FAIL("a pulled tensor is on a device the test did not create");
+    return {};
+  }
+  /// A 16-bit tensor of `type` holding `v` rounded (the CPU's rounding), on device `dev`.
+  strata::tensor make16(strata::dtype type, const std::vector<float>& v, std::vector<std::int64_t> shape,
+                        std::size_t dev = 0) {
+    std::vector<std::uint8_t> bytes(v.size() * 2);
+    for (std::size_t i = 0; i < v.size(); ++i) {
+      const std::uint16_t b = strata::kernels::half_bits(type, v[i]);
+      std::memcpy(bytes.data() + 2 * i, &b, 2);
+    }
+    auto raw = strata::tensor::from_host<std::uint8_t>(std::span<const std::uint8_t>(bytes), devs.at(dev), streams.at(dev));
+    return strata::tensor(std::move(shape), type, raw.storage(), raw.ready_event());
+  }
+  /// The 16-bit words of `t`, each as a float (an exact integer), so that pulls compare as floats.
+  std::vector<float> words(const strata::tensor& t) {
+    for (std::size_t i = 0; i < devs.size(); ++i)
+      if (devs[i] == t.get_device()) {
+        strata::tensor raw({static_cast<std::int64_t>(t.bytes())}, strata::dtype::uint8, t.storage(), t.ready_event());
+        const auto bytes = raw.to_host<std::uint8_t>(streams[i]);
+        std::vector<float> out(bytes.size() / 2);
+        for (std::size_t w = 0; w < out.size(); ++w) {
+          std::uint16_t b = 0;
+          std::memcpy(&b, bytes.data() + 2 * w, 2);
+          out[w] = static_cast<float>(b);
+        }
+        return out;
+      }
     BOOST_FAIL("a pulled tensor is on a device the test did not create");
     return {};
   }
@@ -456,7 +488,8 @@ BOOST_FIXTURE_TEST_CASE(compressed_random_gradients_on_a_cuda_store_equal_a_cpu_
         std::vector<strata::tensor> outs;
         for (std::size_t k = 0; k < sizes.size(); ++k)
           outs.push_back(s.zeros({static_cast<std::int64_t>(sizes[k])}, (k + round) % 3));
-        for (const auto& t : await(kv.pull(keys, outs)).value()) out.push_back(s.read(t));
+        const auto pulled = await(kv.pull(keys, outs)).value();  // a named copy: value() of a temporary would dangle
+        for (const auto& t : pulled) out.push_back(s.read(t));
       }
       return out;
     };
@@ -508,6 +541,181 @@ BOOST_FIXTURE_TEST_CASE(a_cuda_store_carries_each_values_compression_residual_ov
       expect(0.2f, 0.0f);
       expect(threshold - 0.3f, passed);
       for (int r = 0; r < 3; ++r) expect(-threshold, -passed);  // -threshold passes whole
+    }
+  }
+}
+
+// The 16-bit kernels against the CPU conversions (strata/kernels/half.hpp), bit for bit, NaNs
+// included: narrow on edge values (float16 subnormals and the tie with zero at 2^-25, ties to even
+// in both formats, 65504, 65520 and beyond to infinity, infinities, quiet and signalling NaNs of
+// both signs, -0, float32 subnormals) then random bit patterns, 2^21 + 5 elements (more than one
+// pass of the grid); widen on every 16-bit pattern (40 times over); sum_widened of 300 inputs (two
+// launches) with and without a float32 first term, into that first term.
+BOOST_FIXTURE_TEST_CASE(widen_narrow_and_sum_widened_equal_the_cpu_conversions_bit_for_bit_on_edge_values, fixture) {
+  namespace sk = strata::kernels;
+  using strata::dtype;
+  const std::size_t n = (std::size_t{1} << 21) + 5;
+  kct::gpu_session session;
+  const float inf = std::numeric_limits<float>::infinity();
+  auto of_bits = [](std::uint32_t u) { return std::bit_cast<float>(u); };
+  const std::vector<float> edges{
+      0.f, -0.f, 1.f, -1.f, 65504.f, -65504.f, std::nextafter(65520.f, 0.f), 65520.f, -65520.f, 65536.f, 1e6f, -3e38f,
+      inf, -inf, std::ldexp(1.f, -14), std::nextafter(std::ldexp(1.f, -14), 0.f), std::ldexp(1.f, -24), std::ldexp(1.f, -25),
+      std::nextafter(std::ldexp(1.f, -25), 1.f), std::nextafter(std::ldexp(1.f, -25), 0.f), 3 * std::ldexp(1.f, -25),
+      5 * std::ldexp(1.f, -25), -3 * std::ldexp(1.f, -25), 1e-40f, -1e-40f, std::numeric_limits<float>::denorm_min(),
+      1.f + std::ldexp(1.f, -11), 1.f + 3 * std::ldexp(1.f, -11), -(1.f + 3 * std::ldexp(1.f, -11)),
+      std::nextafter(1.f + std::ldexp(1.f, -11), 2.f), 1.f + std::ldexp(1.f, -8), 1.f + 3 * std::ldexp(1.f, -8),
+      std::nextafter(1.f + std::ldexp(1.f, -8), 0.f), std::numeric_limits<float>::max(), of_bits(0x7f7f8000u),
+      std::numeric_limits<float>::quiet_NaN(), -std::numeric_limits<float>::quiet_NaN(),
+      std::numeric_limits<float>::signaling_NaN(), of_bits(0x7f800001u), of_bits(0xff801234u), of_bits(0x7fc00001u),
+      of_bits(0x7fffe000u), of_bits(0xffbfffffu)};
+  std::mt19937 bits(31);
+  std::vector<float> x(n);
+  for (std::size_t i = 0; i < n; ++i) x[i] = i < edges.size() ? edges[i] : of_bits(static_cast<std::uint32_t>(bits()));
+  kct::dfloats device_x(x);
+  std::vector<std::uint16_t> patterns(40 * 0x10000);
+  for (std::size_t i = 0; i < patterns.size(); ++i) patterns[i] = static_cast<std::uint16_t>(i);
+  kct::device_array<std::uint16_t> device_patterns(patterns);
+  auto same_bits = [](const std::vector<float>& a, const std::vector<float>& b) {
+    return a.size() == b.size() && std::memcmp(a.data(), b.data(), a.size() * sizeof(float)) == 0;
+  };
+  for (const auto type : {dtype::float16, dtype::bfloat16}) {
+    BOOST_TEST_CONTEXT(strata::to_string(type)) {
+      const auto format = type == dtype::float16 ? kc::half_format::float16 : kc::half_format::bfloat16;
+      std::vector<std::uint16_t> want(n);
+      sk::cpu::narrow(type, n, x.data(), want.data());
+      kct::device_array<std::uint16_t> narrowed(n);
+      kc::narrow(session.ctx(), format, n, device_x.get(), narrowed.get());
+      session.sync();
+      const auto got = narrowed.download();
+      const auto at = static_cast<std::size_t>(std::mismatch(got.begin(), got.end(), want.begin()).first - got.begin());
+      BOOST_TEST(at == n, "narrow differs at " << at << " (float bits " << std::hex
+                                               << std::bit_cast<std::uint32_t>(x[at % n]) << "): cuda " << got[at % n]
+                                               << ", cpu " << want[at % n]);
+
+      std::vector<float> widened_want(patterns.size());
+      sk::cpu::widen(type, patterns.size(), patterns.data(), widened_want.data());
+      kct::dfloats widened(patterns.size());
+      kc::widen(session.ctx(), format, patterns.size(), device_patterns.get(), widened.get());
+      session.sync();
+      BOOST_TEST(same_bits(widened.download(), widened_want));
+
+      const std::size_t m = 4099, count = 300;
+      std::vector<std::vector<std::uint16_t>> inputs(count, std::vector<std::uint16_t>(m));
+      std::vector<std::unique_ptr<kct::device_array<std::uint16_t>>> device_inputs;
+      std::vector<const std::uint16_t*> pointers;
+      for (auto& in : inputs) {
+        sk::cpu::narrow(type, m, rng.values(m).data(), in.data());
+        device_inputs.push_back(std::make_unique<kct::device_array<std::uint16_t>>(in));
+        pointers.push_back(device_inputs.back()->get());
+      }
+      const auto first = rng.values(m);
+      for (const bool with_first : {false, true}) {
+        std::vector<std::vector<float>> wide;
+        std::vector<const float*> terms;
+        if (with_first) terms.push_back(first.data());
+        for (const auto& in : inputs) {
+          sk::cpu::widen(type, m, in.data(), wide.emplace_back(m).data());
+          terms.push_back(wide.back().data());
+        }
+        std::vector<float> sum_want(m);
+        sk::cpu::sum_arrays(terms, m, sum_want.data());
+        kct::dfloats out(first);  // with_first: summed into the first term itself
+        kc::sum_widened(session.ctx(), format, with_first ? out.get() : nullptr, pointers, m, out.get());
+        session.sync();
+        BOOST_TEST(same_bits(out.download(), sum_want), (with_first ? "with" : "without") << " a first term");
+      }
+    }
+  }
+}
+
+namespace {
+/// A script of 16-bit keys (sizes `sizes`, each once as float16 and once as bfloat16): two assign
+/// rounds, three of SGD with Nesterov momentum and weight decay, two of Adam, each round three
+/// values a key from three devices and a pull of every key (its 16-bit words); then a save whose
+/// float32 master copies (multi_precision) and optimizer states are pulled too, a load of it into
+/// the same store and one more round. Random values in [-1, 1), drawn once for both stores.
+script half_keys_session(kct::random_source& rng, const std::vector<std::size_t>& sizes, bool multi_precision) {
+  constexpr std::size_t rounds = 8, values = 3;
+  auto grads = std::make_shared<std::vector<std::vector<float>>>();  // [round][key][value], then the inits
+  const std::size_t keys = 2 * sizes.size();
+  for (std::size_t r = 0; r <= rounds; ++r)
+    for (std::size_t k = 0; k < keys; ++k)
+      for (std::size_t v = 0; v < (r == rounds ? 1 : values); ++v) grads->push_back(rng.values(sizes[k / 2]));
+  const auto id = static_cast<unsigned>(rng.uniform(0.f, 1e6f));
+  return [=](strata::kvstore::client& kv, side& s) {
+    namespace kvs = strata::kvstore;
+    pulls out;
+    std::vector<kvs::key> names;
+    std::vector<strata::dtype> types;
+    std::vector<std::vector<std::int64_t>> shapes;
+    for (std::size_t k = 0; k < keys; ++k) {
+      names.emplace_back(static_cast<int>(k));
+      types.push_back(k % 2 == 0 ? strata::dtype::float16 : strata::dtype::bfloat16);
+      shapes.push_back({static_cast<std::int64_t>(sizes[k / 2])});
+    }
+    auto grad = [&](std::size_t r, std::size_t k, std::size_t v) -> const std::vector<float>& {
+      return (*grads)[(r * keys + k) * values + v];
+    };
+    std::vector<strata::tensor> inits;
+    for (std::size_t k = 0; k < keys; ++k) inits.push_back(s.make16(types[k], (*grads)[rounds * keys * values + k], shapes[k], k % 3));
+    BOOST_REQUIRE(await(kv.init(names, inits)).has_value());
+    auto round = [&](std::size_t r) {
+      std::vector<kvs::key> pushed;
+      std::vector<strata::tensor> tensors;
+      for (std::size_t k = 0; k < keys; ++k)
+        for (std::size_t v = 0; v < values; ++v) {
+          pushed.push_back(names[k]);
+          tensors.push_back(s.make16(types[k], grad(r, k, v), shapes[k], v % 3));
+        }
+      BOOST_REQUIRE(await(kv.push(pushed, tensors)).has_value());
+      std::vector<strata::tensor> outs;
+      for (std::size_t k = 0; k < keys; ++k)
+        outs.push_back(s.make16(types[k], std::vector<float>(sizes[k / 2], 0.f), shapes[k], (k + r) % 3));
+      const auto pulled = await(kv.pull(names, outs)).value();
+      for (const auto& t : pulled) out.push_back(s.words(t));
+    };
+    round(0);
+    round(1);
+    BOOST_REQUIRE(await(kv.send(kvs::set_optimizer{
+                            .options = strata::kernels::sgd_options{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01, .nesterov = true},
+                            .multi_precision = multi_precision}))
+                      .has_value());
+    for (std::size_t r = 2; r < 5; ++r) round(r);
+    BOOST_REQUIRE(await(kv.send(kvs::set_optimizer{.options = strata::kernels::adam_options{.lr = 0.01, .weight_decay = 0.02},
+                                                   .multi_precision = multi_precision}))
+                      .has_value());
+    for (std::size_t r = 5; r < 7; ++r) round(r);
+    const std::string path = "/tmp/strata_kvstore_cuda_half_" + std::to_string(::getpid()) + "_" + std::to_string(id);
+    BOOST_REQUIRE(await(kv.save(path)).has_value());
+    auto file = kvs::read_checkpoint(path);
+    BOOST_REQUIRE(file.has_value());
+    for (const auto& e : file->entries) {
+      BOOST_TEST(e.master.empty() == !multi_precision);
+      if (!e.master.empty()) out.push_back(e.master);
+      for (const auto& a : e.arrays) out.push_back(a);  // the value widened, then Adam's moments
+    }
+    BOOST_REQUIRE(await(kv.load(path)).has_value());
+    round(7);
+    std::remove(path.c_str());
+    return out;
+  };
+}
+}  // namespace
+
+// float16 and bfloat16 keys on a cuda store (one store, and shards that split keys into slices)
+// against a cpu store fed the same random values: every pull's 16-bit words, the float32 master
+// copies (multi_precision) and the optimizer states in a checkpoint, bit for bit. Sizes off
+// multiples of the block size (256) and one of a million elements.
+BOOST_FIXTURE_TEST_CASE(random_16_bit_keys_on_a_cuda_store_equal_a_cpu_store_bit_for_bit, gpu_fixture) {
+  const std::vector<std::size_t> sizes{35, 1001, (std::size_t{1} << 20) + 3};
+  const std::vector<std::size_t> split_sizes{35, 1001};  // 600-byte chunks: 1001 words in four slices
+  const strata::kvstore::options cpu_shards{.shards = 3, .chunk_bytes = 600, .shard_devices = cpu.devs};
+  const strata::kvstore::options gpu_shards{.shards = 3, .chunk_bytes = 600, .shard_devices = gpu.devs};
+  for (const bool multi_precision : {false, true}) {
+    BOOST_TEST_CONTEXT((multi_precision ? "with" : "without") << " multi_precision") {
+      same_results({}, on(gpu.devs[0]), gpu, half_keys_session(rng, sizes, multi_precision), true);
+      same_results(cpu_shards, gpu_shards, gpu, half_keys_session(rng, split_sizes, multi_precision), true);
     }
   }
 }

@@ -21,6 +21,7 @@
 #include "strata/kvstore/kvstore.hpp"
 #include "support/await.hpp"
 #include "support/half_device.hpp"
+#include "support/sim_stores.hpp"
 
 namespace {
 
@@ -180,6 +181,35 @@ BOOST_FIXTURE_TEST_CASE(a_push_or_pull_of_another_dtype_is_refused_with_one_sent
   BOOST_TEST_REQUIRE(!int_init.has_value());
   BOOST_TEST(int_init.error().message() ==
              "kvstore init: the value for key \"i\" has dtype int32, expected float32, float16 or bfloat16.");
+}
+
+// cpu and cuda stores keep 16-bit keys (kvstore_cuda_test.cpp compares a cuda store's bits with a cpu
+// store's); sim stores hold no data and refuse them, at init and at the load of a checkpoint.
+BOOST_FIXTURE_TEST_CASE(a_sim_store_refuses_16_bit_keys_at_init_and_load_with_one_sentence, fixture) {
+  const auto dir = std::filesystem::temp_directory_path() / ("strata_kvstore_half_sim_" + std::to_string(::getpid()));
+  std::filesystem::create_directories(dir);
+  const std::string path = (dir / "half.ckpt").string();
+  kv::client host(sys, kv::spawn(sys));
+  BOOST_TEST_REQUIRE(await(host.init("f", make16(dtype::float16, random(4), {4}))).has_value());
+  BOOST_TEST_REQUIRE(await(host.save(path)).has_value());
+
+  strata::test::sim_stores sims(sys);
+  for (auto* store : sims.both()) {
+    for (auto type : half_types) {
+      auto r = await(store->init("h", strata::tensor::empty({4}, type, sims.sim[0], sims.sim_stream)));
+      BOOST_TEST_REQUIRE(!r.has_value());
+      BOOST_TEST(r.error().message() == "kvstore init: the value for key \"h\" has dtype " +
+                                            std::string(strata::to_string(type)) +
+                                            ", which only cpu and cuda stores keep (this one is on sim:0); expected "
+                                            "float32.");
+    }
+    auto loaded = await(store->load(path));
+    BOOST_TEST_REQUIRE(!loaded.has_value());
+    BOOST_TEST(loaded.error().message() ==
+               "kvstore load: key \"f\" of the checkpoint holds float16 values, which only cpu and cuda stores keep "
+               "(this one is on sim:0).");
+  }
+  std::filesystem::remove_all(dir);
 }
 
 BOOST_FIXTURE_TEST_CASE(tiny_sgd_steps_are_lost_without_multi_precision_and_add_up_with_it, fixture) {

@@ -20,6 +20,7 @@
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/strata.hpp"
 #include "support/one_device.hpp"
+#include "support/sim_stores.hpp"
 
 namespace {
 
@@ -278,13 +279,9 @@ BOOST_FIXTURE_TEST_CASE(bad_row_sparse_requests_on_sharded_synchronous_and_sim_s
   }
 
   // sim stores (they hold no data) refuse row-sparse values; cpu and cuda stores take them.
-  strata::device_manager sims(strata::device_options{.sim_time_scale = 0});
-  auto sim = sims.create("sim:2");
-  auto sim_stream = sim[0].create_stream();
-  kv::client on_sim(sys, kv::spawn(sys, {.kind = kv::kind::device, .merge_device = sim[0]}));
-  kv::client sim_shards(sys, kv::spawn(sys, {.shards = 2, .shard_devices = sim}));
-  for (auto* store : {&on_sim, &sim_shards}) {
-    BOOST_REQUIRE(await(store->init("emb", strata::tensor::empty(shape, strata::dtype::float32, sim[0], sim_stream)))
+  strata::test::sim_stores sims(sys);
+  for (auto* store : sims.both()) {
+    BOOST_REQUIRE(await(store->init("emb", strata::tensor::empty(shape, strata::dtype::float32, sims.sim[0], sims.sim_stream)))
                       .has_value());
     refused(await(store->push("emb", {sparse(shape, {1}, random(7))})),
             "kvstore push: row-sparse values run on cpu and cuda stores only (this store merges on sim:0).");

@@ -3,9 +3,11 @@
 // sizes, argument checks (which run before anything touches the device) and error messages.
 #include "strata/kernels/cuda.hpp"
 
+#include <bit>
 #include <climits>
 #include <cstddef>
 #include <cstdint>
+#include <random>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -14,7 +16,9 @@
 #include <boost/test/unit_test.hpp>
 
 #include "cuda_test_support.hpp"
+#include "half_bits.hpp"
 #include "strata/kernels/cpu.hpp"
+#include "strata/kernels/half.hpp"
 #include "support.hpp"
 
 namespace sk = strata::kernels;
@@ -342,6 +346,56 @@ BOOST_AUTO_TEST_CASE(strata_cuda_sync_turns_on_synchronised_launches_and_names_a
   expect_invalid([] { detail::parse_launch_sync("on"); },
                  "strata::kernels::cuda: STRATA_CUDA_SYNC is \"on\"; expected 1 (synchronise after every kernel "
                  "launch) or 0");
+}
+
+BOOST_AUTO_TEST_CASE(the_16_bit_calls_refuse_null_pointers_before_anything_is_enqueued) {
+  float x[4] = {};
+  std::uint16_t h[4] = {};
+  const auto f16 = kc::half_format::float16;
+  expect_invalid([&] { kc::widen(no_device, f16, 4, nullptr, x); }, "cuda::widen: in and out must not be null when n > 0.");
+  expect_invalid([&] { kc::widen(no_device, kc::half_format::bfloat16, 4, h, nullptr); },
+                 "cuda::widen: in and out must not be null when n > 0.");
+  expect_invalid([&] { kc::narrow(no_device, f16, 4, x, nullptr); }, "cuda::narrow: in and out must not be null when n > 0.");
+  expect_invalid([&] { kc::narrow(no_device, f16, 4, nullptr, h); }, "cuda::narrow: in and out must not be null when n > 0.");
+  const std::uint16_t* inputs[] = {h, nullptr};
+  expect_invalid([&] { kc::sum_widened(no_device, f16, x, std::span(inputs, 1), 4, nullptr); },
+                 "cuda::sum_widened: out must not be null when n > 0.");
+  expect_invalid([&] { kc::sum_widened(no_device, f16, nullptr, std::span(inputs), 4, x); },
+                 "cuda::sum_widened: no input may be null when n > 0.");
+  expect_invalid([&] { kc::copy(no_device, 4, h, static_cast<std::uint16_t*>(nullptr)); },
+                 "cuda::copy: src and dst must not be null when n > 0.");
+  // n = 0 (and a copy onto itself): nothing to do, nothing checked
+  kc::widen(no_device, f16, 0, nullptr, nullptr);
+  kc::narrow(no_device, f16, 0, nullptr, nullptr);
+  kc::sum_widened(no_device, f16, nullptr, std::span(inputs), 0, nullptr);
+  kc::copy(no_device, 4, h, h);
+}
+
+// The element conversions of kernels/cuda/half.cu (half_bits.hpp, host and device code alike)
+// against the CPU's (strata/kernels/half.hpp), run here on the host: every 16-bit pattern widened,
+// and every float32 whose low 16 bits are one of a set that holds ties, one above and below
+// them (with an even and an odd last kept bit), and random ones. (All 2^32 floats were checked
+// once by hand: 15 minutes, too long for a test.)
+BOOST_AUTO_TEST_CASE(the_device_conversions_give_the_cpu_bits_for_every_16_bit_pattern_and_tie) {
+  namespace kd = strata::kernels::cuda::detail;
+  for (std::uint32_t b = 0; b < 0x10000; ++b) {
+    const auto bits = static_cast<std::uint16_t>(b);
+    BOOST_TEST_REQUIRE(std::bit_cast<std::uint32_t>(kd::float16_value_of(bits)) ==
+                       std::bit_cast<std::uint32_t>(sk::float16_value(bits)));
+    BOOST_TEST_REQUIRE(std::bit_cast<std::uint32_t>(kd::bfloat16_value_of(bits)) ==
+                       std::bit_cast<std::uint32_t>(sk::bfloat16_value(bits)));
+  }
+  std::vector<std::uint32_t> lows = {0x0000, 0x0001, 0x0fff, 0x1000, 0x1001, 0x1fff, 0x2000, 0x2fff, 0x3000,
+                                     0x3001, 0x7fff, 0x8000, 0x8001, 0xe000, 0xefff, 0xf000, 0xf001, 0xffff};
+  std::mt19937 rng(5);
+  for (int i = 0; i < 14; ++i) lows.push_back(rng() & 0xffffu);
+  for (std::uint32_t high = 0; high < 0x10000; ++high) {
+    for (const std::uint32_t low : lows) {
+      const float x = std::bit_cast<float>(high << 16 | low);
+      BOOST_TEST_REQUIRE(kd::float16_bits_of(x) == sk::float16_bits(x), "float16 of bits " << std::hex << (high << 16 | low));
+      BOOST_TEST_REQUIRE(kd::bfloat16_bits_of(x) == sk::bfloat16_bits(x), "bfloat16 of bits " << std::hex << (high << 16 | low));
+    }
+  }
 }
 
 BOOST_AUTO_TEST_SUITE_END()

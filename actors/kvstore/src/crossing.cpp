@@ -45,10 +45,14 @@ void enqueue_slice_copy(stream& s, const tensor& dst, std::size_t dst_offset, co
                       .bytes = 2.0 * static_cast<double>(element * n)},
                      [dst, dst_offset, src, src_offset, n, element, status, label](auto target) {
                        if constexpr (kernels::is_cuda_target<decltype(target)>) {
-                         // cuda stores hold float32 keys only
-                         const float* from = src.device_data<float>() + src_offset;
-                         float* to = dst.device_data<float>() + dst_offset;
-                         run_guarded(*status, label, [&] { kernels::cuda::copy(target.context, n, from, to); });
+                         run_guarded(*status, label, [&] {
+                           if (kernels::is_half(dst.dtype()))  // a 16-bit key's slice
+                             kernels::cuda::copy(target.context, n, static_cast<const std::uint16_t*>(src.raw_data()) + src_offset,
+                                                 static_cast<std::uint16_t*>(dst.raw_data()) + dst_offset);
+                           else
+                             kernels::cuda::copy(target.context, n, src.device_data<float>() + src_offset,
+                                                 dst.device_data<float>() + dst_offset);
+                         });
                        } else if (n > 0) {
                          std::memcpy(static_cast<char*>(dst.raw_data()) + dst_offset * element,
                                      static_cast<const char*>(src.raw_data()) + src_offset * element, n * element);

@@ -2,6 +2,7 @@
 
 #include <cstring>
 #include <span>
+#include <vector>
 #include <stdexcept>
 #include <type_traits>
 
@@ -22,7 +23,6 @@ float* floats(const tensor& t) { return t.device_data<float>(); }
 /// On the host, inside the cpu stream's work item.
 struct host_math {
   static constexpr bool runs_updaters = true;
-  static constexpr bool on_host = true;
   void sum(std::span<const float* const> inputs, std::size_t n, float* out) const {
     kernels::cpu::sum_arrays(inputs, n, out);
   }
@@ -34,13 +34,27 @@ struct host_math {
             const kernels::adam_options& o) const {
     kernels::cpu::adam_step(n, param, grad, exp_avg, exp_avg_sq, step, o);
   }
+  void widen(dtype t, std::size_t n, const std::uint16_t* in, float* out) const { kernels::cpu::widen(t, n, in, out); }
+  void narrow(dtype t, std::size_t n, const float* in, std::uint16_t* out) const { kernels::cpu::narrow(t, n, in, out); }
+  /// `first` (when not null) + the 16-bit inputs, each widened, summed in that order.
+  void sum_widened(dtype t, const float* first, std::span<const std::uint16_t* const> inputs, std::size_t n,
+                   float* out) const {
+    std::vector<std::vector<float>> widened;
+    widened.reserve(inputs.size());
+    std::vector<const float*> all;
+    if (first != nullptr) all.push_back(first);
+    for (const std::uint16_t* in : inputs) {
+      kernels::cpu::widen(t, n, in, widened.emplace_back(n).data());
+      all.push_back(widened.back().data());
+    }
+    kernels::cpu::sum_arrays(all, n, out);
+  }
 };
 
 #if STRATA_HAS_CUDA
 /// Enqueued on the cuda stream of the work item (kernels::cuda only enqueue).
 struct gpu_math {
   static constexpr bool runs_updaters = false;
-  static constexpr bool on_host = false;
   kernels::cuda::cuda_context ctx;
   void sum(std::span<const float* const> inputs, std::size_t n, float* out) const {
     kernels::cuda::sum_arrays(ctx, inputs, n, out);
@@ -52,6 +66,16 @@ struct gpu_math {
   void adam(std::size_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t step,
             const kernels::adam_options& o) const {
     kernels::cuda::adam_step(ctx, n, param, grad, exp_avg, exp_avg_sq, step, o);
+  }
+  void widen(dtype t, std::size_t n, const std::uint16_t* in, float* out) const {
+    kernels::cuda::widen(ctx, cuda_half_format(t), n, in, out);
+  }
+  void narrow(dtype t, std::size_t n, const float* in, std::uint16_t* out) const {
+    kernels::cuda::narrow(ctx, cuda_half_format(t), n, in, out);
+  }
+  void sum_widened(dtype t, const float* first, std::span<const std::uint16_t* const> inputs, std::size_t n,
+                   float* out) const {
+    kernels::cuda::sum_widened(ctx, cuda_half_format(t), first, inputs, n, out);
   }
 };
 #endif
@@ -65,23 +89,20 @@ template <class Math>
 void merge_body(const merge_work& w, const Math& math) {
   const dtype type = w.stored.dtype();
   const bool half = kernels::is_half(type);
-  if (half && !Math::on_host)  // refused before: only cpu stores hold 16-bit keys
-    throw std::runtime_error("float16 and bfloat16 values are merged on cpu stores only");
   float* sum = floats(w.merged) + w.merged_offset;
   if (!w.in_place) {
+    // A 16-bit key's values are all of its dtype (widened in the sum), or all float32 (compressed).
+    const float* first = w.accumulated.valid() ? floats(w.accumulated) : nullptr;
     std::vector<const float*> inputs;
-    std::vector<std::vector<float>> widened;  // 16-bit values, widened to float32 for the sum
-    widened.reserve(w.values.size());
-    if (w.accumulated.valid()) inputs.push_back(floats(w.accumulated));
+    std::vector<const std::uint16_t*> half_inputs;
+    if (first != nullptr) inputs.push_back(first);
     for (const auto& v : w.values) {
-      if (v.t.dtype() == dtype::float32) {
-        inputs.push_back(floats(v.t) + v.offset);
-        continue;
-      }
-      kernels::cpu::widen(v.t.dtype(), w.n, halves(v.t, v.offset), widened.emplace_back(w.n).data());
-      inputs.push_back(widened.back().data());
+      if (v.t.dtype() == dtype::float32) inputs.push_back(floats(v.t) + v.offset);
+      else half_inputs.push_back(halves(v.t, v.offset));
     }
-    math.sum(inputs, w.n, sum);
+    if (half_inputs.empty()) math.sum(inputs, w.n, sum);
+    else if (half_inputs.size() == w.values.size()) math.sum_widened(type, first, half_inputs, w.n, sum);
+    else throw std::logic_error("a merge mixes 16-bit and float32 values");
   }
   if (!w.complete) return;
   for (const auto& t : w.opt_state)
@@ -89,25 +110,21 @@ void merge_body(const merge_work& w, const Math& math) {
   const bool optimizer = std::holds_alternative<kernels::sgd_options>(w.rule) ||
                          std::holds_alternative<kernels::adam_options>(w.rule);
   // What the optimizer updates in float32: the value itself, or for a 16-bit key its master copy
-  // (multi_precision) or the value widened; the 16-bit value is then that rounded.
-  std::vector<float> widened_value;
+  // (multi_precision) or the value widened into a temporary `master`; the 16-bit value is then that
+  // rounded.
   float* param = nullptr;
   if (!half) {
     param = floats(w.stored);
-  } else if (optimizer && w.master.valid()) {
-    param = floats(w.master);
-    if (w.fresh_master) kernels::cpu::widen(type, w.n, halves(w.stored), param);
   } else if (optimizer) {
-    widened_value.resize(w.n);
-    param = widened_value.data();
-    kernels::cpu::widen(type, w.n, halves(w.stored), param);
+    param = floats(w.master);
+    if (w.fresh_master) math.widen(type, w.n, halves(w.stored), param);
   }
   std::visit(
       [&](const auto& r) {
         using rule_type = std::decay_t<decltype(r)>;
         if constexpr (std::is_same_v<rule_type, std::monostate>) {
           // assign: a float32 sum was written into the stored value; a 16-bit one is rounded into it
-          if (half) kernels::cpu::narrow(type, w.n, sum, halves(w.stored));
+          if (half) math.narrow(type, w.n, sum, halves(w.stored));
         } else if constexpr (std::is_same_v<rule_type, kvstore::updater>) {
           if constexpr (Math::runs_updaters) {
             tensor stored = w.stored;  // the updater may replace its handle; the data is shared
@@ -120,7 +137,7 @@ void merge_body(const merge_work& w, const Math& math) {
         }
       },
       w.rule);
-  if (half && optimizer) kernels::cpu::narrow(type, w.n, param, halves(w.stored));
+  if (half && optimizer) math.narrow(type, w.n, param, halves(w.stored));
 }
 
 }  // namespace

@@ -18,8 +18,18 @@
 #include "strata/kernels/on_stream.hpp"
 #include "strata/kernels/optimizers.hpp"
 #include "strata/kvstore/kvstore.hpp"
+#if STRATA_HAS_CUDA
+#include "strata/kernels/cuda.hpp"
+#endif
 
 namespace strata::kvstore::internal {
+
+#if STRATA_HAS_CUDA
+/// The kernels::cuda format of the 16-bit dtype `t` (float16 or bfloat16).
+inline kernels::cuda::half_format cuda_half_format(dtype t) {
+  return t == dtype::float16 ? kernels::cuda::half_format::float16 : kernels::cuda::half_format::bfloat16;
+}
+#endif
 
 /// What runs when a key's version completes: assign, a user function, SGD or Adam.
 using update_rule = std::variant<std::monostate, kvstore::updater, kernels::sgd_options, kernels::adam_options>;
@@ -97,9 +107,11 @@ std::vector<std::pair<Key, std::vector<Value>>> group_by_key(const std::vector<K
 
 /// One merge: sums the values (after `accumulated`, when valid) into `merged` from element
 /// `merged_offset`, unless `in_place` (the one value is the sum), then, when `complete`, applies
-/// the update rule to `stored`. A 16-bit key (cpu stores): its values are widened and summed into
-/// a float32 `merged`; assign rounds the sum into `stored`; SGD and Adam update `master` (or the
-/// value widened, without one) in float32 and round the result into `stored`. Runs as a work item on the store's stream (kernels::on_stream).
+/// the update rule to `stored`. A 16-bit key (cpu and cuda stores): its values are widened and
+/// summed into a float32 `merged`; assign rounds the sum into `stored`; SGD and Adam update `master`
+/// (the multi_precision master copy, or without one a temporary the value is widened into) in
+/// float32 and round the result into `stored`. Runs as a work item on the store's stream
+/// (kernels::on_stream); on cuda with kernels::cuda only (no allocation in the item).
 struct merge_work {
   kvstore::key key;  // the caller's key: failure texts and user updaters
   std::vector<slice_ref> values;
@@ -112,8 +124,10 @@ struct merge_work {
   update_rule rule;
   std::vector<tensor> opt_state;  // sgd: momentum; adam: exp_avg, exp_avg_sq
   bool fresh_state = false;       // opt_state was just created: zeroed first
-  tensor master;                  // multi_precision: a 16-bit key's float32 master copy, or empty
-  bool fresh_master = false;      // master was just created: the value widened into it first
+  tensor master;                  // a 16-bit key under SGD or Adam: its float32 master copy (multi_precision)
+                                  // or a temporary; empty otherwise
+  bool fresh_master = false;      // master was just created (always so for a temporary): the value
+                                  // widened into it first
   std::int64_t step = 0;
   std::size_t n = 0;
 

@@ -465,10 +465,10 @@ expected<void> kvstore_actor::stage(response_promise<unit_t>& p, const std::vect
                                     const std::vector<checkpoint_piece>& pieces,
                                     const std::function<void(key_map&)>& keep) {
   for (const auto& piece : pieces)
-    if (kernels::is_half(file[piece.entry].type) && device_.kind() != device_kind::cpu)
+    if (kernels::is_half(file[piece.entry].type) && device_.kind() == device_kind::sim)
       return bad("kvstore load: key " + piece.label.to_string() + " of the checkpoint holds " +
-                 std::string(to_string(file[piece.entry].type)) + " values, which only cpu stores keep (this one is on " +
-                 device_.name() + ").");
+                 std::string(to_string(file[piece.entry].type)) +
+                 " values, which only cpu and cuda stores keep (this one is on " + device_.name() + ").");
   key_map staged;
   auto status = std::make_shared<work_status>();
   for (const auto& piece : pieces) {

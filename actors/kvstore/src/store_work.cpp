@@ -84,9 +84,15 @@ tensor kvstore_actor::converted(const tensor& t, dtype type, const std::shared_p
                      {.name = "kvstore_convert", .kind = work_kind::pointwise, .bytes = 6.0 * static_cast<double>(n)},
                      [t, out, n, status, label](auto target) {
                        run_guarded(*status, label, [&] {
-                         if constexpr (kernels::is_cuda_target<decltype(target)>)
-                           throw std::runtime_error("float16 and bfloat16 values are kept on cpu stores only");
-                         else if (kernels::is_half(out.dtype()))
+                         if constexpr (kernels::is_cuda_target<decltype(target)>) {
+                           const auto format = cuda_half_format(kernels::is_half(out.dtype()) ? out.dtype() : t.dtype());
+                           if (kernels::is_half(out.dtype()))
+                             kernels::cuda::narrow(target.context, format, n, t.device_data<float>(),
+                                                   static_cast<std::uint16_t*>(out.raw_data()));
+                           else
+                             kernels::cuda::widen(target.context, format, n,
+                                                  static_cast<const std::uint16_t*>(t.raw_data()), out.device_data<float>());
+                         } else if (kernels::is_half(out.dtype()))
                            kernels::cpu::narrow(out.dtype(), n, t.device_data<float>(),
                                                 static_cast<std::uint16_t*>(out.raw_data()));
                          else
@@ -119,7 +125,7 @@ slice_ref kvstore_actor::readable(const slice_ref& v, const key_state& state, co
   const auto n = static_cast<std::size_t>(state.value.numel());
   const bool whole_value = v.offset == 0 && static_cast<std::size_t>(v.t.numel()) == n;
   tensor staging = tensor::empty(whole_value ? v.t.shape() : std::vector<std::int64_t>{state.value.numel()},
-                                 dtype::float32, device_, stream_);
+                                 v.t.dtype(), device_, stream_);
   copy_elements(staging, 0, v.t, v.offset, n, status, {"push: the copy of a value", state.label});
   return slice_ref{staging, 0};
 }
@@ -137,13 +143,19 @@ slice_ref kvstore_actor::compressed(const slice_ref& v, key_state& state, std::s
                      [v, residual, sent, n, fresh, type = compression_, threshold = compression_threshold_,
                       status, label = work_label{"push: the compression", state.label}](auto target) {
                        if constexpr (kernels::is_cuda_target<decltype(target)>) {
-                         // cuda stores hold float32 keys only; `compressed` runs only while compression is on
+                         // `compressed` runs only while compression is on
                          using kernels::cuda::gradient_quantizer;
                          const auto quantizer =
                              type == compression_type::two_bit ? gradient_quantizer::two_bit : gradient_quantizer::one_bit;
                          run_guarded(*status, label, [&] {
-                           kernels::cuda::compress_gradient(target.context, n, quantizer, threshold,
-                                                            v.t.device_data<float>() + v.offset,
+                           const float* in = sent.device_data<float>();
+                           if (v.t.dtype() == dtype::float32)
+                             in = v.t.device_data<float>() + v.offset;
+                           else  // a 16-bit value: widened into `sent`, then quantized in place
+                             kernels::cuda::widen(target.context, cuda_half_format(v.t.dtype()), n,
+                                                  static_cast<const std::uint16_t*>(v.t.raw_data()) + v.offset,
+                                                  sent.device_data<float>());
+                           kernels::cuda::compress_gradient(target.context, n, quantizer, threshold, in,
                                                             residual.device_data<float>(), sent.device_data<float>(), fresh);
                          });
                        } else {
@@ -258,6 +270,9 @@ void kvstore_actor::merge(key_state& state, const std::vector<slice_ref>& values
         work.fresh_master = true;
       }
       work.master = state.master;
+    } else if (half && optimizer) {  // the value widened for this step only (freed in stream order)
+      work.master = tensor::empty(state.value.shape(), dtype::float32, device_, stream_);
+      work.fresh_master = true;
     }
     ++state.version;
     if (!std::holds_alternative<std::monostate>(scheduler_)) {  // MXNet's lr_scheduler, per update

@@ -37,9 +37,9 @@ expected<void> check_tensor(const char* op, const char* role, const kvstore::key
                std::string(to_string(stored.type)) + ".");
   if (!stored.shape && t.dtype() != dtype::float32 && !kernels::is_half(t.dtype()))
     return bad(where + " has dtype " + std::string(to_string(t.dtype())) + ", expected float32, float16 or bfloat16.");
-  if (!stored.shape && kernels::is_half(t.dtype()) && place.kind != device_kind::cpu)
-    return bad(where + " has dtype " + std::string(to_string(t.dtype())) + ", which only cpu stores keep (this one is on " +
-               place.name + "); expected float32.");
+  if (!stored.shape && kernels::is_half(t.dtype()) && place.kind == device_kind::sim)
+    return bad(where + " has dtype " + std::string(to_string(t.dtype())) +
+               ", which only cpu and cuda stores keep (this one is on " + place.name + "); expected float32.");
   if (stored.shape && t.shape() != *stored.shape)
     return bad(where + " has shape " + shape_text(t.shape()) + ", expected " + shape_text(*stored.shape) +
                " (the stored shape).");

@@ -319,6 +319,39 @@ void sgd_rows(const cuda_context& ctx, std::size_t count, std::size_t max_length
 void adam_rows(const cuda_context& ctx, std::size_t count, std::size_t max_length, const row_span* spans,
                float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t step,
                const adam_options& o);
+// ---- 16-bit values -------------------------------------------------------------------------
+
+/// The 16-bit storage formats of strata/kernels/half.hpp; their elements are `std::uint16_t` bits.
+/// Math runs in float32: these calls only convert and sum.
+enum class half_format {
+  float16,   ///< IEEE binary16
+  bfloat16,  ///< the upper 16 bits of a float32
+};
+
+/// out[i] = in[i] widened to float32, exactly; bitwise cpu::widen (a NaN keeps its sign and
+/// payload and becomes quiet, as on the CPU). The arrays must not overlap.
+/// \throws std::invalid_argument if a pointer is null while n > 0.
+void widen(const cuda_context& ctx, half_format format, std::size_t n, const std::uint16_t* in, float* out);
+
+/// out[i] = in[i] rounded to `format`, to nearest, ties to even; bitwise cpu::narrow, in integer
+/// operations (no cuda_fp16.h conversion): float16 overflows to infinity from 65520 on, keeps
+/// subnormals (2^-25 rounds to zero), a NaN keeps its sign and its payload's upper bits and is
+/// quiet; bfloat16 is the CPU's rule. The arrays must not overlap.
+/// \throws std::invalid_argument if a pointer is null while n > 0.
+void narrow(const cuda_context& ctx, half_format format, std::size_t n, const float* in, std::uint16_t* out);
+
+/// out = first + widen(inputs[0]) + ... + widen(inputs[K-1]), added in float32 in that order,
+/// `first` left out when null (then out = widen(inputs[0]) + ...): bitwise the CPU merge of
+/// 16-bit values (each widened, then cpu::sum_arrays). `inputs` is a host span of device
+/// pointers; more than sum_arrays_inputs_per_launch take several launches. `out` may be `first`.
+/// With neither `first` nor inputs, out is zeroed.
+/// \throws std::invalid_argument if out or an input is null while n > 0.
+void sum_widened(const cuda_context& ctx, half_format format, const float* first,
+                 std::span<const std::uint16_t* const> inputs, std::size_t n, float* out);
+
+/// dst[i] = src[i] for 16-bit elements (either format): the contract of the float32 cuda::copy.
+/// \throws std::invalid_argument if a pointer is null while n > 0.
+void copy(const cuda_context& ctx, std::size_t n, const std::uint16_t* src, std::uint16_t* dst);
 
 // ---- norms ---------------------------------------------------------------------------------
 
