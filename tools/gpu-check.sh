@@ -25,6 +25,9 @@
 #   (default build-gpu), for a machine that has the build dependencies.
 # Logs go to $OUT when it is set (the device tool brings that folder back), else to the build dir.
 #
+# GPU_CHECK_STEPS=kvstore_cuda,lm_cuda (names as in the summary; memcheck, lstm_lm, lstm_lm_np2 for
+# the last three) runs only those steps after the preflight: the rerun after a fix.
+#
 # STRATA_GPU_CHECK_DRY=1 checks this script without a GPU (ctest gpu_check_dry): no bundle, no
 # build, fake steps (kernels_cuda passes, device_cuda is skipped, kvstore_cuda fails, the
 # benchmark sleeps STRATA_GPU_CHECK_DRY_SLEEP seconds) and the versions of
@@ -40,6 +43,18 @@ case $deadline_s in
   '' | *[!0-9]*) echo "gpu-check: GPU_CHECK_DEADLINE is '$deadline_s'; expected a whole number of seconds" >&2; exit 2 ;;
 esac
 deadline=$((start + deadline_s))
+# GPU_CHECK_STEPS=a,b,...: run only these steps (a rerun after a fix); the preflight always runs.
+all_steps="kernels_cuda device_cuda kvstore_cuda lm_cuda nccl_cuda kvstore_dist_cuda net_cuda_np2 kvstore_dist_cuda_np2
+nccl_cuda_np2 strata-bench-lm-gpu memcheck lstm_lm lstm_lm_np2"
+steps_wanted=${GPU_CHECK_STEPS:-}
+for s in ${steps_wanted//,/ }; do
+  case " $(echo $all_steps) " in
+    *" $s "*) ;;
+    *) echo "gpu-check: GPU_CHECK_STEPS names '$s', which is not a step; expected a comma-separated list of: $(echo $all_steps | tr ' ' ',')" >&2; exit 2 ;;
+  esac
+done
+# wanted STEP: whether GPU_CHECK_STEPS (unset: every step) asks for STEP.
+wanted() { [ -z "$steps_wanted" ] || case ",$steps_wanted," in *",$1,"*) true ;; *) false ;; esac; }
 dry=${STRATA_GPU_CHECK_DRY:-0}
 declare -a rows=()
 declare -a tests_np2=() mpirun_cmd=()
@@ -298,6 +313,7 @@ export NCCL_SOCKET_IFNAME=${NCCL_SOCKET_IFNAME:-lo}
 for entry in "${tests[@]}"; do
   name=${entry%%:*}
   prog=${entry#*:}
+  wanted "$name" || continue
   echo "== $name"
   if [ ! -x "$prog" ]; then
     row "$name" FAILED "$prog is missing"
@@ -329,6 +345,7 @@ gpus=1
 for entry in "${tests_np2[@]}"; do
   name=${entry%%:*}
   prog=${entry#*:}
+  wanted "$name" || continue
   echo "== $name"
   if [ ${#mpirun_cmd[@]} = 0 ]; then
     row "$name" skipped "no mpirun (a bundle made without MPI, or none on this machine)"
@@ -351,8 +368,9 @@ done
 # ---- 2. the LM step on this GPU ---------------------------------------------------------------
 # cuDNN's LSTM step (fp32, TF32), PyTorch's own step where python3 has CUDA, lm_pipeline on the
 # whole GPU and 8 stage actors sharing it (docs/perf.md). Seed configuration, char vocabulary.
-echo "== strata-bench-lm-gpu"
-if [ -x "$bench" ]; then
+if ! wanted strata-bench-lm-gpu; then
+  :
+elif echo "== strata-bench-lm-gpu" && [ -x "$bench" ]; then
   STRATA_PYTHON=${STRATA_PYTHON:-python3} STRATA_SOURCE_DIR=$src \
     run_step strata-bench-lm-gpu 240 "$logs/strata-bench-lm-gpu.log" "$bench" --vocab 96 --stages 8 \
     --micro-batches 4 --warmup 3 --steps 10
@@ -373,7 +391,7 @@ fi
 
 # ---- 3. the kernels' tests under compute-sanitizer's memcheck ------------------------------------
 # Out-of-bounds and misaligned accesses that results alone may not show. MEMCHECK=0 skips it.
-if [ "${MEMCHECK:-1}" != 0 ]; then
+if [ "${MEMCHECK:-1}" != 0 ] && wanted memcheck; then
   echo "== compute-sanitizer memcheck: kernels_cuda"
   [ "$mode" = dry ] || sanitizer=$(command -v compute-sanitizer || ls /usr/local/cuda/bin/compute-sanitizer /opt/nvidia/*/compute-sanitizer 2>/dev/null | head -1)
   kprog=${tests[0]#*:}
@@ -392,8 +410,7 @@ if [ "${MEMCHECK:-1}" != 0 ]; then
 fi
 
 # ---- 4. README's first command on this machine's default devices (cuda:0x2 on one GPU) ----------
-echo "== lstm_lm train (default devices, 20 steps)"
-if [ -x "$lm" ]; then
+if wanted lstm_lm && echo "== lstm_lm train (default devices, 20 steps)" && [ -x "$lm" ]; then
   run_step "lstm_lm train 20 steps" 120 "$logs/lstm_lm.log" "$lm" train "${corpus[@]}" --steps 20 --val-tokens 2000
   case $step_rc in
     200) no_time "lstm_lm train 20 steps" ;;
@@ -405,7 +422,7 @@ fi
 
 # ---- 5. the same job on 2 ranks, one stage each, both on this GPU (docs/distributed.md) ------------
 # Activations and gradients cross ranks as cuda tensors staged through pinned host memory.
-if [ -x "$lm" ] && [ ${#mpirun_cmd[@]} -gt 0 ]; then
+if wanted lstm_lm_np2 && [ -x "$lm" ] && [ ${#mpirun_cmd[@]} -gt 0 ]; then
   echo "== lstm_lm train on 2 ranks (cuda:0 each, 20 steps)"
   run_step "lstm_lm 2 ranks 20 steps" 120 "$logs/lstm_lm_np2.log" "${mpirun_cmd[@]}" -np 2 --oversubscribe \
     --bind-to none --timeout 110 --mca btl self,vader "$lm" train "${corpus[@]}" --devices cuda:0 --steps 20 --val-tokens 2000

@@ -2,7 +2,8 @@
 # ctest gpu_check_dry: tools/gpu-check.sh's own logic without a GPU (STRATA_GPU_CHECK_DRY=1, fake
 # steps): the global deadline cuts a slow step and skips what no longer fits, every row is in
 # summary.txt as soon as its step ends, TERM prints the summary at once, the test verdicts map to
-# rows, and versions that do not fit stop the run with one sentence before any step.
+# rows, versions that do not fit stop the run with one sentence before any step, the 2-rank steps
+# go through the launcher, $OUT holds two files, and GPU_CHECK_STEPS runs the chosen steps only.
 #   usage: gpu_check_dry_test.sh <tools/gpu-check.sh> <work-dir>
 set -u
 script=$1
@@ -88,6 +89,21 @@ GPU_CHECK_DEADLINE=5m bash "$script" >"$work/bad.out" 2>&1
 rc=$?
 [ "$rc" = 2 ] && echo "ok: a bad deadline exits 2" || { echo "FAILED: a bad deadline gave exit $rc"; failures=$((failures + 1)); }
 expect "a bad deadline is named" "$work/bad.out" "GPU_CHECK_DEADLINE is '5m'; expected a whole number of seconds"
+
+# 5. GPU_CHECK_STEPS: a rerun of chosen steps only; a name that is no step is one sentence, exit 2.
+OUT=$work/steps GPU_CHECK_DEADLINE=60 GPU_CHECK_STEPS=lm_cuda,net_cuda_np2 bash "$script" >"$work/steps.out" 2>&1
+rc=$?
+log=$work/steps.out
+[ "$rc" = 0 ] && echo "ok: the chosen steps pass, exit 0" || { echo "FAILED: chosen steps gave exit $rc"; failures=$((failures + 1)); }
+expect "the chosen test ran" "$log" "^lm_cuda +ok "
+expect "the chosen 2-rank test ran" "$log" "^net_cuda_np2 +ok "
+expect_not "a test not chosen did not run" "$log" "^kvstore_cuda +"
+expect_not "the benchmark did not run" "$log" "strata-bench-lm-gpu"
+expect_not "memcheck did not run" "$log" "^memcheck"
+GPU_CHECK_STEPS=lm_cuda,kvstore bash "$script" >"$work/badsteps.out" 2>&1
+rc=$?
+[ "$rc" = 2 ] && echo "ok: an unknown step exits 2" || { echo "FAILED: an unknown step gave exit $rc"; failures=$((failures + 1)); }
+expect "an unknown step is named" "$work/badsteps.out" "GPU_CHECK_STEPS names 'kvstore', which is not a step; expected a comma-separated list of: kernels_cuda,"
 
 echo "$failures failure(s)"
 [ "$failures" = 0 ]
