@@ -152,7 +152,7 @@ elif [ -f .gpu-bundle/strata-gpu.tar.xz ] && [ "${STRATA_GPU_BUILD:-0}" != 1 ]; 
     python3 -c 'import sys, tarfile; tarfile.open(sys.argv[1]).extractall(sys.argv[2])' "$bundle" "$root.unpack" \
       >>"$root.unpack.log" 2>&1 || { cp "$root.unpack.log" "$logs/unpack.log"; row unpack FAILED "see ${see:-$logs/}unpack.log"; cat "$logs/unpack.log"; exit 1; }
   fi
-  rm -rf "$root" && mv "$root.unpack" "$root"
+  rm -rf "$root" && mv "$root.unpack" "$root" && mkdir -p "$logs"   # the logs live under $root
   row "unpack bundle" ok "$(head -1 "$root/MANIFEST") ($(elapsed "$t"))"
   bin=$root/bin
   # CUDA's libraries come from the image: the toolkit's folders, then the pip packages (cuBLAS,
