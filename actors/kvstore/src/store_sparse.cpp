@@ -413,8 +413,8 @@ void kvstore_actor::update_rows_on_cuda(key_state& state, const std::vector<row_
   const work_label label{"push: the row-sparse update", state.label};
   kernels::on_stream(
       stream_, {.name = "kvstore_row_sparse_update", .kind = work_kind::pointwise},
-      [plan_d, spans_d, sources_d, rounded_d, sums, dense, param, half, widen_first, rows, max_length, stored = state.value,
-       opt = state.optimizer_state, rule, fresh, step, status, label](auto target) {
+      [plan_d, spans_d, sources_d, rounded_d, sums, dense, param, half, widen_first, rows, max_length,
+       stored = state.value, opt = state.optimizer_state, rule, fresh, step, status, label](auto target) {
         if constexpr (kernels::is_cuda_target<decltype(target)>) {
           namespace kc = kernels::cuda;
           run_guarded(*status, label, [&] {
