@@ -1,4 +1,5 @@
-// Row-sparse kernels (cuda.hpp, "row-sparse"): copy_rows, sum_rows, sgd_rows and adam_rows. One
+// Row-sparse kernels (cuda.hpp, "row-sparse"): copy_rows (float32 and 16-bit), sum_rows, sgd_rows,
+// adam_rows and narrow_rows (the float32 rows of a 16-bit key's update rounded into it). One
 // thread per (span, element) of a grid-stride loop over count * max_length; a span's elements
 // past its length are skipped. The optimizer bodies are those of optimizers.cu with every
 // operation rounded on its own (__fmul_rn, __fadd_rn, __fdiv_rn, __fsqrt_rn): nvcc would
@@ -11,6 +12,7 @@
 #include "common/checks.hpp"
 #include "common/optimizer_scalars.hpp"
 #include "device_math.cuh"
+#include "half_bits.hpp"
 
 namespace strata::kernels::cuda {
 namespace {
@@ -28,9 +30,19 @@ __device__ __forceinline__ void each_element(std::size_t count, std::size_t max_
   }
 }
 
+template <class T>  // float or the bits of a 16-bit element
 __global__ void copy_rows_kernel(std::size_t count, std::size_t max_length, const row_span* spans,
-                                 const float* __restrict__ from, float* __restrict__ to) {
+                                 const T* __restrict__ from, T* __restrict__ to) {
   each_element(count, max_length, spans, [&](const row_span& s, std::int64_t c) { to[s.to + c] = from[s.from + c]; });
+}
+
+template <half_format Format>
+__global__ void narrow_rows_kernel(std::size_t count, std::size_t max_length, const row_span* spans,
+                                   const float* __restrict__ from, std::uint16_t* __restrict__ to) {
+  each_element(count, max_length, spans, [&](const row_span& s, std::int64_t c) {
+    if constexpr (Format == half_format::float16) to[s.to + c] = detail::float16_bits_of(from[s.from + c]);
+    else to[s.to + c] = detail::bfloat16_bits_of(from[s.from + c]);
+  });
 }
 
 __global__ void sum_rows_kernel(std::size_t rows, std::size_t max_length, const row_sum* plan,
@@ -101,7 +113,25 @@ void copy_rows(const cuda_context& ctx, std::size_t count, std::size_t max_lengt
                const float* from, float* to) {
   common::require(count == 0 || (spans != nullptr && from != nullptr && to != nullptr), "cuda::copy_rows",
                   "spans, from and to must not be null when count > 0");
-  launch_rows(copy_rows_kernel, "copy_rows_kernel", ctx, count, max_length, spans, from, to);
+  launch_rows(copy_rows_kernel<float>, "copy_rows_kernel", ctx, count, max_length, spans, from, to);
+}
+
+void copy_rows(const cuda_context& ctx, std::size_t count, std::size_t max_length, const row_span* spans,
+               const std::uint16_t* from, std::uint16_t* to) {
+  common::require(count == 0 || (spans != nullptr && from != nullptr && to != nullptr), "cuda::copy_rows",
+                  "spans, from and to must not be null when count > 0");
+  launch_rows(copy_rows_kernel<std::uint16_t>, "copy_rows_kernel", ctx, count, max_length, spans, from, to);
+}
+
+void narrow_rows(const cuda_context& ctx, half_format format, std::size_t count, std::size_t max_length,
+                 const row_span* spans, const float* from, std::uint16_t* to) {
+  common::require(count == 0 || (spans != nullptr && from != nullptr && to != nullptr), "cuda::narrow_rows",
+                  "spans, from and to must not be null when count > 0");
+  if (format == half_format::float16)
+    launch_rows(narrow_rows_kernel<half_format::float16>, "narrow_rows_kernel", ctx, count, max_length, spans, from, to);
+  else
+    launch_rows(narrow_rows_kernel<half_format::bfloat16>, "narrow_rows_kernel", ctx, count, max_length, spans, from,
+                to);
 }
 
 void sum_rows(const cuda_context& ctx, std::size_t rows, std::size_t max_length, const row_sum* plan,

@@ -1,8 +1,9 @@
 // Contract tests of stores fed by tensors of another device kind (docs/kvstore.md, "values"): a
 // cpu store fed by cuda values, and pulling into cuda outputs, equals the same store fed by cpu
 // copies of the same random data bit for bit (one store and sharded); a cuda store fed by cpu
-// values and pulling into cpu outputs agrees with a cpu store to rounding. Part of
-// test_kvstore_cuda: without a GPU every case is skipped.
+// values and pulling into cpu outputs agrees with a cpu store to rounding; float16 and bfloat16
+// keys fed by tensors of the other kind equal a store fed by tensors of the store's own kind bit
+// for bit. Part of test_kvstore_cuda: without a GPU every case is skipped.
 #include <boost/test/unit_test.hpp>
 
 #include <cstddef>
@@ -20,6 +21,7 @@
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/strata.hpp"
 #include "support/await.hpp"
+#include "support/half_tensors.hpp"
 
 namespace {
 
@@ -27,22 +29,32 @@ namespace kct = strata::kernels::cuda::test;
 using strata::test::await;
 using strata::tensor;
 
-/// Where a script's tensors go: tensor slot i on `devs[i % devs.size()]`, each with a stream.
+/// Where a script's tensors go: tensor slot i on `devs[i % devs.size()]`, each with a stream; of
+/// dtype `type` (a 16-bit tensor holds the random floats rounded by the CPU's rule).
 struct placement {
   std::vector<strata::device> devs;
   std::vector<strata::stream> streams;
+  strata::dtype type = strata::dtype::float32;
 
-  explicit placement(std::vector<strata::device> d) : devs(std::move(d)) {
+  explicit placement(std::vector<strata::device> d, strata::dtype t = strata::dtype::float32)
+      : devs(std::move(d)), type(t) {
     for (auto& dev : devs) streams.push_back(dev.create_stream());
   }
   tensor make(const std::vector<float>& v, std::vector<std::int64_t> shape, std::size_t slot) {
     const std::size_t i = slot % devs.size();
-    return tensor::from_host<float>(std::span<const float>(v), std::move(shape), devs[i], streams[i]);
+    if (type == strata::dtype::float32)
+      return tensor::from_host<float>(std::span<const float>(v), std::move(shape), devs[i], streams[i]);
+    return strata::test::half_tensor(type, v, std::move(shape), devs[i], streams[i]);
   }
-  /// Reads `t` on a stream of its device (after its ready event: a pull's copy must be done).
+  /// Reads `t` on a stream of its device (after its ready event: a pull's copy must be done); a
+  /// 16-bit tensor's words each as a float (an exact integer), so that pulls compare as floats.
   std::vector<float> read(const tensor& t) {
-    for (std::size_t i = 0; i < devs.size(); ++i)
-      if (devs[i] == t.get_device()) return t.to_host<float>(streams[i]);
+    for (std::size_t i = 0; i < devs.size(); ++i) {
+      if (devs[i] != t.get_device()) continue;
+      if (t.dtype() == strata::dtype::float32) return t.to_host<float>(streams[i]);
+      const auto w = strata::test::half_words(t, streams[i]);
+      return std::vector<float>(w.begin(), w.end());
+    }
     BOOST_FAIL("a pulled tensor is on a device the test did not create");
     return {};
   }
@@ -90,11 +102,12 @@ struct fixture {
     f(kv, s);
     return s.out;
   }
-  /// `f` with every tensor on the cpu, then with the tensors on `mixed`: the same pulls, exactly
-  /// (`tolerance` 0) or within `tolerance` relative.
+  /// `f` with every tensor on the cpu (or on `reference_devs`), then with the tensors on `mixed`:
+  /// the same pulls, exactly (`tolerance` 0) or within `tolerance` relative; tensors of `type`.
   void same_pulls(const strata::kvstore::options& reference, const strata::kvstore::options& store,
-                  std::vector<strata::device> mixed, const script& f, double tolerance = 0.0) {
-    placement host(cpus), there(std::move(mixed));
+                  std::vector<strata::device> mixed, const script& f, double tolerance = 0.0,
+                  strata::dtype type = strata::dtype::float32, std::vector<strata::device> reference_devs = {}) {
+    placement host(reference_devs.empty() ? cpus : std::move(reference_devs), type), there(std::move(mixed), type);
     const pulls want = run(reference, host, f, 7);
     const pulls got = run(store, there, f, 7);
     BOOST_REQUIRE_EQUAL(got.size(), want.size());
@@ -172,24 +185,40 @@ BOOST_FIXTURE_TEST_CASE(a_cuda_store_fed_by_cpu_values_agrees_with_a_cpu_store, 
   same_pulls({}, {.shards = 2, .chunk_bytes = 512, .shard_devices = gpus}, cpus, device_requests, 1e-6);
 }
 
-BOOST_FIXTURE_TEST_CASE(a_cuda_tensor_of_a_16_bit_key_and_a_sim_tensor_are_refused_with_one_sentence, fixture) {
+// float16 and bfloat16 keys (random values rounded) fed by tensors of the other device kind, each
+// against a store of the tensors' own kind fed the same words, bit for bit: cuda values and
+// outputs of a cpu store (whole keys, and the split slices of three shards) against a cuda store,
+// and against the same cpu store fed cpu copies; cpu values of a cuda store (one and three shards)
+// against a cpu store. Assign and SGD with momentum, pushpull, broadcast.
+BOOST_FIXTURE_TEST_CASE(sixteen_bit_tensors_of_the_other_kind_equal_a_store_of_their_own_kind_bit_for_bit, fixture) {
+  const strata::kvstore::options on_gpu{.kind = strata::kvstore::kind::device, .merge_device = gpus[0]};
+  // 300 words: chunks of 128 with chunk_bytes 256, so that shards copy slices.
+  const strata::kvstore::options cpu_shards{.shards = 3, .chunk_bytes = 256};
+  const strata::kvstore::options gpu_shards{.shards = 3, .chunk_bytes = 256,
+                                            .shard_devices = {gpus[0], gpus[1], gpus[0]}};
+  for (const auto type : {strata::dtype::float16, strata::dtype::bfloat16}) {
+    BOOST_TEST_CONTEXT(to_string(type)) {
+      same_pulls(on_gpu, {}, gpus, device_requests, 0.0, type, gpus);  // a cpu store, cuda tensors
+      same_pulls(gpu_shards, cpu_shards, gpus, device_requests, 0.0, type, gpus);
+      same_pulls({}, {}, {gpus[0], cpus[0], gpus[1]}, device_requests, 0.0, type);  // both kinds in a request
+      same_pulls({}, cpu_shards, gpus, device_requests, 0.0, type);
+      same_pulls({}, on_gpu, cpus, device_requests, 0.0, type);  // a cuda store, cpu tensors
+      same_pulls(cpu_shards, gpu_shards, cpus, device_requests, 0.0, type);
+    }
+  }
+}
+
+BOOST_FIXTURE_TEST_CASE(a_tensor_of_another_dtype_than_the_keys_and_a_sim_tensor_are_refused_with_one_sentence, fixture) {
   strata::device_manager sims(strata::device_options{.sim_time_scale = 0});
   auto sim = sims.create("sim:1");
   placement host(cpus), gpu(gpus);
   strata::kvstore::client kv(sys, strata::kvstore::spawn(sys));
   auto half_on_cpu = tensor::empty(shape, strata::dtype::float16, cpus[0], host.streams[0]);
-  auto half_on_gpu = tensor::empty(shape, strata::dtype::float16, gpus[0], gpu.streams[0]);
-  auto r = await(kv.init("h", half_on_gpu));
-  BOOST_REQUIRE(!r.has_value());
-  BOOST_TEST(r.error().message() == "kvstore init: the value for key \"h\" has dtype float16 and is on " +
-                                        gpus[0].name() +
-                                        "; a store on cpu:0 takes 16-bit tensors on its own device kind only (cpu).");
+  auto float_on_gpu = tensor::empty(shape, strata::dtype::float32, gpus[0], gpu.streams[0]);
   BOOST_TEST(await(kv.init("h", half_on_cpu)).has_value());
-  auto p = await(kv.push("h", {half_on_gpu}));
+  auto p = await(kv.push("h", {float_on_gpu}));
   BOOST_REQUIRE(!p.has_value());
-  BOOST_TEST(p.error().message() == "kvstore push: the value for key \"h\" has dtype float16 and is on " +
-                                        gpus[0].name() +
-                                        "; a store on cpu:0 takes 16-bit tensors on its own device kind only (cpu).");
+  BOOST_TEST(p.error().message() == "kvstore push: the value for key \"h\" has dtype float32, expected float16.");
 
   strata::kvstore::client on_gpu(sys, strata::kvstore::spawn(sys, {.kind = strata::kvstore::kind::device,
                                                                     .merge_device = gpus[0]}));

@@ -41,6 +41,7 @@
 #include "strata/kernels/cuda.hpp"
 #include "strata/strata.hpp"
 #include "support/await.hpp"
+#include "support/half_tensors.hpp"
 
 namespace {
 
@@ -80,27 +81,14 @@ struct side {
   /// A 16-bit tensor of `type` holding `v` rounded (the CPU's rounding), on device `dev`.
   strata::tensor make16(strata::dtype type, const std::vector<float>& v, std::vector<std::int64_t> shape,
                         std::size_t dev = 0) {
-    std::vector<std::uint8_t> bytes(v.size() * 2);
-    for (std::size_t i = 0; i < v.size(); ++i) {
-      const std::uint16_t b = strata::kernels::half_bits(type, v[i]);
-      std::memcpy(bytes.data() + 2 * i, &b, 2);
-    }
-    auto raw = strata::tensor::from_host<std::uint8_t>(std::span<const std::uint8_t>(bytes), devs.at(dev), streams.at(dev));
-    return strata::tensor(std::move(shape), type, raw.storage(), raw.ready_event());
+    return strata::test::half_tensor(type, v, std::move(shape), devs.at(dev), streams.at(dev));
   }
   /// The 16-bit words of `t`, each as a float (an exact integer), so that pulls compare as floats.
   std::vector<float> words(const strata::tensor& t) {
     for (std::size_t i = 0; i < devs.size(); ++i)
       if (devs[i] == t.get_device()) {
-        strata::tensor raw({static_cast<std::int64_t>(t.bytes())}, strata::dtype::uint8, t.storage(), t.ready_event());
-        const auto bytes = raw.to_host<std::uint8_t>(streams[i]);
-        std::vector<float> out(bytes.size() / 2);
-        for (std::size_t w = 0; w < out.size(); ++w) {
-          std::uint16_t b = 0;
-          std::memcpy(&b, bytes.data() + 2 * w, 2);
-          out[w] = static_cast<float>(b);
-        }
-        return out;
+        const auto w = strata::test::half_words(t, streams[i]);
+        return std::vector<float>(w.begin(), w.end());
       }
     BOOST_FAIL("a pulled tensor is on a device the test did not create");
     return {};
@@ -893,38 +881,49 @@ struct sparse_session {
     }
   }
 
-  /// The session on `kv`: dense tensors on `s`, rows and row_sparse_pull outputs on `host`.
-  pulls run(strata::kvstore::client& kv, side& s, side& host) const {
+  /// The session on `kv`: dense tensors on `s`, rows and row_sparse_pull outputs on `host`, all
+  /// of `type` (16-bit: the random floats rounded, pulls compared word for word).
+  pulls run(strata::kvstore::client& kv, side& s, side& host, strata::dtype type = strata::dtype::float32) const {
     namespace kv_ns = strata::kvstore;
+    const bool half = type != strata::dtype::float32;
+    auto make = [&](side& on, const std::vector<float>& v, std::vector<std::int64_t> shape, std::size_t dev) {
+      return half ? on.make16(type, v, std::move(shape), dev) : on.make(v, std::move(shape), dev);
+    };
+    auto zeros = [&](side& on, std::vector<std::int64_t> shape, std::size_t dev) {
+      std::size_t n = 1;
+      for (auto d : shape) n *= static_cast<std::size_t>(d);
+      return make(on, std::vector<float>(n, 0.f), std::move(shape), dev);
+    };
+    auto read = [&](side& on, const strata::tensor& t) { return half ? on.words(t) : on.read(t); };
     pulls out;
     std::vector<kv_ns::key> keys;
     std::vector<strata::tensor> values;
     for (std::size_t k = 0; k < shapes.size(); ++k) {
       keys.emplace_back(static_cast<int>(k));
-      values.push_back(s.make(inits[k], shapes[k], k % s.devs.size()));
+      values.push_back(make(s, inits[k], shapes[k], k % s.devs.size()));
     }
     BOOST_REQUIRE(await(kv.init(keys, values)).has_value());
     for (std::size_t r = 0; r < rounds.size(); ++r) {
       kv_ns::push_row_sparse push;
       for (const auto& v : rounds[r]) {
         push.keys.emplace_back(static_cast<int>(v.key));
-        push.values.push_back({host.make(v.rows, rows_shape(v.ids.size(), shapes[v.key]), r % host.devs.size()), v.ids,
+        push.values.push_back({make(host, v.rows, rows_shape(v.ids.size(), shapes[v.key]), r % host.devs.size()), v.ids,
                                shapes[v.key]});
       }
       auto pushed = await(kv.send(std::move(push)));
       BOOST_REQUIRE_MESSAGE(pushed.has_value(), (pushed ? std::string() : pushed.error().message()));
       for (std::size_t k = 0; k < shapes.size(); ++k) {
         const auto& ids = pulled_ids[r][k];
-        auto got = await(kv.row_sparse_pull(keys[k], host.zeros(rows_shape(ids.size(), shapes[k]), k % host.devs.size()), ids));
+        auto got = await(kv.row_sparse_pull(keys[k], zeros(host, rows_shape(ids.size(), shapes[k]), k % host.devs.size()), ids));
         BOOST_REQUIRE_MESSAGE(got.has_value(), (got ? std::string() : got.error().message()));
-        out.push_back(host.read(got->at(0)));
+        out.push_back(read(host, got->at(0)));
       }
       for (const auto& t : await(kv.pull(keys, [&] {
              std::vector<strata::tensor> outs;
-             for (std::size_t k = 0; k < shapes.size(); ++k) outs.push_back(s.zeros(shapes[k], (k + r) % s.devs.size()));
+             for (std::size_t k = 0; k < shapes.size(); ++k) outs.push_back(zeros(s, shapes[k], (k + r) % s.devs.size()));
              return outs;
            }())).value())
-        out.push_back(s.read(t));
+        out.push_back(read(s, t));
     }
     return out;
   }
@@ -987,6 +986,50 @@ BOOST_FIXTURE_TEST_CASE(row_sparse_values_on_a_cuda_store_equal_a_cpu_store_bit_
       }
     }
   }
+}
+
+// Row-sparse values of float16 and bfloat16 keys on a cuda store against a cpu store, bit for bit:
+// the rows widened on the GPU and summed by id in float32, assign rounding the sums into the key
+// once, SGD with momentum and Adam on the multi_precision master or on the value widened, the
+// touched rows rounded back; pulls gather 16-bit rows. Random sessions (unsorted and repeated ids,
+// values naming no row), one store and three shards with 1 KiB chunks (rows cut between shards).
+BOOST_FIXTURE_TEST_CASE(row_sparse_values_of_16_bit_keys_on_a_cuda_store_equal_a_cpu_store_bit_for_bit, gpu_fixture) {
+  namespace sk = strata::kernels;
+  const std::vector<rule_setting> rules{std::monostate{},
+                                        sk::sgd_options{.lr = 0.05, .momentum = 0.9, .weight_decay = 0.01},
+                                        sk::adam_options{.lr = 0.01, .weight_decay = 0.02}};
+  struct layout {
+    const char* name;
+    strata::kvstore::options cpu, gpu;
+  };
+  const std::vector<layout> layouts{
+      {"one store", {}, on(gpu.devs[0])},
+      {"three shards", {.shards = 3, .chunk_bytes = 1024, .shard_devices = cpu.devs},
+       {.shards = 3, .chunk_bytes = 1024, .shard_devices = gpu.devs}}};
+  std::uint64_t seed = 101;
+  for (const auto type : {strata::dtype::float16, strata::dtype::bfloat16})
+    for (const bool multi_precision : {false, true})
+      for (const layout& l : layouts)
+        for (const rule_setting& rule : rules) {
+          if (multi_precision && std::holds_alternative<std::monostate>(rule)) continue;  // no optimizer, no master
+          BOOST_TEST_CONTEXT(to_string(type) << ", " << (multi_precision ? "with" : "without") << " multi_precision, "
+                                             << l.name << ", " << name_of(rule)) {
+            const sparse_session data(rng, seed++, 5);
+            same_results(l.cpu, l.gpu, gpu,
+                         [&](strata::kvstore::client& kv, side& s) {
+                           std::visit(
+                               [&](const auto& o) {
+                                 if constexpr (!std::is_same_v<std::decay_t<decltype(o)>, std::monostate>)
+                                   BOOST_REQUIRE(await(kv.send(strata::kvstore::set_optimizer{
+                                                           .options = o, .multi_precision = multi_precision}))
+                                                     .has_value());
+                               },
+                               rule);
+                           return data.run(kv, s, cpu, type);
+                         },
+                         true);
+          }
+        }
 }
 
 // A user updater on a cuda store gets the row-sparse sum as a dense tensor of the store (zeros

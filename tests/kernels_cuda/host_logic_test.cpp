@@ -243,7 +243,7 @@ BOOST_AUTO_TEST_CASE(row_sparse_kernels_refuse_null_arrays_before_enqueueing) {
   expect_invalid([&] { kc::adam_rows(no_device, 2, 4, spans, x, x, nullptr, x, 1, {}); },
                  "cuda::adam_rows: param, grad, exp_avg and exp_avg_sq must not be null.");
   // Nothing to do: no device needed.
-  kc::copy_rows(no_device, 0, 4, nullptr, nullptr, nullptr);
+  kc::copy_rows(no_device, 0, 4, nullptr, static_cast<const float*>(nullptr), nullptr);
   kc::copy_rows(no_device, 2, 0, spans, x, x);
   kc::sum_rows(no_device, 0, 4, nullptr, nullptr, nullptr);
   kc::sum_rows(no_device, 1, 0, plan, sources, x);
@@ -369,6 +369,27 @@ BOOST_AUTO_TEST_CASE(the_16_bit_calls_refuse_null_pointers_before_anything_is_en
   kc::narrow(no_device, f16, 0, nullptr, nullptr);
   kc::sum_widened(no_device, f16, nullptr, std::span(inputs), 0, nullptr);
   kc::copy(no_device, 4, h, h);
+}
+
+// The 16-bit row calls of a row-sparse update and pull on a 16-bit key (sparse_rows.cu) check
+// their pointers as the float32 ones do; no rows enqueue nothing.
+BOOST_AUTO_TEST_CASE(the_16_bit_row_calls_refuse_null_arrays_before_enqueueing) {
+  float x[8] = {};
+  std::uint16_t h[8] = {};
+  const kc::row_span spans[2] = {{0, 0, 4}, {4, 4, 4}};
+  const auto f16 = kc::half_format::float16;
+  expect_invalid([&] { kc::copy_rows(no_device, 2, 4, spans, h, static_cast<std::uint16_t*>(nullptr)); },
+                 "cuda::copy_rows: spans, from and to must not be null when count > 0.");
+  expect_invalid([&] { kc::copy_rows(no_device, 2, 4, nullptr, h, h); },
+                 "cuda::copy_rows: spans, from and to must not be null when count > 0.");
+  expect_invalid([&] { kc::narrow_rows(no_device, f16, 2, 4, spans, nullptr, h); },
+                 "cuda::narrow_rows: spans, from and to must not be null when count > 0.");
+  expect_invalid([&] { kc::narrow_rows(no_device, kc::half_format::bfloat16, 2, 4, nullptr, x, h); },
+                 "cuda::narrow_rows: spans, from and to must not be null when count > 0.");
+  kc::copy_rows(no_device, 0, 4, nullptr, static_cast<const std::uint16_t*>(nullptr), nullptr);
+  kc::copy_rows(no_device, 2, 0, spans, h, h);
+  kc::narrow_rows(no_device, f16, 0, 4, nullptr, nullptr, nullptr);
+  kc::narrow_rows(no_device, f16, 2, 0, spans, x, h);
 }
 
 // The element conversions of kernels/cuda/half.cu (half_bits.hpp, host and device code alike)

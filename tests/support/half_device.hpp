@@ -5,13 +5,12 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>
-#include <cstring>
-#include <span>
 #include <vector>
 
 #include "strata/kernels/half.hpp"
 #include "strata/kvstore/kvstore.hpp"
 #include "support/await.hpp"
+#include "support/half_tensors.hpp"
 #include "support/one_device.hpp"
 
 namespace strata::test {
@@ -19,22 +18,10 @@ namespace strata::test {
 struct half_device : one_device {
   /// A 16-bit tensor of `type` holding `values` rounded.
   tensor make16(dtype type, const std::vector<float>& values, const std::vector<std::int64_t>& shape) {
-    std::vector<std::uint8_t> bytes(values.size() * 2);
-    for (std::size_t i = 0; i < values.size(); ++i) {
-      const std::uint16_t b = kernels::half_bits(type, values[i]);
-      std::memcpy(bytes.data() + 2 * i, &b, 2);
-    }
-    auto raw = tensor::from_host<std::uint8_t>(std::span<const std::uint8_t>(bytes), dev, strm);
-    return tensor(shape, type, raw.storage(), raw.ready_event());
+    return half_tensor(type, values, shape, dev, strm);
   }
   /// The 16-bit words of `t`.
-  std::vector<std::uint16_t> bits_of(const tensor& t) {
-    tensor raw({static_cast<std::int64_t>(t.bytes())}, dtype::uint8, t.storage(), t.ready_event());
-    auto bytes = raw.to_host<std::uint8_t>(strm);
-    std::vector<std::uint16_t> out(bytes.size() / 2);
-    std::memcpy(out.data(), bytes.data(), bytes.size());
-    return out;
-  }
+  std::vector<std::uint16_t> bits_of(const tensor& t) { return half_words(t, strm); }
   /// The value of `key`, `n` 16-bit words of shape `shape` ({n} when empty).
   std::vector<std::uint16_t> pulled_bits(kvstore::client& store, const kvstore::key& key, dtype type, std::size_t n,
                                          std::vector<std::int64_t> shape = {}) {

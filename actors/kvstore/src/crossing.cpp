@@ -12,15 +12,12 @@
 namespace strata::kvstore::internal {
 
 std::optional<std::string> crossing_refusal(device_kind store, const std::string& store_name, device_kind tensor,
-                                            const std::string& tensor_name, dtype type) {
+                                            const std::string& tensor_name) {
   if (tensor == store) return std::nullopt;
   const std::string on = " is on " + tensor_name + ", which a store on " + store_name + " cannot read; expected ";
   if (store == device_kind::sim) return on + "a sim tensor.";
   if (tensor == device_kind::sim) return on + "a cpu or cuda tensor (sim tensors hold no data).";
-  if (kernels::is_half(type))
-    return " has dtype " + std::string(to_string(type)) + " and is on " + tensor_name + "; a store on " + store_name +
-           " takes 16-bit tensors on its own device kind only (" + std::string(to_string(store)) + ").";
-  return std::nullopt;  // float32 between cpu and cuda: copied
+  return std::nullopt;  // cpu and cuda, any dtype a key holds: copied
 }
 
 crossing_plan plan_crossing(device_kind store, device_kind tensor, bool whole) {
@@ -62,7 +59,9 @@ void enqueue_slice_copy(stream& s, const tensor& dst, std::size_t dst_offset, co
 
 void enqueue_crossing(const crossing_plan& plan, stream& store, stream& other, const slice_ref& foreign, const tensor& own,
                       std::size_t n, bool to_foreign, const std::shared_ptr<work_status>& status, const work_label& label) {
-  const std::size_t bytes = n * sizeof(float);  // only float32 tensors cross (crossing_refusal)
+  const dtype type = own.dtype();  // the key's: float32, float16 or bfloat16 (checked against the key)
+  if (foreign.t.dtype() != type) throw std::logic_error("a copy across device kinds mixes dtypes");
+  const std::size_t bytes = n * size_of(type);
   if (own.bytes() != bytes) throw std::logic_error("a copy across device kinds reaches a slice of a store's tensor");
   const bool other_copies = plan.whole_copy == copier::tensor_stream;
   stream& copying = other_copies ? other : store;
@@ -75,14 +74,14 @@ void enqueue_crossing(const crossing_plan& plan, stream& store, stream& other, c
     if (other_copies) other.wait(foreign.t.ready_event());
     else if (plan.bounce) other.wait(store.record());
     if (plan.bounce) {
-      from = tensor::empty({static_cast<std::int64_t>(n)}, dtype::float32, where, other);
+      from = tensor::empty({static_cast<std::int64_t>(n)}, type, where, other);
       enqueue_slice_copy(other, from, 0, foreign.t, foreign.offset, n, status, label);
       if (!other_copies) store.wait(other.record());
     }
     copying.copy(own.storage(), from.storage(), bytes);
     if (other_copies) store.wait(other.record());
   } else {
-    tensor to = plan.bounce ? tensor::empty({static_cast<std::int64_t>(n)}, dtype::float32, where, other) : foreign.t;
+    tensor to = plan.bounce ? tensor::empty({static_cast<std::int64_t>(n)}, type, where, other) : foreign.t;
     if (other_copies) other.wait(store.record());
     copying.copy(to.storage(), own.storage(), bytes);
     if (plan.bounce) {

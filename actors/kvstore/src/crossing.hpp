@@ -17,13 +17,13 @@
 
 namespace strata::kvstore::internal {
 
-/// Why a store on `store` (named `store_name`) cannot take a tensor of dtype `type` on `tensor`
+/// Why a store on `store` (named `store_name`) cannot take a tensor on `tensor`
 /// (named `tensor_name`), as the end of a sentence that starts with the tensor's role ("... the
-/// value for key 3"); nullopt when it can. cpu and cuda stores take float32 tensors of either
-/// kind; 16-bit tensors stay on the store's kind; sim stores and sim tensors do not mix with
-/// others (sim tensors hold no data).
+/// value for key 3"); nullopt when it can. cpu and cuda stores take tensors of either kind, of
+/// every dtype a key holds (float32, float16, bfloat16: that a tensor has the key's dtype is
+/// checked apart); sim stores and sim tensors do not mix with others (sim tensors hold no data).
 std::optional<std::string> crossing_refusal(device_kind store, const std::string& store_name, device_kind tensor,
-                                            const std::string& tensor_name, dtype type);
+                                            const std::string& tensor_name);
 
 /// The stream that copies whole buffers between a tensor on another kind and the store's memory:
 /// it is always a cuda stream (a cpu stream cannot reach GPU memory).
@@ -46,14 +46,15 @@ struct crossing_plan {
 /// The plan for a tensor that `crossing_refusal` accepts; `whole`: the tensor is not a slice.
 crossing_plan plan_crossing(device_kind store, device_kind tensor, bool whole);
 
-/// Enqueues the copies of `plan` that bring elements [offset, offset + n) of `foreign` (a float32
-/// tensor on another device kind) into `own` (a whole float32 tensor of the store, n elements,
-/// fresh: no work of the store uses it yet), or, when `to_foreign`, `own` into them. `store` is
+/// Enqueues the copies of `plan` that bring elements [offset, offset + n) of `foreign` (a tensor on
+/// another device kind, of `own`'s dtype: float32, float16 or bfloat16) into `own` (a whole tensor
+/// of the store, n elements, fresh: no work of the store uses it yet), or, when `to_foreign`,
+/// `own` into them; a bounce's temporary has that dtype too. `store` is
 /// the store's stream (it has waited for the tensors' ready events); `other` a stream of
 /// `foreign`'s device, used when the plan bounces or copies on the tensor's stream. The copies
 /// follow what they read (`store`'s work so far; a value read on `other`: its ready event) and
 /// `store`'s next work follows them; no thread blocks. A failed slice kernel goes to `status`.
-/// \throws std::logic_error when `own` is not n elements.
+/// \throws std::logic_error when `own` is not n elements or the dtypes differ.
 void enqueue_crossing(const crossing_plan& plan, stream& store, stream& other, const slice_ref& foreign, const tensor& own,
                       std::size_t n, bool to_foreign, const std::shared_ptr<work_status>& status, const work_label& label);
 

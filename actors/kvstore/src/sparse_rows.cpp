@@ -40,7 +40,7 @@ std::vector<std::int64_t> rows_shape(std::size_t ids, const std::vector<std::int
 /// One key's rows and ids against its stored layout: ids in range, rows of the right shape, a cpu
 /// tensor of the key's dtype.
 expected<void> check_rows(const char* op, const char* role, const kvstore::key& key, const tensor& rows,
-                          const std::vector<std::int64_t>& ids, const key_layout& layout, const store_place& place) {
+                          const std::vector<std::int64_t>& ids, const key_layout& layout) {
   const auto& shape = *layout.shape;
   const std::string type(to_string(layout.type));
   const std::string where = std::string("kvstore ") + op + ": the " + role + " for key " + key.to_string();
@@ -51,10 +51,6 @@ expected<void> check_rows(const char* op, const char* role, const kvstore::key& 
   if (!rows.valid()) return bad(where + " is an empty tensor; expected a " + type + " tensor.");
   if (rows.dtype() != layout.type)
     return bad(where + " has dtype " + std::string(to_string(rows.dtype())) + ", expected " + type + ".");
-  if (kernels::is_half(layout.type) && place.kind != device_kind::cpu)
-    return bad(where + " has dtype " + type +
-               "; row-sparse values of float16 and bfloat16 keys run on cpu stores only (this store merges on " +
-               place.name + ").");
   const auto expected_shape = rows_shape(ids.size(), shape);
   if (rows.shape() != expected_shape)
     return bad(where + " has shape " + shape_text(rows.shape()) + ", expected " + shape_text(expected_shape) +
@@ -100,9 +96,7 @@ expected<void> check_row_sparse_push(const kvstore::push_row_sparse& m, const sh
     if (m.values[i].shape != *layout->shape)
       return bad("kvstore push: the row-sparse value for key " + m.keys[i].to_string() + " has shape " +
                  shape_text(m.values[i].shape) + ", expected " + shape_text(*layout->shape) + " (the stored shape).");
-    if (auto r = check_rows("push", "row-sparse value", m.keys[i], m.values[i].rows, m.values[i].row_ids, *layout,
-                            place);
-        !r)
+    if (auto r = check_rows("push", "row-sparse value", m.keys[i], m.values[i].rows, m.values[i].row_ids, *layout); !r)
       return r;
   }
   return {};
@@ -118,7 +112,7 @@ expected<void> check_row_sparse_pull(const kvstore::row_sparse_pull& m, const sh
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
     auto layout = initialised_key("row_sparse_pull", m.keys[i], shape_of);
     if (!layout) return layout.error();
-    if (auto r = check_rows("row_sparse_pull", "output", m.keys[i], m.outs[i], m.row_ids[i], *layout, place); !r)
+    if (auto r = check_rows("row_sparse_pull", "output", m.keys[i], m.outs[i], m.row_ids[i], *layout); !r)
       return r;
   }
   return {};

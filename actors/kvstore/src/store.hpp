@@ -181,12 +181,16 @@ private:
   /// store (cpu stores).
   row_pieces kept_copy(const std::vector<row_pieces>& lists, dtype type);
   /// cuda stores: `list` with its rows (a cpu tensor) copied to a tensor of this store on its
-  /// stream, which the store keeps as long as it needs (a version's contributions included).
+  /// stream, which the store keeps as long as it needs (a version's contributions included); a
+  /// 16-bit key's rows widened (exactly) to float32 there, as the cpu's sum_by_id widens them.
   row_pieces rows_on_store(const row_pieces& list, const std::shared_ptr<work_status>& status, const work_label& label);
   /// cuda stores: update_rows' sum by id (sum_order) and `rule` on the device; `fresh`: the
-  /// optimizer state was just made (zeroed first); `step`: Adam's.
+  /// optimizer state was just made (zeroed first); `step`: Adam's. A 16-bit key's optimizer runs
+  /// on `master` (its multi_precision copy, valid only then; `fresh_master`: made just now, from
+  /// the whole value) or on the value widened, and the touched rows are rounded back.
   void update_rows_on_cuda(key_state& state, const std::vector<row_pieces>& lists, const update_rule& rule, bool fresh,
-                           std::int64_t step, const std::shared_ptr<work_status>& status);
+                           std::int64_t step, const tensor& master, bool fresh_master,
+                           const std::shared_ptr<work_status>& status);
   /// Copies the pieces of each key into the outputs they name; returns the event marking it done.
   event enqueue_row_pull(const std::vector<kvstore::key>& keys, const std::vector<row_pieces>& outs,
                          const std::shared_ptr<work_status>& status);

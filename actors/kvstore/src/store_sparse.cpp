@@ -211,7 +211,10 @@ void kvstore_actor::update_rows(key_state& state, std::vector<row_pieces> lists,
     if (auto* sgd = std::get_if<kernels::sgd_options>(&rule)) sgd->lr = lr;
     if (auto* adam = std::get_if<kernels::adam_options>(&rule)) adam->lr = lr;
   }
-  if (device_.kind() == device_kind::cuda) return update_rows_on_cuda(state, lists, rule, fresh, step, status);
+  if (device_.kind() == device_kind::cuda)
+    return update_rows_on_cuda(state, lists, rule, fresh, step,
+                               kernels::is_half(type) && optimizer && multi_precision_ ? state.master : tensor{},
+                               fresh_master, status);
   tensor dense = std::holds_alternative<kvstore::updater>(rule)
                      ? tensor::empty(state.value.shape(), dtype::float32, device_, stream_)
                      : tensor{};
@@ -357,19 +360,21 @@ row_pieces kvstore_actor::rows_on_store(const row_pieces& list, const std::share
                                         const work_label& label) {
   if (list.pieces.empty()) return row_pieces{tensor{}, {}};  // nothing of it is read
   const auto n = static_cast<std::size_t>(list.data.numel());
-  tensor own = tensor::empty({list.data.numel()}, dtype::float32, device_, stream_);
+  tensor own = tensor::empty({list.data.numel()}, list.data.dtype(), device_, stream_);
   copy_elements(own, 0, list.data, 0, n, status, label);
+  if (kernels::is_half(own.dtype())) own = converted(own, dtype::float32, status, label);  // summed in float32
   return row_pieces{own, list.pieces};
 }
 
 void kvstore_actor::update_rows_on_cuda(key_state& state, const std::vector<row_pieces>& lists,
-                                        const update_rule& rule, bool fresh, std::int64_t step,
-                                        const std::shared_ptr<work_status>& status) {
+                                        const update_rule& rule, bool fresh, std::int64_t step, const tensor& master,
+                                        bool fresh_master, const std::shared_ptr<work_status>& status) {
   // Optimizers read the sums from a packed buffer; assign and a user updater get them in place.
   const bool packed =
       std::holds_alternative<kernels::sgd_options>(rule) || std::holds_alternative<kernels::adam_options>(rule);
+  const bool half = kernels::is_half(state.value.dtype());
   const std::vector<ordered_piece> order = sum_order(lists);
-  std::vector<std::int64_t> plan, spans, sources;
+  std::vector<std::int64_t> plan, spans, sources, rounded;  // rounded: a 16-bit key's rows, {offset, offset, length}
   std::size_t rows = 0, max_length = 0, total = 0;
   for (std::size_t i = 0; i < order.size(); ++rows) {
     std::size_t end = i + 1;
@@ -380,6 +385,7 @@ void kvstore_actor::update_rows_on_cuda(key_state& state, const std::vector<row_
     plan.insert(plan.end(),
                 {static_cast<std::int64_t>(i), static_cast<std::int64_t>(end), packed ? at : offset, length});
     spans.insert(spans.end(), {at, offset, length});
+    if (half) rounded.insert(rounded.end(), {offset, offset, length});
     total += p.length;
     max_length = std::max(max_length, p.length);
     i = end;
@@ -393,13 +399,22 @@ void kvstore_actor::update_rows_on_cuda(key_state& state, const std::vector<row_
   const tensor sums = packed && total > 0
                           ? tensor::empty({static_cast<std::int64_t>(total)}, dtype::float32, device_, stream_)
                           : tensor{};
+  const tensor rounded_d = rows > 0 && half && packed ? device_int64s(rounded, device_, stream_) : tensor{};
   const bool user = std::holds_alternative<kvstore::updater>(rule);
   const tensor dense = user ? tensor::empty(state.value.shape(), dtype::float32, device_, stream_) : tensor{};
+  // What the rule writes in float32: the value itself; for a 16-bit key its master (an optimizer
+  // under multi_precision) or a temporary, the value widened (an optimizer without one, as the cpu
+  // widens each row) or zeros (assign, whose sums are then rounded into the key once).
+  const tensor param = !half ? state.value
+                       : master.valid() ? master
+                       : user ? tensor{}
+                              : tensor::empty(state.value.shape(), dtype::float32, device_, stream_);
+  const bool widen_first = half && packed && (fresh_master || !master.valid());
   const work_label label{"push: the row-sparse update", state.label};
   kernels::on_stream(
       stream_, {.name = "kvstore_row_sparse_update", .kind = work_kind::pointwise},
-      [plan_d, spans_d, sources_d, sums, dense, rows, max_length, stored = state.value,
-       opt = state.optimizer_state, rule, fresh, step, status, label](auto target) {
+      [plan_d, spans_d, sources_d, rounded_d, sums, dense, param, half, widen_first, rows, max_length,
+       stored = state.value, opt = state.optimizer_state, rule, fresh, step, status, label](auto target) {
         if constexpr (kernels::is_cuda_target<decltype(target)>) {
           namespace kc = kernels::cuda;
           run_guarded(*status, label, [&] {
@@ -408,16 +423,25 @@ void kvstore_actor::update_rows_on_cuda(key_state& state, const std::vector<row_
             const auto* row_plan = device_array<const kc::row_sum>(plan_d);
             const auto* from = device_array<const float* const>(sources_d);
             const auto* row_spans = device_array<const kc::row_span>(spans_d);
-            float* value = stored.device_data<float>();
+            const auto format = cuda_half_format(half ? stored.dtype() : dtype::float16);
+            auto* bits = half ? static_cast<std::uint16_t*>(stored.raw_data()) : nullptr;
+            float* value = param.valid() ? param.device_data<float>() : nullptr;
             float* summed = sums.valid() ? sums.device_data<float>() : nullptr;
             if (fresh)
               for (const auto& t : opt) kc::fill(ctx, n, 0.0f, t.device_data<float>());
+            if (widen_first) kc::widen(ctx, format, n, bits, value);
+            // A 16-bit key: the optimizer's rows rounded back into it.
+            const auto* rounded_rows = device_array<const kc::row_span>(rounded_d);
+            auto round_rows = [&] {
+              if (half) kc::narrow_rows(ctx, format, rows, max_length, rounded_rows, value, bits);
+            };
             std::visit(
                 [&](const auto& r) {
                   using rule_type = std::decay_t<decltype(r)>;
                   if constexpr (std::is_same_v<rule_type, std::monostate>) {  // the key becomes the sum
                     kc::fill(ctx, n, 0.0f, value);
                     kc::sum_rows(ctx, rows, max_length, row_plan, from, value);
+                    if (half) kc::narrow(ctx, format, n, value, bits);  // zeros stay zeros
                   } else if constexpr (std::is_same_v<rule_type, kvstore::updater>) {  // called after this item
                     kc::fill(ctx, n, 0.0f, dense.device_data<float>());
                     kc::sum_rows(ctx, rows, max_length, row_plan, from, dense.device_data<float>());
@@ -425,10 +449,12 @@ void kvstore_actor::update_rows_on_cuda(key_state& state, const std::vector<row_
                     kc::sum_rows(ctx, rows, max_length, row_plan, from, summed);
                     float* momentum = opt.empty() ? nullptr : opt[0].device_data<float>();
                     kc::sgd_rows(ctx, rows, max_length, row_spans, value, summed, momentum, r);
+                    round_rows();
                   } else {
                     kc::sum_rows(ctx, rows, max_length, row_plan, from, summed);
                     kc::adam_rows(ctx, rows, max_length, row_spans, value, summed, opt[0].device_data<float>(),
                                   opt[1].device_data<float>(), step, r);
+                    round_rows();
                   }
                 },
                 rule);
@@ -462,38 +488,45 @@ void kvstore_actor::pull_rows_on_cuda(const tensor& stored, const row_pieces& ou
   }
   if (total == 0) return;
   const tensor spans_d = device_int64s(spans, device_, stream_);
-  const tensor gathered = tensor::empty({static_cast<std::int64_t>(total)}, dtype::float32, device_, stream_);
+  const dtype type = stored.dtype();  // float32, or a 16-bit key's bits, gathered as they are
+  const std::size_t element = size_of(type);
+  const tensor gathered = tensor::empty({static_cast<std::int64_t>(total)}, type, device_, stream_);
   kernels::on_stream(stream_,
                      {.name = "kvstore_row_sparse_pull", .kind = work_kind::copy,
-                      .bytes = 2.0 * sizeof(float) * static_cast<double>(total)},
+                      .bytes = 2.0 * static_cast<double>(element * total)},
                      [stored, spans_d, gathered, count = copied.size(), max_length, status, label](auto target) {
                        if constexpr (kernels::is_cuda_target<decltype(target)>) {
                          run_guarded(*status, label, [&] {
-                           kernels::cuda::copy_rows(target.context, count, max_length,
-                                                    device_array<const kernels::cuda::row_span>(spans_d),
-                                                    stored.device_data<float>(), gathered.device_data<float>());
+                           const auto* row_spans = device_array<const kernels::cuda::row_span>(spans_d);
+                           if (kernels::is_half(stored.dtype()))
+                             kernels::cuda::copy_rows(target.context, count, max_length, row_spans,
+                                                      static_cast<const std::uint16_t*>(stored.raw_data()),
+                                                      static_cast<std::uint16_t*>(gathered.raw_data()));
+                           else
+                             kernels::cuda::copy_rows(target.context, count, max_length, row_spans,
+                                                      stored.device_data<float>(), gathered.device_data<float>());
                          });
                        }
                      });
-  const std::size_t bytes = total * sizeof(float);
+  const std::size_t bytes = total * element;
   if (in_order && static_cast<std::size_t>(out.data.numel()) == total) {
     stream_.copy(out.data.storage(), gathered.storage(), bytes);
     return;
   }
   device where = out.data.get_device();
   stream other = transfer_stream(where);
-  const tensor host = tensor::empty({static_cast<std::int64_t>(total)}, dtype::float32, where, other);
+  const tensor host = tensor::empty({static_cast<std::int64_t>(total)}, type, where, other);
   stream_.copy(host.storage(), gathered.storage(), bytes);
   other.wait(stream_.record());
   kernels::on_stream(other,
                      {.name = "kvstore_row_sparse_pull_place", .kind = work_kind::copy,
                       .bytes = 2.0 * static_cast<double>(bytes)},
-                     [host, to = out.data, copied = std::move(copied)](auto target) {
+                     [host, to = out.data, copied = std::move(copied), element](auto target) {
                        if constexpr (!kernels::is_cuda_target<decltype(target)>) {  // the output is a cpu tensor
-                         const float* from = host.device_data<float>();
-                         float* into = to.device_data<float>();
+                         const auto* from = static_cast<const std::byte*>(host.raw_data());
+                         auto* into = static_cast<std::byte*>(to.raw_data());
                          for (const row_piece& p : copied)
-                           std::memcpy(into + p.at, from + p.offset, p.length * sizeof(float));
+                           std::memcpy(into + p.at * element, from + p.offset * element, p.length * element);
                        }
                      });
   stream_.wait(other.record());  // the reply follows the copies

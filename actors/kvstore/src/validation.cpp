@@ -43,7 +43,7 @@ expected<void> check_tensor(const char* op, const char* role, const kvstore::key
   if (stored.shape && t.shape() != *stored.shape)
     return bad(where + " has shape " + shape_text(t.shape()) + ", expected " + shape_text(*stored.shape) +
                " (the stored shape).");
-  if (auto why = crossing_refusal(place.kind, place.name, t.storage().kind(), t.get_device().name(), t.dtype()))
+  if (auto why = crossing_refusal(place.kind, place.name, t.storage().kind(), t.get_device().name()))
     return bad(where + *why);
   return {};
 }

@@ -296,6 +296,12 @@ struct row_sum {
 void copy_rows(const cuda_context& ctx, std::size_t count, std::size_t max_length, const row_span* spans,
                const float* from, float* to);
 
+/// copy_rows for 16-bit elements (float16 or bfloat16 bits, copied as they are): the rows a pull
+/// gathers from a 16-bit key.
+/// \throws std::invalid_argument if spans, from or to is null while count > 0.
+void copy_rows(const cuda_context& ctx, std::size_t count, std::size_t max_length, const row_span* spans,
+               const std::uint16_t* from, std::uint16_t* to);
+
 /// The `rows` sums of `plan` (device array of row_sum) written into `out`: for each row, its
 /// contributions (device pointers in the device array `sources`) added in order, as the CPU adds
 /// repeated row ids in the order they were pushed. A row with no contributions (first == last) is
@@ -348,6 +354,13 @@ void narrow(const cuda_context& ctx, half_format format, std::size_t n, const fl
 /// \throws std::invalid_argument if out or an input is null while n > 0.
 void sum_widened(const cuda_context& ctx, half_format format, const float* first,
                  std::span<const std::uint16_t* const> inputs, std::size_t n, float* out);
+
+/// to[s.to + c] = from[s.from + c] rounded to `format` (as cuda::narrow, bitwise cpu::narrow) for
+/// each of the `count` spans s of `spans` (device array of row_span) and c < s.length: the rows
+/// of a 16-bit key that a row-sparse update wrote in float32. `max_length` as for copy_rows.
+/// \throws std::invalid_argument if spans, from or to is null while count > 0.
+void narrow_rows(const cuda_context& ctx, half_format format, std::size_t count, std::size_t max_length,
+                 const row_span* spans, const float* from, std::uint16_t* to);
 
 /// dst[i] = src[i] for 16-bit elements (either format): the contract of the float32 cuda::copy.
 /// \throws std::invalid_argument if a pointer is null while n > 0.
