@@ -16,6 +16,7 @@
 #   usage: tools/mpi-bundle.sh DEST
 set -euo pipefail
 die() { echo "mpi-bundle: $*" >&2; exit 1; }
+trap 'echo "mpi-bundle: stopped at line $LINENO: $BASH_COMMAND" >&2' ERR
 [ $# = 1 ] || die "usage: tools/mpi-bundle.sh DEST"
 dest=$1
 command -v ompi_info >/dev/null 2>&1 || die "no ompi_info here: install openmpi-bin (tools/setup.sh does)."
@@ -27,7 +28,7 @@ bindir=$(path_of bindir)
 version=$(ompi_info --parsable | sed -n 's/^ompi:version:full:\(.*\)$/\1/p')
 [ -d "$pkglibdir" ] || die "Open MPI's component folder '$pkglibdir' (ompi_info --path pkglibdir) is not there."
 [ -x "$bindir/orterun" ] || die "no $bindir/orterun: this script packs Open MPI 4 (ORTE); found Open MPI ${version:-of unknown version}."
-pmix_lib=$(ldconfig -p | awk '/libpmix\.so\.2 / {print $NF; exit}')
+pmix_lib=$(ldconfig -p | awk '/libpmix\.so\.2 / && !found {print $NF; found = 1}')
 [ -n "$pmix_lib" ] || die "no libpmix.so.2 here (Debian's libpmix2, which Open MPI 4.1 uses)."
 pmix_root=$(dirname "$(dirname "$(readlink -f "$pmix_lib")")")   # .../pmix2 (lib/libpmix.so.2.x)
 [ -d "$pmix_root/lib/pmix" ] || die "no PMIx component folder $pmix_root/lib/pmix beside $(readlink -f "$pmix_lib")."
@@ -47,7 +48,7 @@ left=()
 for f in "$pkglibdir"/*.so "$pmix_root"/lib/pmix/*.so; do
   [ -f "$f" ] || continue
   deps=$(ldd "$f" | awk '$2 == "=>" {print $1}')
-  if [ -n "$deps" ] && echo "$deps" | grep -Evq "$allowed"; then
+  if [ -n "$deps" ] && grep -Evq "$allowed" <<<"$deps"; then
     left+=("$(basename "$f" .so)")
     continue
   fi
@@ -60,7 +61,7 @@ done
 
 # Libraries: what the launcher, the components and libmpi need, glibc's excepted.
 for f in "$dest"/bin/orterun "$dest"/bin/orted "$dest"/lib/openmpi/*.so "$dest"/lib/pmix/*.so \
-         "$(ldconfig -p | awk '/libmpi\.so\.40 / {print $NF; exit}')"; do
+         "$(ldconfig -p | awk '/libmpi\.so\.40 / && !found {print $NF; found = 1}')"; do
   ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
   case "$name" in
@@ -68,7 +69,7 @@ done | sort -u | while read -r name path; do
     *) cp -L "$path" "$dest/lib/$name" ;;
   esac
 done
-cp -L "$(ldconfig -p | awk '/libmpi\.so\.40 / {print $NF; exit}')" "$dest/lib/libmpi.so.40"
+cp -L "$(ldconfig -p | awk '/libmpi\.so\.40 / && !found {print $NF; found = 1}')" "$dest/lib/libmpi.so.40"
 
 cp -r "$pkgdatadir"/. "$dest/share/openmpi/"
 [ -d "$pmix_root/share/pmix" ] && cp -r "$pmix_root/share/pmix"/. "$dest/share/pmix/"
