@@ -122,6 +122,21 @@ run_step() {
 }
 no_time() { row "$1" skipped "the ${deadline_s}s deadline leaves no time for it"; }
 
+# test_step NAME CMD...: runs a Boost.Test program (or mpirun of one) as step NAME with a 150 s cap
+# and writes its row: the cases passed out of run ("5/5 passed"; "no errors" from a rank that
+# prints only that), else the exit status. 0 ok, 77 skipped (every case skipped), 124 timeout.
+test_step() {
+  local name=$1 line result
+  shift
+  run_step "$name" 150 "$logs/$name.log" "$@"
+  [ "$step_rc" = 200 ] && { no_time "$name"; return; }
+  tail -15 "$logs/$name.log"
+  line=$(grep -E 'test cases? out of|No errors detected' "$logs/$name.log" |
+    sed -E 's/^ *([0-9]+) test cases? out of ([0-9]+) ([a-z]+).*/\1\/\2 \3/; s/.*No errors detected.*/no errors/' | paste -sd, -)
+  case $step_rc in 0) result=ok ;; 77) result=skipped ;; 124) result=timeout ;; *) result=FAILED ;; esac
+  row "$name" "$result" "${line:-exit $step_rc} ($(elapsed "$step_t"))"
+}
+
 # ---- programs -----------------------------------------------------------------------------------
 if [ "$dry" = 1 ]; then
   mode=dry
@@ -136,7 +151,7 @@ if [ "$dry" = 1 ]; then
              "kvstore_dist_cuda_np2:$(fake kvstore_dist_cuda_2 'exit 0')" "nccl_cuda_np2:$(fake nccl_cuda_2 'exit 0')")
   mpirun_cmd=("$(fake mpirun 'while [ "${1#-}" != "$1" ]; do case $1 in -np|--timeout|--bind-to) shift 2 ;; --mca) shift 3 ;; *) shift ;; esac; done; exec "$@"')")
   bench=$(fake strata-bench-lm-gpu "sleep ${STRATA_GPU_CHECK_DRY_SLEEP:-0}; echo 'summary: fake'")
-  lm=$(fake lstm_lm 'echo "step 20 loss 1.0"')
+  lm=$(fake lstm_lm 'echo "lstm_lm: 20 steps in 1.0 s; median step 50.0 ms"; echo "lstm_lm: sample (temperature 0.80):"; echo "fake sample text"')
   sanitizer=$(fake compute-sanitizer 'echo "========= ERROR SUMMARY: 0 errors"')
   corpus=()
 elif [ -f .gpu-bundle/strata-gpu.tar.xz ] && [ "${STRATA_GPU_BUILD:-0}" != 1 ]; then
@@ -323,12 +338,7 @@ for entry in "${tests[@]}"; do
     row "$name" FAILED "$(echo "$unresolved" | head -1 | tr -s ' \t' ' ') (NCCL comes from the image: PyTorch's nvidia-nccl)"
     continue
   fi
-  run_step "$name" 150 "$logs/$name.log" "$prog" --report_level=short
-  [ "$step_rc" = 200 ] && { no_time "$name"; continue; }
-  tail -15 "$logs/$name.log"
-  line=$(grep -E 'test cases? out of' "$logs/$name.log" | sed -E 's/^ *([0-9]+) test cases? out of ([0-9]+) ([a-z]+).*/\1\/\2 \3/' | paste -sd, -)
-  case $step_rc in 0) result=ok ;; 77) result=skipped ;; 124) result=timeout ;; *) result=FAILED ;; esac
-  row "$name" "$result" "${line:-exit $step_rc} ($(elapsed "$step_t"))"
+  test_step "$name" "$prog" --report_level=short
 done
 
 # ---- 1b. the cuda tests that need 2 ranks (what `ctest -R _np2 -L mpi` runs with CUDA) -----------
@@ -355,14 +365,8 @@ for entry in "${tests_np2[@]}"; do
     row "$name" n/a "needs 2 GPUs, this machine has $gpus"
     continue
   fi
-  run_step "$name" 150 "$logs/$name.log" "${mpirun_cmd[@]}" -np 2 --oversubscribe --bind-to none --timeout 140 \
+  test_step "$name" "${mpirun_cmd[@]}" -np 2 --oversubscribe --bind-to none --timeout 140 \
     --mca btl self,vader "$prog" --report_level=short
-  [ "$step_rc" = 200 ] && { no_time "$name"; continue; }
-  tail -15 "$logs/$name.log"
-  line=$(grep -E 'test cases? out of|No errors detected' "$logs/$name.log" |
-    sed -E 's/^ *([0-9]+) test cases? out of ([0-9]+) ([a-z]+).*/\1\/\2 \3/; s/.*No errors detected.*/no errors/' | paste -sd, -)
-  case $step_rc in 0) result=ok ;; 77) result=skipped ;; 124) result=timeout ;; *) result=FAILED ;; esac
-  row "$name" "$result" "${line:-exit $step_rc} ($(elapsed "$step_t"))"
 done
 
 # ---- 2. the LM step on this GPU ---------------------------------------------------------------
@@ -414,7 +418,7 @@ if wanted lstm_lm && echo "== lstm_lm train (default devices, 20 steps)" && [ -x
   run_step "lstm_lm train 20 steps" 120 "$logs/lstm_lm.log" "$lm" train "${corpus[@]}" --steps 20 --val-tokens 2000
   case $step_rc in
     200) no_time "lstm_lm train 20 steps" ;;
-    0) row "lstm_lm train 20 steps" ok "$(tail -1 "$logs/lstm_lm.log" | cut -c1-90) ($(elapsed "$step_t"))" ;;
+    0) row "lstm_lm train 20 steps" ok "$(grep -E '^lstm_lm: [0-9]+ steps in' "$logs/lstm_lm.log" | tail -1 | cut -c10-100) ($(elapsed "$step_t"))" ;;
     *) row "lstm_lm train 20 steps" FAILED "exit $step_rc after $(elapsed "$step_t"), see ${see:-$logs/}lstm_lm.log" ;;
   esac
   [ "$step_rc" = 200 ] || tail -4 "$logs/lstm_lm.log"
@@ -428,7 +432,7 @@ if wanted lstm_lm_np2 && [ -x "$lm" ] && [ ${#mpirun_cmd[@]} -gt 0 ]; then
     --bind-to none --timeout 110 --mca btl self,vader "$lm" train "${corpus[@]}" --devices cuda:0 --steps 20 --val-tokens 2000
   case $step_rc in
     200) no_time "lstm_lm 2 ranks 20 steps" ;;
-    0) row "lstm_lm 2 ranks 20 steps" ok "$(grep -v '^\[' "$logs/lstm_lm_np2.log" | tail -1 | cut -c1-90) ($(elapsed "$step_t"))" ;;
+    0) row "lstm_lm 2 ranks 20 steps" ok "$(grep -E '^lstm_lm: [0-9]+ steps in' "$logs/lstm_lm_np2.log" | tail -1 | cut -c10-100) ($(elapsed "$step_t"))" ;;
     *) row "lstm_lm 2 ranks 20 steps" FAILED "exit $step_rc after $(elapsed "$step_t"), see ${see:-$logs/}lstm_lm_np2.log" ;;
   esac
   [ "$step_rc" = 200 ] || tail -4 "$logs/lstm_lm_np2.log"

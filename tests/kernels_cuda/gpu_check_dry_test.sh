@@ -3,7 +3,8 @@
 # steps): the global deadline cuts a slow step and skips what no longer fits, every row is in
 # summary.txt as soon as its step ends, TERM prints the summary at once, the test verdicts map to
 # rows, versions that do not fit stop the run with one sentence before any step, the 2-rank steps
-# go through the launcher, $OUT holds two files, and GPU_CHECK_STEPS runs the chosen steps only.
+# go through the launcher, $OUT holds two files, GPU_CHECK_STEPS runs the chosen steps only, and
+# the LM rows show the run's summary line.
 #   usage: gpu_check_dry_test.sh <tools/gpu-check.sh> <work-dir>
 set -u
 script=$1
@@ -100,6 +101,11 @@ expect "the chosen 2-rank test ran" "$log" "^net_cuda_np2 +ok "
 expect_not "a test not chosen did not run" "$log" "^kvstore_cuda +"
 expect_not "the benchmark did not run" "$log" "strata-bench-lm-gpu"
 expect_not "memcheck did not run" "$log" "^memcheck"
+# The LM rows show the run's summary line, not the generated sample printed after it.
+OUT=$work/lm GPU_CHECK_DEADLINE=60 GPU_CHECK_STEPS=lstm_lm,lstm_lm_np2 bash "$script" >"$work/lm.out" 2>&1
+expect "the LM row shows the summary line" "$work/lm.out" "^lstm_lm train 20 steps +ok +20 steps in 1.0 s; median step 50.0 ms"
+expect "the 2-rank LM row shows the summary line" "$work/lm.out" "^lstm_lm 2 ranks 20 steps +ok +20 steps in 1.0 s"
+expect_not "no row shows the sample" "$work/lm.out" "ok +fake sample"
 GPU_CHECK_STEPS=lm_cuda,kvstore bash "$script" >"$work/badsteps.out" 2>&1
 rc=$?
 [ "$rc" = 2 ] && echo "ok: an unknown step exits 2" || { echo "FAILED: an unknown step gave exit $rc"; failures=$((failures + 1)); }
