@@ -74,7 +74,7 @@ void sgemm(transpose ta, transpose tb, std::size_t m, std::size_t n, std::size_t
     if (p == parts) return extent;
     return std::min(extent, (extent * p / parts + 15) / 16 * 16);
   };
-  tbb::parallel_for(std::size_t{0}, parts, [&](std::size_t p) {
+  parallel_indices(parts, [&](std::size_t p) {
     const std::size_t lo = boundary(p);
     const std::size_t hi = boundary(p + 1);
     if (lo >= hi) return;
@@ -114,10 +114,9 @@ void gemm_strided_batched(transpose ta, transpose tb, std::size_t m, std::size_t
   };
   if (flops < 4.0e6 && batch > 1 && openblas_get_num_threads() == 1) {
     const auto grain = static_cast<std::size_t>(std::max(1.0, 1.0e6 / std::max(flops, 1.0)));
-    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, batch, grain),
-                      [&](const tbb::blocked_range<std::size_t>& r) {
-                        for (std::size_t i = r.begin(); i < r.end(); ++i) one(i);
-                      });
+    detail::parallel_blocks(batch, grain, [&](std::size_t begin, std::size_t end) {
+      for (std::size_t i = begin; i < end; ++i) one(i);
+    });
   } else {
     for (std::size_t i = 0; i < batch; ++i) one(i);
   }

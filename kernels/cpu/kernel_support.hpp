@@ -11,6 +11,7 @@
 
 #include <tbb/blocked_range.h>
 #include <tbb/parallel_for.h>
+#include <tbb/parallel_reduce.h>
 
 #include "strata/kernels/gemm.hpp"
 #include "strata/kernels/isa.hpp"
@@ -85,6 +86,48 @@ inline float sigmoid(float x) noexcept { return 1.0f / (1.0f + exp_approx(-x)); 
 // |tanh(x)| < 1e-3, harmless for activations).
 inline float tanh_approx(float x) noexcept { return 2.0f / (1.0f + exp_approx(-2.0f * x)) - 1.0f; }
 
+// ---- oneTBB, or one thread under ThreadSanitizer -------------------------------------------------
+// Debian's libtbb is not built with -fsanitize=thread, so ThreadSanitizer cannot see its
+// hand-offs (a task made on one thread and run on another) and would report each of them. Under
+// TSan the kernels therefore run their blocks one after another on the calling thread, cut as
+// oneTBB cuts them where that fixes the result (the deterministic reduce's halving): results stay
+// bitwise those of a release build, and what TSan checks is the device work against the threads
+// around it (docs/reliability.md). No other build changes.
+#if defined(__SANITIZE_THREAD__)
+inline constexpr bool kernels_in_parallel = false;
+#else
+inline constexpr bool kernels_in_parallel = true;
+#endif
+
+namespace serial {
+// body(begin, end) on the leaves of halving [b, e) until a piece has at most `grain` elements,
+// left to right.
+template <class Body>
+void blocks(std::size_t b, std::size_t e, std::size_t grain, const Body& body) {
+  if (e - b > grain) {
+    const std::size_t m = b + (e - b) / 2;
+    blocks(b, m, grain, body);
+    blocks(m, e, grain, body);
+    return;
+  }
+  body(b, e);
+}
+
+// tbb::parallel_deterministic_reduce's tree: a range is halved while it has more than `grain`
+// elements, each leaf reduced from `identity`, and the halves joined left with right.
+template <class Value, class Real, class Join>
+Value deterministic_reduce(std::size_t b, std::size_t e, std::size_t grain, const Value& identity,
+                           const Real& real, const Join& join) {
+  if (e - b > grain) {
+    const std::size_t m = b + (e - b) / 2;
+    Value left = deterministic_reduce(b, m, grain, identity, real, join);
+    Value right = deterministic_reduce(m, e, grain, identity, real, join);
+    return join(left, right);
+  }
+  return real(tbb::blocked_range<std::size_t>(b, e, grain), identity);
+}
+}  // namespace serial
+
 /// Calls body(begin, end) over [0, n) in blocks of at least `grain`, in parallel in the
 /// caller's oneTBB arena when n > grain, inline otherwise.
 template <class Body>
@@ -94,8 +137,35 @@ void parallel_blocks(std::size_t n, std::size_t grain, const Body& body) {
     body(std::size_t{0}, n);
     return;
   }
-  tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, grain),
-                    [&](const tbb::blocked_range<std::size_t>& r) { body(r.begin(), r.end()); });
+  if constexpr (!kernels_in_parallel) {
+    serial::blocks(0, n, std::max<std::size_t>(grain, 1), body);
+  } else {
+    tbb::parallel_for(tbb::blocked_range<std::size_t>(0, n, grain),
+                      [&](const tbb::blocked_range<std::size_t>& r) { body(r.begin(), r.end()); });
+  }
+}
+
+/// f(i) for i in [0, n), in parallel in the caller's oneTBB arena.
+template <class F>
+void parallel_indices(std::size_t n, const F& f) {
+  if constexpr (!kernels_in_parallel) {
+    for (std::size_t i = 0; i < n; ++i) f(i);
+  } else {
+    tbb::parallel_for(std::size_t{0}, n, f);
+  }
+}
+
+/// tbb::parallel_deterministic_reduce over [0, n) in blocks of at least `grain`: the same sum
+/// for the same data on every run and every build.
+template <class Value, class Real, class Join>
+Value deterministic_reduce(std::size_t n, std::size_t grain, const Value& identity, const Real& real,
+                           const Join& join) {
+  if constexpr (!kernels_in_parallel) {
+    return serial::deterministic_reduce(0, n, std::max<std::size_t>(grain, 1), identity, real, join);
+  } else {
+    return tbb::parallel_deterministic_reduce(tbb::blocked_range<std::size_t>(0, n, grain), identity,
+                                              real, join);
+  }
 }
 
 /// acc[j] += sum_r m[r * cols + j] for j < w, in the order of r.

@@ -98,8 +98,8 @@ double run(const char* where, const linear_cross_entropy_dims& d,
     detail::sgemm(transpose::no, transpose::yes, nb, v, hs, 1.0f, h_blk, hs, in.w, hs, 0.0f,
                   logits, v);
     const std::size_t row_grain = std::max<std::size_t>(1, 16384 / v);
-    total += tbb::parallel_deterministic_reduce(
-        tbb::blocked_range<std::size_t>(0, nb, row_grain), 0.0,
+    total += detail::deterministic_reduce(
+        nb, row_grain, 0.0,
         [&](const tbb::blocked_range<std::size_t>& rr, double acc) {
           for (std::size_t i = rr.begin(); i < rr.end(); ++i) {
             const auto target = static_cast<std::size_t>(in.targets[r0 + i]);

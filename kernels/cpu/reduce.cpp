@@ -34,8 +34,8 @@ double sum_squares(const float* x, std::size_t n) noexcept {
 double tensor_sum_squares(cpu_isa isa, std::span<const float> t) {
   if (t.size() <= detail::memory_grain) return detail::isa_call<&sum_squares>(isa, t.data(), t.size());
   // Deterministic split, so the same data gives the same norm on every run.
-  return tbb::parallel_deterministic_reduce(
-      tbb::blocked_range<std::size_t>(0, t.size(), detail::memory_grain), 0.0,
+  return detail::deterministic_reduce(
+      t.size(), detail::memory_grain, 0.0,
       [&](const tbb::blocked_range<std::size_t>& r, double acc) {
         return acc + detail::isa_call<&sum_squares>(isa, t.data() + r.begin(), r.size());
       },

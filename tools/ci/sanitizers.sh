@@ -15,7 +15,8 @@
 #   label "load"  the 1M-actor / 100M-message / 10M-drop load tests: release CI only (they
 #                 measure memory and throughput; a sanitizer's shadow memory and 5-15x slowdown
 #                 make both meaningless and the run too long)
-#   kernels (TSan only): pure tbb::parallel_* math, > 10 min under TSan; ASan runs it
+#   kernels (TSan only): one thread's math under TSan (kernels/cpu/kernel_support.hpp), > 10 min
+#                 there; ASan runs it
 #   public_headers_compile_alone, typed_send_*, installed_package_builds_a_consumer:
 #                 compiler/installer checks that run no strata code (release CI covers them)
 # Benchmarks are not built (-DSTRATA_BUILD_BENCH=OFF): their tests are release CI's.
@@ -76,8 +77,8 @@ run_one() {
   local t1=$SECONDS
   local rc=0
   local skip="$exclude"
-  # TSan: the kernels suite is pure tbb::parallel_* math (its races would fall under suppression 2
-  # in tsan.supp anyway) and takes > 10 min under TSan; ASan+UBSan runs it.
+  # TSan: the kernels suite runs on one thread there (no oneTBB under TSan, see tsan.supp) and
+  # takes > 10 min; ASan+UBSan runs it.
   if [[ "$kind" == tsan ]]; then skip="${exclude%)\$}|kernels)\$"; fi
   # shellcheck disable=SC2086
   LD_PRELOAD="$preload${LD_PRELOAD:+:$LD_PRELOAD}" \

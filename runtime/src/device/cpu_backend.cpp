@@ -9,9 +9,11 @@
 #include <cstring>
 #include <deque>
 #include <map>
+#include <mutex>
 #include <new>
 #include <string>
 #include <thread>
+#include <vector>
 
 #include <tbb/global_control.h>
 #include <tbb/info.h>
@@ -190,6 +192,67 @@ struct arena_task {
   void operator()() const;
 };
 
+#if defined(__SANITIZE_THREAD__)
+// Debian's libtbb is not built with -fsanitize=thread: ThreadSanitizer cannot see a task_arena's
+// hand-off (the task made on the submitting thread, run on a worker) and would report every stream
+// turn. Under TSan a device runs its turns on `concurrency` std::threads of its own instead (made
+// at the first turn), so every hand-off between device work and the threads around it is one TSan
+// sees (docs/reliability.md). No other build changes.
+class turn_threads {
+ public:
+  turn_threads(int concurrency, unsigned) : concurrency_(std::max(1, concurrency)) {}
+  turn_threads(const turn_threads&) = delete;
+  turn_threads& operator=(const turn_threads&) = delete;
+  ~turn_threads() {
+    {
+      std::lock_guard lk(shared_->mu);
+      shared_->stop = true;
+    }
+    shared_->cv.notify_all();
+    // A turn may drop the device's last reference: that thread cannot join itself, and returns to
+    // its loop (which holds `shared_`) to find the queue empty and stop.
+    for (auto& t : threads_)
+      if (t.get_id() == std::this_thread::get_id()) t.detach();
+      else t.join();
+  }
+
+  void enqueue(arena_task task) {
+    {
+      std::lock_guard lk(shared_->mu);
+      shared_->queue.push_back(std::move(task));
+      if (threads_.empty())
+        for (int i = 0; i < concurrency_; ++i) threads_.emplace_back([s = shared_] { s->loop(); });
+    }
+    shared_->cv.notify_one();
+  }
+
+ private:
+  struct state {
+    std::mutex mu;
+    std::condition_variable cv;
+    std::deque<arena_task> queue;
+    bool stop = false;
+    void loop() {
+      for (;;) {
+        std::unique_lock lk(mu);
+        cv.wait(lk, [&] { return stop || !queue.empty(); });
+        if (queue.empty()) return;  // stopped and drained
+        arena_task task = std::move(queue.front());
+        queue.pop_front();
+        lk.unlock();
+        task();
+      }
+    }
+  };
+  int concurrency_;
+  std::shared_ptr<state> shared_ = std::make_shared<state>();
+  std::vector<std::thread> threads_;  // guarded by shared_->mu (made by the first enqueue)
+};
+using turn_executor = turn_threads;
+#else
+using turn_executor = tbb::task_arena;
+#endif
+
 // ---- device -------------------------------------------------------------------------------------
 class cpu_device final : public device_impl {
  public:
@@ -244,7 +307,7 @@ class cpu_device final : public device_impl {
   friend struct arena_task;
   void run_one();
 
-  tbb::task_arena arena_;
+  turn_executor arena_;
   host_pool pool_;
   pool_counters counters_;
   std::mutex ready_mu_;
