@@ -39,7 +39,7 @@ werror=OFF
 exclude='^(public_headers_compile_alone|net_public_headers_compile_alone|typed_send_of_.*|typed_reply_control_compiles|.*_does_not_compile|net_remote_protocol_with_serialization_compiles|installed_package_builds_a_consumer|mpi_bundle)$'
 
 run_one() {
-  local kind=$1 dir flags preload=""
+  local kind=$1 dir flags
   case "$kind" in
     asan)
       dir=build-asan
@@ -56,10 +56,6 @@ run_one() {
       dir=build-tsan
       flags="-fsanitize=thread -fno-omit-frame-pointer"
       export TSAN_OPTIONS="halt_on_error=1:second_deadlock_stack=1:history_size=4:suppressions=$root/tools/ci/sanitizer-suppressions/tsan.supp"
-      # tbbmalloc's free lists are invisible to TSan: route scalable_malloc to malloc (see the file).
-      mkdir -p "$dir"
-      cc -shared -fPIC -O1 -o "$dir/libtsan_scalable_malloc_shim.so" "$root/tools/ci/tsan_scalable_malloc_shim.c"
-      preload="$root/$dir/libtsan_scalable_malloc_shim.so"
       ;;
     *)
       echo "sanitizers.sh: unknown sanitizer '$kind' (expected asan or tsan)" >&2
@@ -81,16 +77,14 @@ run_one() {
   # takes > 10 min; ASan+UBSan runs it.
   if [[ "$kind" == tsan ]]; then skip="${exclude%)\$}|kernels)\$"; fi
   # shellcheck disable=SC2086
-  LD_PRELOAD="$preload${LD_PRELOAD:+:$LD_PRELOAD}" \
-    ctest --test-dir "$dir" --output-on-failure -LE 'load|mpi' -E "$skip" -j"$jobs" ${STRATA_SAN_CTEST_ARGS:-} || rc=$?
+  ctest --test-dir "$dir" --output-on-failure -LE 'load|mpi' -E "$skip" -j"$jobs" ${STRATA_SAN_CTEST_ARGS:-} || rc=$?
   local t2=$SECONDS
   # The ranks under mpirun (label mpi): strata::net's communication thread, remote actors, the
   # distributed store and the LM across ranks. mpirun passes this environment to its ranks.
   local mpi_asan="${ASAN_OPTIONS:-}"
   [[ "$kind" == asan ]] && mpi_asan="$ASAN_OPTIONS:fast_unwind_on_malloc=0"
   # shellcheck disable=SC2086
-  ASAN_OPTIONS="$mpi_asan" LD_PRELOAD="$preload${LD_PRELOAD:+:$LD_PRELOAD}" \
-    ctest --test-dir "$dir" --output-on-failure -L mpi -LE load -E "$skip" -j"$jobs" --no-tests=ignore \
+  ASAN_OPTIONS="$mpi_asan" ctest --test-dir "$dir" --output-on-failure -L mpi -LE load -E "$skip" -j"$jobs" --no-tests=ignore \
     ${STRATA_SAN_CTEST_ARGS:-} || rc=$?
   local t3=$SECONDS
   echo "sanitizers.sh: $kind build $((t1 - t0)) s, tests $((t2 - t1)) s, mpi tests $((t3 - t2)) s, ctest exit $rc"
