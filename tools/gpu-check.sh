@@ -137,6 +137,9 @@ test_step() {
   row "$name" "$result" "${line:-exit $step_rc} ($(elapsed "$step_t"))"
 }
 
+# lm_summary LOG: lstm_lm's closing line ("20 steps in ...; median step ..."), not the sample after it.
+lm_summary() { grep -E '^lstm_lm: [0-9]+ steps in' "$1" | tail -1 | cut -c10-100; }
+
 # ---- programs -----------------------------------------------------------------------------------
 if [ "$dry" = 1 ]; then
   mode=dry
@@ -418,7 +421,7 @@ if wanted lstm_lm && echo "== lstm_lm train (default devices, 20 steps)" && [ -x
   run_step "lstm_lm train 20 steps" 120 "$logs/lstm_lm.log" "$lm" train "${corpus[@]}" --steps 20 --val-tokens 2000
   case $step_rc in
     200) no_time "lstm_lm train 20 steps" ;;
-    0) row "lstm_lm train 20 steps" ok "$(grep -E '^lstm_lm: [0-9]+ steps in' "$logs/lstm_lm.log" | tail -1 | cut -c10-100) ($(elapsed "$step_t"))" ;;
+    0) row "lstm_lm train 20 steps" ok "$(lm_summary "$logs/lstm_lm.log") ($(elapsed "$step_t"))" ;;
     *) row "lstm_lm train 20 steps" FAILED "exit $step_rc after $(elapsed "$step_t"), see ${see:-$logs/}lstm_lm.log" ;;
   esac
   [ "$step_rc" = 200 ] || tail -4 "$logs/lstm_lm.log"
@@ -432,7 +435,7 @@ if wanted lstm_lm_np2 && [ -x "$lm" ] && [ ${#mpirun_cmd[@]} -gt 0 ]; then
     --bind-to none --timeout 110 --mca btl self,vader "$lm" train "${corpus[@]}" --devices cuda:0 --steps 20 --val-tokens 2000
   case $step_rc in
     200) no_time "lstm_lm 2 ranks 20 steps" ;;
-    0) row "lstm_lm 2 ranks 20 steps" ok "$(grep -E '^lstm_lm: [0-9]+ steps in' "$logs/lstm_lm_np2.log" | tail -1 | cut -c10-100) ($(elapsed "$step_t"))" ;;
+    0) row "lstm_lm 2 ranks 20 steps" ok "$(lm_summary "$logs/lstm_lm_np2.log") ($(elapsed "$step_t"))" ;;
     *) row "lstm_lm 2 ranks 20 steps" FAILED "exit $step_rc after $(elapsed "$step_t"), see ${see:-$logs/}lstm_lm_np2.log" ;;
   esac
   [ "$step_rc" = 200 ] || tail -4 "$logs/lstm_lm_np2.log"

@@ -28,8 +28,13 @@ bindir=$(path_of bindir)
 version=$(ompi_info --parsable | sed -n 's/^ompi:version:full:\(.*\)$/\1/p')
 [ -d "$pkglibdir" ] || die "Open MPI's component folder '$pkglibdir' (ompi_info --path pkglibdir) is not there."
 [ -x "$bindir/orterun" ] || die "no $bindir/orterun: this script packs Open MPI 4 (ORTE); found Open MPI ${version:-of unknown version}."
-pmix_lib=$(ldconfig -p | awk '/libpmix\.so\.2 / && !found {print $NF; found = 1}')
+# system_lib NAME: the path ldconfig knows for NAME (its first entry; awk reads all of its input,
+# so ldconfig never gets SIGPIPE under pipefail).
+system_lib() { ldconfig -p | awk -v name="$1" '$1 == name && !found {print $NF; found = 1}'; }
+pmix_lib=$(system_lib libpmix.so.2)
 [ -n "$pmix_lib" ] || die "no libpmix.so.2 here (Debian's libpmix2, which Open MPI 4.1 uses)."
+mpi_lib=$(system_lib libmpi.so.40)
+[ -n "$mpi_lib" ] || die "no libmpi.so.40 here (Debian's libopenmpi3, Open MPI 4.1)."
 pmix_root=$(dirname "$(dirname "$(readlink -f "$pmix_lib")")")   # .../pmix2 (lib/libpmix.so.2.x)
 [ -d "$pmix_root/lib/pmix" ] || die "no PMIx component folder $pmix_root/lib/pmix beside $(readlink -f "$pmix_lib")."
 
@@ -61,7 +66,7 @@ done
 
 # Libraries: what the launcher, the components and libmpi need, glibc's excepted.
 for f in "$dest"/bin/orterun "$dest"/bin/orted "$dest"/lib/openmpi/*.so "$dest"/lib/pmix/*.so \
-         "$(ldconfig -p | awk '/libmpi\.so\.40 / && !found {print $NF; found = 1}')"; do
+         "$mpi_lib"; do
   ldd "$f" | awk '$2 == "=>" && $3 ~ /^\// {print $1, $3}'
 done | sort -u | while read -r name path; do
   case "$name" in
@@ -69,7 +74,7 @@ done | sort -u | while read -r name path; do
     *) cp -L "$path" "$dest/lib/$name" ;;
   esac
 done
-cp -L "$(ldconfig -p | awk '/libmpi\.so\.40 / && !found {print $NF; found = 1}')" "$dest/lib/libmpi.so.40"
+cp -L "$mpi_lib" "$dest/lib/libmpi.so.40"
 
 cp -r "$pkgdatadir"/. "$dest/share/openmpi/"
 [ -d "$pmix_root/share/pmix" ] && cp -r "$pmix_root/share/pmix"/. "$dest/share/pmix/"

@@ -28,23 +28,23 @@ using trace::event_kind;
 // intercepts: Debian's tbbmalloc is not instrumented, and every reuse of an envelope's memory on
 // another thread would be reported as a race in whatever handler read the payload. So a user's
 // TSan build of a program with strata needs no preload and no suppression for it.
+namespace {
 #if defined(__SANITIZE_THREAD__)
-void* detail::envelope::operator new(std::size_t size) {
-  void* p = std::malloc(size);
-  if (p == nullptr) throw std::bad_alloc();
-  return p;
-}
-
-void detail::envelope::operator delete(void* ptr) noexcept { std::free(ptr); }
+void* envelope_malloc(std::size_t size) noexcept { return std::malloc(size); }
+void envelope_free(void* ptr) noexcept { std::free(ptr); }
 #else
+void* envelope_malloc(std::size_t size) noexcept { return scalable_malloc(size); }
+void envelope_free(void* ptr) noexcept { scalable_free(ptr); }
+#endif
+}  // namespace
+
 void* detail::envelope::operator new(std::size_t size) {
-  void* p = scalable_malloc(size);
+  void* p = envelope_malloc(size);
   if (p == nullptr) throw std::bad_alloc();
   return p;
 }
 
-void detail::envelope::operator delete(void* ptr) noexcept { scalable_free(ptr); }
-#endif
+void detail::envelope::operator delete(void* ptr) noexcept { envelope_free(ptr); }
 
 std::uint64_t detail::next_message_id() noexcept {
   static std::atomic<std::uint64_t> next_thread{1};
