@@ -160,6 +160,43 @@ BOOST_FIXTURE_TEST_CASE(pushes_to_a_16_bit_key_are_summed_in_float32_and_rounded
   }
 }
 
+BOOST_FIXTURE_TEST_CASE(compressed_pushes_to_a_16_bit_key_quantize_the_widened_value_and_round_the_sum_once, fixture) {
+  // Each worker's value widened to float32 (exact) is quantized by MXNet's 2bit rule with a
+  // float32 residual of its own; the sent values are summed in float32 in push order and the
+  // sum rounded once into the key (assign). 0.3 is not a 16-bit value: only the sums are rounded.
+  const float threshold = 0.3f;
+  const std::size_t n = 101, workers = 2;
+  for (auto type : half_types)
+    for (std::size_t shards : {1, 3}) {
+      BOOST_TEST_CONTEXT(strata::to_string(type) << ", " << shards << " shards") {
+        kv::client store(sys, kv::spawn(sys, kv::options{.shards = shards, .chunk_bytes = 64}));
+        BOOST_TEST_REQUIRE(await(store.init("g", make16(type, std::vector<float>(n, 0.f), {std::int64_t{n}}))).has_value());
+        BOOST_TEST_REQUIRE(await(store.set_gradient_compression("2bit", threshold)).has_value());
+        std::vector<std::vector<float>> residual(workers, std::vector<float>(n, 0.f));
+        for (int round = 0; round < 4; ++round) {
+          std::vector<std::vector<float>> grads;
+          std::vector<strata::tensor> values;
+          for (std::size_t w = 0; w < workers; ++w) {
+            grads.push_back(representable(type, random(n, -0.4f, 0.4f)));
+            values.push_back(make16(type, grads.back(), {std::int64_t{n}}));
+          }
+          BOOST_TEST_REQUIRE(await(store.push("g", values)).has_value());
+          const auto got = pulled_bits(store, "g", type, n);
+          for (std::size_t i = 0; i < n; ++i) {
+            float sum = 0.f;
+            for (std::size_t w = 0; w < workers; ++w) {
+              const float r = residual[w][i] + grads[w][i];
+              const float sent = r >= threshold ? threshold : r <= -threshold ? -threshold : 0.f;
+              residual[w][i] = r - sent;
+              sum = w == 0 ? sent : sum + sent;
+            }
+            BOOST_TEST_REQUIRE(got[i] == sk::half_bits(type, sum), "round " << round << ", element " << i);
+          }
+        }
+      }
+    }
+}
+
 BOOST_FIXTURE_TEST_CASE(a_push_or_pull_of_another_dtype_is_refused_with_one_sentence_and_changes_nothing, fixture) {
   kv::client store(sys, kv::spawn(sys));
   BOOST_TEST_REQUIRE(await(store.init("h", make16(dtype::float16, {1.f, 2.f}, {2}))).has_value());

@@ -105,6 +105,40 @@ BOOST_FIXTURE_TEST_CASE(a_store_that_loads_values_and_optimizer_states_continues
   std::filesystem::remove(states);
 }
 
+BOOST_FIXTURE_TEST_CASE(the_schedule_continues_from_the_states_file_when_the_values_come_from_elsewhere, fixture) {
+  // MXNet's resume with dump_optimizer: the parameters come from a model file (init), the
+  // optimizer with its update count from the states file. The scheduled lr continues; it does not
+  // start again at the first update.
+  const std::vector<std::pair<optimizer, kv::lr_scheduler>> settings{
+      {strata::kernels::sgd_options{.lr = 0.4}, kv::factor_scheduler{.step = 2, .factor = 0.5}},
+      {strata::kernels::adam_options{.lr = 0.05}, kv::cosine_scheduler{.max_update = 9, .final_lr = 0.001}},
+  };
+  const auto states = temp_path("resume.opt");
+  for (const auto& [opt, schedule] : settings)
+    for (const auto& saver : stores())
+      for (const auto& loader : stores()) {
+        BOOST_TEST_CONTEXT(opt.index() << ", " << saver.shards << " -> " << loader.shards << " shards") {
+          kv::client a(sys, kv::spawn(sys, saver));
+          BOOST_REQUIRE(await(a.init({1, 2}, {make(random(21), shape_a), make(random(40), shape_b)})).has_value());
+          BOOST_REQUIRE(std::visit([&](const auto& o) { return await(a.set_optimizer(o, schedule)); }, opt).has_value());
+          train(a, steps(5));
+          BOOST_REQUIRE(await(a.save_optimizer_states(states)).has_value());
+
+          kv::client b(sys, kv::spawn(sys, loader));
+          BOOST_REQUIRE(await(b.init({1, 2}, {make(value_of(a, 1, shape_a), shape_a), make(value_of(a, 2, shape_b), shape_b)}))
+                            .has_value());
+          BOOST_REQUIRE(await(b.load_optimizer_states(states)).has_value());
+          BOOST_TEST(await(b.version(1)).value() == 0u);  // the values' versions are b's own
+          const auto later = steps(3);
+          train(a, later);
+          train(b, later);
+          BOOST_TEST(value_of(b, 1, shape_a) == value_of(a, 1, shape_a), boost::test_tools::per_element());
+          BOOST_TEST(value_of(b, 2, shape_b) == value_of(a, 2, shape_b), boost::test_tools::per_element());
+        }
+      }
+  std::filesystem::remove(states);
+}
+
 BOOST_FIXTURE_TEST_CASE(bad_optimizer_states_requests_fail_with_one_sentence_and_change_nothing, fixture) {
   const auto values = temp_path("bad_values.ckpt");
   const auto states = temp_path("bad_states.opt");

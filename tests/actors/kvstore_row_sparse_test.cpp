@@ -142,6 +142,28 @@ BOOST_FIXTURE_TEST_CASE(bad_row_sparse_requests_are_refused_with_one_sentence, f
   refused(await(store.push(2, {sparse({1}, random(cols))})), "key 2 is not initialised");
   refused(await(store.row_sparse_pull(1, make(random(cols), {1, cols}), {-1})), "names row -1, outside [0, 50).");
   refused(await(store.row_sparse_pull(1, make(random(2 * cols), {2, cols}), {4})), "expected [1, 6] (one row per id).");
+  refused(await(store.push(1, {kv::row_sparse{strata::tensor{}, {1}, shape}})),
+          "kvstore push: the row-sparse value for key 1 is an empty tensor; expected a float32 tensor.");
+  refused(await(store.row_sparse_pull(1, strata::tensor{}, {1})),
+          "kvstore row_sparse_pull: the output for key 1 is an empty tensor; expected a float32 tensor.");
+  {  // rows and outputs live in host memory; a sim tensor holds none
+    strata::device_manager sims(strata::device_options{.sim_time_scale = 0});
+    auto sim = sims.create("sim:1").at(0);
+    auto ss = sim.create_stream();
+    auto on_sim = strata::tensor::empty({1, cols}, strata::dtype::float32, sim, ss);
+    refused(await(store.push(1, {kv::row_sparse{on_sim, {1}, shape}})),
+            "kvstore push: the row-sparse value for key 1 is on sim:0; row-sparse values are cpu tensors.");
+    refused(await(store.row_sparse_pull(1, on_sim, {1})),
+            "kvstore row_sparse_pull: the output for key 1 is on sim:0; row-sparse values are cpu tensors.");
+  }
+  {  // a row_sparse_pull request whose lists do not pair up
+    kv::row_sparse_pull m{{1, 1}, {{1}}, {make(random(cols), {1, cols})}, 0};
+    refused(await(sys.request<std::vector<strata::tensor>>(store.store(), std::chrono::seconds(20), std::move(m))),
+            "kvstore row_sparse_pull: 2 keys, 1 row id lists and 1 outputs; expected one of each per key, at least one.");
+  }
+  BOOST_REQUIRE(await(store.init(3, make({2.5f}, {}))).has_value());
+  refused(await(store.push(3, {kv::row_sparse{make({1.f}, {1}), {0}, {}}})),
+          "kvstore push: the row-sparse value for key 3 names rows of a scalar key; row-sparse values need a key of rank 1 or more.");
   BOOST_TEST(value_of(store, 1, shape) == before, boost::test_tools::per_element());  // nothing changed
 
   BOOST_REQUIRE(await(store.set_gradient_compression("2bit", 0.5f)).has_value());

@@ -87,6 +87,30 @@ BOOST_AUTO_TEST_CASE(from_host_rejects_a_value_count_that_does_not_match_the_sha
   BOOST_CHECK_THROW(tensor::from_host<float>(v, {3, 4}, dev[0], s), device_error);
 }
 
+BOOST_AUTO_TEST_CASE(sixteen_bit_tensors_are_made_from_and_read_as_their_words) {
+  auto dev = make_devices("cpu:1");
+  auto s = dev[0].create_stream();
+  const auto words = random_values<std::uint16_t>(300, std::uniform_int_distribution<int>(0, 0xffff));
+  for (auto type : {dtype::float16, dtype::bfloat16}) {
+    auto t = tensor::from_host_words(words, {20, 15}, type, dev[0], s);
+    BOOST_TEST((t.dtype() == type));
+    BOOST_TEST(t.bytes() == 600u);
+    BOOST_TEST(t.to_host_words(s) == words);
+    BOOST_CHECK_THROW(t.to_host<float>(s), device_error);  // the words are not floats
+  }
+  try {
+    (void)tensor::from_host_words(words, {300}, dtype::float32, dev[0], s);
+    BOOST_FAIL("a float32 tensor was made from 16-bit words");
+  } catch (const device_error& e) {
+    BOOST_TEST(std::string(e.what()).find(
+                   "tensor::from_host_words: dtype float32 has no 16-bit words; expected float16 or bfloat16.") !=
+               std::string::npos);
+  }
+  BOOST_CHECK_THROW(tensor::from_host_words(words, {7, 7}, dtype::float16, dev[0], s), device_error);  // count
+  auto floats = tensor::from_host<float>(std::vector<float>(4, 1.f), dev[0], s);
+  BOOST_CHECK_THROW(floats.to_host_words(s), device_error);
+}
+
 BOOST_AUTO_TEST_CASE(typed_access_checks_the_element_type_and_the_device) {
   device_manager m(test::deterministic_sim());
   auto cpu = m.create("cpu:1");

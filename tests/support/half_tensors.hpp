@@ -3,7 +3,6 @@
 // any device, and their 16-bit words read back.
 
 #include <cstdint>
-#include <cstring>
 #include <span>
 #include <vector>
 
@@ -16,22 +15,12 @@ namespace strata::test {
 /// `s`'s order.
 inline tensor half_tensor(dtype type, const std::vector<float>& values, std::vector<std::int64_t> shape, device& d,
                           const stream& s) {
-  std::vector<std::uint8_t> bytes(values.size() * 2);
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const std::uint16_t b = kernels::half_bits(type, values[i]);
-    std::memcpy(bytes.data() + 2 * i, &b, 2);
-  }
-  auto raw = tensor::from_host<std::uint8_t>(std::span<const std::uint8_t>(bytes), d, s);
-  return tensor(std::move(shape), type, raw.storage(), raw.ready_event());
+  std::vector<std::uint16_t> words(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) words[i] = kernels::half_bits(type, values[i]);
+  return tensor::from_host_words(words, std::move(shape), type, d, s);
 }
 
 /// The 16-bit words of `t`, read on `s` (a stream of its device, after its ready event).
-inline std::vector<std::uint16_t> half_words(const tensor& t, const stream& s) {
-  tensor raw({static_cast<std::int64_t>(t.bytes())}, dtype::uint8, t.storage(), t.ready_event());
-  const auto bytes = raw.to_host<std::uint8_t>(s);
-  std::vector<std::uint16_t> out(bytes.size() / 2);
-  std::memcpy(out.data(), bytes.data(), bytes.size());
-  return out;
-}
+inline std::vector<std::uint16_t> half_words(const tensor& t, const stream& s) { return t.to_host_words(s); }
 
 }  // namespace strata::test

@@ -1,5 +1,5 @@
 // Store types by name (MXNet's KVStoreBase.register and mx.kv.create): a process-wide table of
-// factories, with "local" and "device" built in.
+// factories, with "local" and "device" (and MXNet's older names for them) built in.
 
 #include <map>
 #include <mutex>
@@ -14,22 +14,26 @@ namespace strata::kvstore {
 
 namespace {
 
-/// The registered factories, "local" and "device" first.
+/// The registered factories, the built-in types first.
 struct type_table {
   std::mutex mu;
   std::map<std::string, store_factory> factories;
 
   type_table() {
-    factories["local"] = [](actor_system& system, const kvstore::options& o) {
-      kvstore::options local = o;
-      local.kind = kvstore::kind::local;
-      return kvstore::spawn(system, std::move(local));
+    auto local = [](actor_system& system, const kvstore::options& o) {
+      kvstore::options on_host = o;
+      on_host.kind = kvstore::kind::local;
+      return kvstore::spawn(system, std::move(on_host));
     };
-    factories["device"] = [](actor_system& system, const kvstore::options& o) {
-      kvstore::options on_device = o;
-      on_device.kind = kvstore::kind::device;
-      return kvstore::spawn(system, std::move(on_device));
+    auto on_device = [](actor_system& system, const kvstore::options& o) {
+      kvstore::options merged_on_device = o;
+      merged_on_device.kind = kvstore::kind::device;
+      return kvstore::spawn(system, std::move(merged_on_device));
     };
+    // MXNet's names: "local" was "local_update_cpu" and "local_allreduce_cpu" (merged on the CPU,
+    // updated there), "device" was "local_allreduce_device" (merged on the devices).
+    for (const char* name : {"local", "local_update_cpu", "local_allreduce_cpu"}) factories[name] = local;
+    for (const char* name : {"device", "local_allreduce_device"}) factories[name] = on_device;
   }
 };
 
@@ -64,6 +68,7 @@ expected<actor_ref> create(actor_system& system, const std::string& name, kvstor
     }
     factory = it->second;
   }
+  options.type_name = name;
   try {  // outside the lock: a factory may register or create types itself
     return factory(system, options);
   } catch (const std::exception& e) {

@@ -115,6 +115,7 @@ public:
         serve(&kvstore_router::on_load_optimizer_states),
         [](const kvstore::is_capable& m) -> expected<bool> { return has_capability(m.capability); },
         [this](const kvstore::store_type&) -> std::string {
+          if (!options_.type_name.empty()) return options_.type_name;
           return options_.kind == kvstore::kind::local && options_.shard_devices.empty() ? "local" : "device";
         },
     };
@@ -258,7 +259,10 @@ private:
   }
   template <class M>
   bool on_broadcast(M& m, response_promise<unit_t>& p, std::uint64_t) {
-    if constexpr (std::is_same_v<M, kvstore::set_optimizer>) optimizer_ = optimizer_setting{m.options, m.scheduler, m.multi_precision};
+    if constexpr (std::is_same_v<M, kvstore::set_optimizer>) {
+      if (auto r = prepare_optimizer(m); !r) return p.deliver(r.error()), true;
+      optimizer_ = optimizer_setting{m.options, m.scheduler, m.multi_precision};
+    }
     if constexpr (std::is_same_v<M, kvstore::set_updater>) optimizer_.reset();
     if constexpr (std::is_same_v<M, kvstore::set_learning_rate>) {
       const bool scheduled = optimizer_ && !std::holds_alternative<std::monostate>(optimizer_->scheduler);

@@ -68,6 +68,7 @@ behavior kvstore_actor::make_behavior() {
         written ? m.promise.deliver(unit) : m.promise.deliver(written.error());
       },
       [this](const kvstore::store_type&) -> std::string {
+        if (!options_.type_name.empty()) return options_.type_name;
         return options_.kind == kvstore::kind::local ? "local" : "device";
       },
       [](const kvstore::is_capable& m) -> expected<bool> { return has_capability(m.capability); },
@@ -188,13 +189,14 @@ expected<void> kvstore_actor::on_set_updater(kvstore::set_updater& m, response_p
 }
 
 expected<void> kvstore_actor::on_set_optimizer(kvstore::set_optimizer& m, response_promise<unit_t>& p) {
-  if (auto r = check_scheduler(m.scheduler); !r) return r;
+  if (auto r = prepare_optimizer(m); !r) return r;
   std::visit([this](const auto& o) { rule_ = o; }, m.options);
   scheduler_ = m.scheduler;
   multi_precision_ = m.multi_precision;
   for (auto& [key, state] : keys_) {  // a new optimizer starts fresh
     state.optimizer_state.clear();
     state.master = {};
+    state.schedule_shift = 0;
   }
   p.deliver(unit);
   return {};
@@ -296,11 +298,13 @@ void kvstore_actor::install_optimizer_states(const optimizer_setting& setting, c
     state.optimizer_state.clear();
     state.master = {};
     state.step = 0;
+    state.schedule_shift = 0;
   }
   for (const auto& piece : pieces) {
     const checkpoint_entry& e = file[piece.entry];
     key_state& state = keys_.at(piece.key);  // checked against the keys before
     state.step = e.step;
+    state.schedule_shift = static_cast<std::int64_t>(e.version) - static_cast<std::int64_t>(state.version);
     std::size_t n = 1;
     for (auto d : piece.shape) n *= static_cast<std::size_t>(d);
     auto part = [&](const std::vector<float>& a) {

@@ -60,6 +60,9 @@ private:
     tensor accumulator;                   // merge target (sums of several values, sync rounds)
     std::size_t received = 0;             // values accumulated towards the next version (sync mode)
     std::uint64_t version = 0;            // updates applied
+    // The scheduler's update count is version + schedule_shift: load_optimizer_states restores the
+    // count its file saved (MXNet's optimizer keeps num_update), whatever the value's version.
+    std::int64_t schedule_shift = 0;
     std::vector<tensor> optimizer_state;  // sgd: momentum; adam: exp_avg, exp_avg_sq
     std::vector<tensor> residuals;        // gradient compression: one per position in a push
     std::int64_t step = 0;

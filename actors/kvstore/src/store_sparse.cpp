@@ -207,7 +207,7 @@ void kvstore_actor::update_rows(key_state& state, std::vector<row_pieces> lists,
   }
   ++state.version;
   if (!std::holds_alternative<std::monostate>(scheduler_)) {
-    const double lr = learning_rate(scheduler_, static_cast<std::int64_t>(state.version));
+    const double lr = learning_rate(scheduler_, static_cast<std::int64_t>(state.version) + state.schedule_shift);
     if (auto* sgd = std::get_if<kernels::sgd_options>(&rule)) sgd->lr = lr;
     if (auto* adam = std::get_if<kernels::adam_options>(&rule)) adam->lr = lr;
   }

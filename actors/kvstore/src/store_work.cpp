@@ -276,7 +276,7 @@ void kvstore_actor::merge(key_state& state, const std::vector<slice_ref>& values
     }
     ++state.version;
     if (!std::holds_alternative<std::monostate>(scheduler_)) {  // MXNet's lr_scheduler, per update
-      const double lr = learning_rate(scheduler_, static_cast<std::int64_t>(state.version));
+      const double lr = learning_rate(scheduler_, static_cast<std::int64_t>(state.version) + state.schedule_shift);
       if (auto* sgd = std::get_if<kernels::sgd_options>(&work.rule)) sgd->lr = lr;
       if (auto* adam = std::get_if<kernels::adam_options>(&work.rule)) adam->lr = lr;
     }

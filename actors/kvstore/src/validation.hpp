@@ -66,6 +66,11 @@ expected<void> check_broadcast(const kvstore::broadcast& m, std::optional<bool>&
 /// rule, and with (`has_scheduler`) or without an lr scheduler on it.
 expected<void> check_learning_rate(double lr, bool has_optimizer, bool has_scheduler);
 
+/// A `set_optimizer` made ready to install: its hyper-parameters checked (torch.optim's rules, and
+/// finite), its scheduler's unset base_lr set to the optimizer's lr (MXNet's rule), and the
+/// scheduler checked. One sentence naming the bad field otherwise.
+expected<void> prepare_optimizer(kvstore::set_optimizer& m);
+
 /// The answer to `kvstore::is_capable` of a strata store: true for "optimizer" (any case), an
 /// error naming the known capabilities otherwise.
 expected<bool> has_capability(const std::string& capability);

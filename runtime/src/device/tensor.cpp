@@ -47,6 +47,23 @@ tensor tensor::from_host_bytes(const void* data, std::size_t bytes, std::vector<
   return t;
 }
 
+tensor tensor::from_host_words(std::span<const std::uint16_t> words, std::vector<std::int64_t> shape,
+                               strata::dtype type, device& dev, const stream& s) {
+  if (type != strata::dtype::float16 && type != strata::dtype::bfloat16)
+    throw_invalid("tensor::from_host_words: dtype " + std::string(to_string(type)) +
+                  " has no 16-bit words; expected float16 or bfloat16.");
+  return from_host_bytes(words.data(), words.size_bytes(), std::move(shape), type, dev, s);
+}
+
+std::vector<std::uint16_t> tensor::to_host_words(const stream& s) const {
+  if (type_ != strata::dtype::float16 && type_ != strata::dtype::bfloat16)
+    throw_invalid("tensor::to_host_words: the tensor's dtype " + std::string(to_string(type_)) +
+                  " has no 16-bit words; expected float16 or bfloat16.");
+  std::vector<std::uint16_t> out(static_cast<std::size_t>(numel()));
+  to_host_bytes(out.data(), s);
+  return out;
+}
+
 std::int64_t tensor::numel() const noexcept {
   std::int64_t n = 1;
   for (auto d : shape_) n *= d;

@@ -95,6 +95,13 @@ class tensor {
     return from_host(values, {static_cast<std::int64_t>(values.size())}, dev, s);
   }
 
+  /// A float16 or bfloat16 tensor (`type`) from its 16-bit words, as `from_host` (the words of a
+  /// float are `kernels::half_bits` or, for an array, `kernels::narrow` in strata/kernels/half.hpp).
+  /// \throws device_error (invalid_argument) if `type` is not float16 or bfloat16, or the count
+  ///   does not match the shape.
+  static tensor from_host_words(std::span<const std::uint16_t> words, std::vector<std::int64_t> shape,
+                                strata::dtype type, device& dev, const stream& s);
+
   const std::vector<std::int64_t>& shape() const noexcept { return shape_; }
   std::size_t rank() const noexcept { return shape_.size(); }
   std::int64_t dim(std::size_t i) const { return shape_.at(i); }
@@ -145,6 +152,10 @@ class tensor {
     to_host_bytes(out.data(), s);
     return out;
   }
+  /// `to_host` for a float16 or bfloat16 tensor: its 16-bit words (`kernels::widen` or
+  /// `kernels::half_value` make them floats, exactly).
+  /// \throws device_error (invalid_argument) for other dtypes, as `to_host`.
+  std::vector<std::uint16_t> to_host_words(const stream& s) const;
 
  private:
   static tensor from_host_bytes(const void* data, std::size_t bytes, std::vector<std::int64_t> shape,

@@ -30,8 +30,8 @@ enum class compression_type : std::uint8_t {
 /// MXNet's `set_gradient_compression({'type': '2bit', 'threshold': 0.5})`. `type` is "2bit",
 /// "1bit" or "none" (compression off; residuals dropped). 2bit needs a threshold above 0; 1bit
 /// takes any finite threshold (MXNet's 1bit test uses 0). Pushes after it are compressed; inits,
-/// pulls and checkpoints are not. cpu stores only: sim stores hold no data, cuda stores have no
-/// kernel for it yet, and a store whose versions collect several workers' pushes
+/// pulls and checkpoints are not. cpu and cuda stores (the cuda kernels not yet run on a GPU):
+/// sim stores hold no data, and a store whose versions collect several workers' pushes
 /// (`options::contributions_per_version` above 1) would mix their residuals: each refuses with
 /// one sentence. Reply: `unit`.
 struct set_gradient_compression {

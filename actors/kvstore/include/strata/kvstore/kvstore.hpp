@@ -109,12 +109,16 @@ struct options {
   std::size_t max_in_flight = 1;
   /// An init of a key the store holds: an error (the default), or ignored (the first value wins).
   kvstore::init_existing init_existing = kvstore::init_existing::error;
+  /// What `store_type` answers. Empty: "local" or "device" by `kind`. `kvstore::create` sets it
+  /// to the name it was called with, so a store made by name reports that name (MXNet's
+  /// `kv.type`), including a user's registered type whose factory passes the options on.
+  std::string type_name;
 };
 
 // ---- messages (use them with `actor::request` inside actors) --------------------------------
 
 /// Stores `values[i]` as the initial value of `keys[i]`. Reply: `unit` (request<void>).
-/// A value's dtype (float32, or float16 / bfloat16 on cpu stores) becomes the key's: its pushes
+/// A value's dtype (float32, or float16 / bfloat16 on cpu and cuda stores) becomes the key's: its pushes
 /// and pulls take tensors of that dtype. Pushed 16-bit values are summed in float32 and the sum
 /// is rounded once to the key's dtype (to nearest, ties to even; `strata/kernels/half.hpp`).
 /// Fails if a key repeats, a value has another dtype, or a key exists (unless the store's
@@ -166,8 +170,8 @@ struct pushpull_in_place {
 /// merged row-sparse array), SGD and Adam update only the pushed rows and their state (MXNet's
 /// lazy update; Adam's step counts pushes), a user updater gets the sum as a dense tensor.
 /// Rows have the key's dtype: a 16-bit key's are summed in float32 and rounded once, and under
-/// multi_precision its master copy's pushed rows are updated. cpu and cuda stores (float32 keys
-/// on cuda; rows are cpu tensors either way), one shard or sharded (a row reaches the shards
+/// multi_precision its master copy's pushed rows are updated. cpu and cuda stores (rows and
+/// outputs are cpu tensors either way), one shard or sharded (a row reaches the shards
 /// holding its elements); in synchronous mode each of a version's n values is one contribution,
 /// summed by id with the others, and the rule runs once on the union of their rows. Refused with
 /// one sentence: a row id out of range, rows whose shape is not `[row_ids.size(), shape[1],
@@ -203,12 +207,17 @@ struct set_updater {
   kvstore::updater updater;
 };
 /// Installs SGD (momentum, weight decay) or Adam/AdamW as the update rule, with per-key state
-/// created at a key's first update (`merged` is the gradient). Reply: `unit`.
+/// created at a key's first update (`merged` is the gradient). Hyper-parameters follow
+/// torch.optim's rules (lr, momentum, weight_decay and eps finite and >= 0, Adam's betas in
+/// [0, 1), Nesterov only with a momentum); one outside them, or a bad scheduler, fails the request
+/// with one sentence naming the field and leaves the rule as it was. Reply: `unit`.
 struct set_optimizer {
   std::variant<kernels::sgd_options, kernels::adam_options> options;
   /// MXNet's `lr_scheduler`: when set, each update of a key uses `learning_rate(scheduler, n)`
-  /// instead of the options' lr, n being the key's version after that update (1 at its first).
-  /// A bad scheduler fails the request with one sentence and leaves the rule as it was.
+  /// instead of the options' lr, n being the key's update count after that update (its version,
+  /// 1 at its first; after `load_optimizer_states`, the count that file saved). A scheduler
+  /// whose `base_lr` is unset starts from the options' lr (MXNet's `Optimizer` sets its
+  /// scheduler's base_lr so).
   kvstore::lr_scheduler scheduler;
   /// MXNet's `Optimizer(multi_precision=True)`, for float16 and bfloat16 keys: such a key keeps a
   /// float32 master copy (made from its value at its first update under this optimizer); the
@@ -233,8 +242,9 @@ struct version {
   kvstore::key key;
 };
 
-/// MXNet's name of the store's type: "local" (merges on the host) or "device" (merges on
-/// `options::merge_device` or on the `shard_devices`). Reply: `std::string`.
+/// MXNet's name of the store's type: `options::type_name` (the name `kvstore::create` made it by),
+/// else "local" (merges on the host) or "device" (merges on `options::merge_device` or on the
+/// `shard_devices`). Reply: `std::string`.
 struct store_type {};
 
 /// MXNet's `KVStoreBase.is_capable`: whether the store has `capability`, compared ignoring case.
@@ -277,7 +287,8 @@ struct save_optimizer_states {
 /// of the file its saved state. The file is read and checked whole first; a key it names must
 /// exist in the store with the same shape and dtype, else the request fails with one sentence and nothing
 /// changes. Keys of the store that the file lacks start with fresh state; values and versions are
-/// untouched (the values live in `save` checkpoints). Reply: `unit`.
+/// untouched (the values live in `save` checkpoints), and a scheduler's update count continues
+/// from the file's (MXNet's pickled optimizer keeps its `num_update`). Reply: `unit`.
 struct load_optimizer_states {
   std::string path;
 };
@@ -290,10 +301,10 @@ struct load_optimizer_states {
 /// a user updater once per chunk (a 1-D slice of the value, with the caller's key), on several
 /// shards at once: the updater must be thread-safe. On a sharded store `save` and `load` are
 /// barriers of the router too: requests that arrive meanwhile are served once they are done.
-/// A store on a cuda device takes float32 cuda tensors of any GPU: values on another GPU are
+/// A store on a cuda device takes cuda tensors of any GPU: values on another GPU are
 /// copied to the merge device first, outputs on another GPU are written peer to peer. cpu and
-/// cuda stores also take float32 tensors of the other kind (copied in stream order, MXNet's
-/// 'local' store fed by GPUs); sim tensors only sim stores (docs/kvstore.md, "values").
+/// cuda stores also take tensors of the other kind, of the key's dtype (copied in stream order,
+/// MXNet's 'local' store fed by GPUs); sim tensors only sim stores (docs/kvstore.md, "values").
 /// \throws std::invalid_argument for a `device` store without a `merge_device`, `shards` or
 ///   `max_in_flight` of 0, or `shard_devices` of more than one kind.
 actor_ref spawn(actor_system& system, kvstore::options options = {});
@@ -307,8 +318,11 @@ using store_factory = std::function<actor_ref(actor_system& system, const kvstor
 /// Fails with one sentence for an empty name or an empty factory.
 expected<void> register_type(const std::string& name, store_factory factory);
 
-/// MXNet's `mx.kv.create(name)`: a store of the type registered as `name`. Built in: "local" (a
-/// store of `kind::local`) and "device" (`kind::device`; `options.merge_device` must be set).
+/// MXNet's `mx.kv.create(name)`: a store of the type registered as `name`, whose `store_type`
+/// answers `name`. Built in: "local" (a store of `kind::local`) and "device" (`kind::device`;
+/// `options.merge_device` must be set), and MXNet's other names for them: "local_update_cpu" and
+/// "local_allreduce_cpu" (local), "local_allreduce_device" (device). The distributed types
+/// ("dist_sync", ...) are made by `kvstore_dist::store`, not here.
 /// An unknown name fails with one sentence that lists the known ones; a factory's
 /// std::exception fails with its text.
 expected<actor_ref> create(actor_system& system, const std::string& name, kvstore::options options = {});
