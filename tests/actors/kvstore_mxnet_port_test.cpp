@@ -186,6 +186,16 @@ BOOST_AUTO_TEST_SUITE(kvstore_mxnet_port)
 
 // ---- tests/python/unittest/test_kvstore.py ------------------------------------------------------
 
+// test_get_type (and Perl's): create('local_allreduce_cpu').type is 'local_allreduce_cpu'.
+// test_kvstore_custom.py's test_get_type_device: create('teststore').type is 'teststore'.
+BOOST_FIXTURE_TEST_CASE(get_type_a_store_made_by_name_reports_that_name, fixture) {
+  strata::kvstore::client local(sys, kv::create(sys, "local_allreduce_cpu").value());
+  BOOST_TEST(await(local.type()).value() == "local_allreduce_cpu");
+  register_test_store();
+  strata::kvstore::client test(sys, kv::create(sys, "teststore").value());
+  BOOST_TEST(await(test.type()).value() == "teststore");
+}
+
 // test_single_kv_pair: a pushed ones (dense, then row_sparse) is pulled back as ones, int and str keys.
 BOOST_FIXTURE_TEST_CASE(single_kv_pair_a_pushed_one_is_pulled_back_for_both_key_kinds_dense_and_row_sparse, fixture) {
   for (bool sparse : {false, true})
@@ -671,11 +681,13 @@ constexpr float nightly_lr = 0.1f;
 constexpr int nightly_repeat = 10;
 constexpr int big_repeat = 2;
 
-/// MXNet's three local types: local_update_cpu and local_allreduce_cpu are strata's "local" (here
-/// also as three shards, which split the big key in 4 MiB chunks), local_allreduce_device is
-/// "device".
+/// MXNet's three local types, by MXNet's names: local_update_cpu and local_allreduce_cpu make
+/// strata's "local" stores (local_allreduce_cpu here as three shards, which split the big key in
+/// 4 MiB chunks), local_allreduce_device a "device" store.
 std::vector<std::pair<std::string, kv::options>> nightly_stores(fixture& f) {
-  return {{"local", {}}, {"local", {.shards = 3}}, {"device", {.merge_device = f.devs[1]}}};
+  return {{"local_update_cpu", {}},
+          {"local_allreduce_cpu", {.shards = 3}},
+          {"local_allreduce_device", {.merge_device = f.devs[1]}}};
 }
 
 /// MXNet's error measure: sum |out - res| / sum |res| over the four outputs.
