@@ -27,6 +27,7 @@
 #include <cmath>
 #include <cstdio>
 #include <future>
+#include <random>
 #include <string>
 #include <thread>
 #include <vector>
@@ -185,7 +186,8 @@ double chunked_push_seconds(strata::actor_system& sys, std::size_t chunks, int r
 }
 
 /// Milliseconds (medians of `reps`) of a push and a pull of `fraction` of the rows of a
-/// `rows` x `dim` embedding under SGD: row-sparse (push_row_sparse + row_sparse_pull) and dense
+/// `rows` x `dim` embedding under SGD (distinct rows drawn at random, sorted): row-sparse
+/// (push_row_sparse + row_sparse_pull) and dense
 /// (the same gradient as a full tensor, zeros elsewhere, and a full pull), on one store or on
 /// `shards` shards (each on a one-thread cpu device of its own; the key split in 4 MiB chunks).
 std::pair<double, double> row_sparse_vs_dense_ms(strata::actor_system& sys, std::int64_t rows, std::int64_t dim,
@@ -205,9 +207,18 @@ std::pair<double, double> row_sparse_vs_dense_ms(strata::actor_system& sys, std:
   std::vector<std::int64_t> ids;
   std::vector<float> grad_rows(static_cast<std::size_t>(k * dim), 0.01f);
   std::vector<float> dense_grad(n, 0.0f);
-  for (std::int64_t i = 0; i < k; ++i) {
-    ids.push_back(i * rows / k);
-    std::fill_n(dense_grad.begin() + ids.back() * dim, dim, 0.01f);
+  {  // k distinct rows drawn at random, sorted as MXNet's row_sparse arrays keep their indices
+    std::mt19937_64 rng(20261207);
+    std::uniform_int_distribution<std::int64_t> row(0, rows - 1);
+    std::vector<bool> taken(static_cast<std::size_t>(rows), false);
+    while (static_cast<std::int64_t>(ids.size()) < k) {
+      const auto id = row(rng);
+      if (taken[static_cast<std::size_t>(id)]) continue;
+      taken[static_cast<std::size_t>(id)] = true;
+      ids.push_back(id);
+      std::fill_n(dense_grad.begin() + id * dim, dim, 0.01f);
+    }
+    std::sort(ids.begin(), ids.end());
   }
   auto sparse_rows = strata::tensor::from_host<float>(std::span<const float>(grad_rows), {k, dim}, dev, s);
   auto sparse_out = strata::tensor::from_host<float>(std::span<const float>(grad_rows), {k, dim}, dev, s);
