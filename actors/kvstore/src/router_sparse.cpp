@@ -49,7 +49,7 @@ bool kvstore_router::on_push_row_sparse(kvstore::push_row_sparse& m, response_pr
   for (const auto& v : m.values) st.uses.push_back({allocation_of(v.rows), false});
   if (conflicts(st.uses)) return false;
   if (auto r = row_sparse_supported("push", place_, compressed_); !r) return p.deliver(r.error()), true;
-  if (auto r = check_row_sparse_push(m, shape_of(), place_); !r) return p.deliver(r.error()), true;
+  if (auto r = check_row_sparse_push(m, shape_of(), place_, int_keys_); !r) return p.deliver(r.error()), true;
   if (auto r = count_round("push", m.keys, true); !r) return p.deliver(r.error()), true;
   st.sparse_parts.resize(shards_.size(), shard_row_sparse{.priority = m.priority, .origin = origin});
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
@@ -72,7 +72,7 @@ bool kvstore_router::on_row_sparse_pull(kvstore::row_sparse_pull& m, response_pr
                                         std::uint64_t origin) {
   auto uses = uses_of(m.outs, true);
   if (conflicts(uses)) return false;
-  if (auto r = check_row_sparse_pull(m, shape_of(), place_); !r) return p.deliver(r.error()), true;
+  if (auto r = check_row_sparse_pull(m, shape_of(), place_, int_keys_); !r) return p.deliver(r.error()), true;
   // Shards write disjoint elements of an output, unless two keys name one output: then, as one
   // store writes its outputs in order, one step per key.
   std::vector<const void*> outs;

@@ -61,7 +61,9 @@ expected<void> check_rows(const char* op, const char* role, const kvstore::key& 
 }
 
 /// The key's stored layout, or the sentence for a key not initialised.
-expected<key_layout> initialised_key(const char* op, const kvstore::key& key, const shape_lookup& shape_of) {
+expected<key_layout> initialised_key(const char* op, const kvstore::key& key, const shape_lookup& shape_of,
+                                     std::optional<bool> int_keys) {
+  if (auto r = check_kind(op, key, int_keys); !r) return r.error();
   const key_layout layout = shape_of(key);
   if (!layout.shape) return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " is not initialised; call init first.");
   return layout;
@@ -85,13 +87,13 @@ error mixed_round(const char* op, const kvstore::key& key, bool sparse) {
 }
 
 expected<void> check_row_sparse_push(const kvstore::push_row_sparse& m, const shape_lookup& shape_of,
-                                     const store_place& place) {
+                                     const store_place& place, std::optional<bool> int_keys) {
   if (auto r = row_sparse_supported("push", place, false); !r) return r;
   if (m.keys.size() != m.values.size() || m.keys.empty())
     return bad("kvstore push: " + std::to_string(m.keys.size()) + " keys and " + std::to_string(m.values.size()) +
                " row-sparse values; expected one value per key, at least one.");
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
-    auto layout = initialised_key("push", m.keys[i], shape_of);
+    auto layout = initialised_key("push", m.keys[i], shape_of, int_keys);
     if (!layout) return layout.error();
     if (m.values[i].shape != *layout->shape)
       return bad("kvstore push: the row-sparse value for key " + m.keys[i].to_string() + " has shape " +
@@ -103,14 +105,14 @@ expected<void> check_row_sparse_push(const kvstore::push_row_sparse& m, const sh
 }
 
 expected<void> check_row_sparse_pull(const kvstore::row_sparse_pull& m, const shape_lookup& shape_of,
-                                     const store_place& place) {
+                                     const store_place& place, std::optional<bool> int_keys) {
   if (auto r = row_sparse_supported("row_sparse_pull", place, false); !r) return r;
   if (m.keys.size() != m.row_ids.size() || m.keys.size() != m.outs.size() || m.keys.empty())
     return bad("kvstore row_sparse_pull: " + std::to_string(m.keys.size()) + " keys, " +
                std::to_string(m.row_ids.size()) + " row id lists and " + std::to_string(m.outs.size()) +
                " outputs; expected one of each per key, at least one.");
   for (std::size_t i = 0; i < m.keys.size(); ++i) {
-    auto layout = initialised_key("row_sparse_pull", m.keys[i], shape_of);
+    auto layout = initialised_key("row_sparse_pull", m.keys[i], shape_of, int_keys);
     if (!layout) return layout.error();
     if (auto r = check_rows("row_sparse_pull", "output", m.keys[i], m.outs[i], m.row_ids[i], *layout); !r)
       return r;

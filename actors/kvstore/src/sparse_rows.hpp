@@ -43,10 +43,11 @@ row_pieces pieces_within(const tensor& t, const std::vector<std::int64_t>& row_i
 /// ...]` of cpu tensors of the key's dtype (float32, float16 or bfloat16) and ids in
 /// `[0, shape[0])`.
 expected<void> check_row_sparse_push(const kvstore::push_row_sparse& m, const shape_lookup& shape_of,
-                                     const store_place& place);
+                                     const store_place& place, std::optional<bool> int_keys);
 /// A row_sparse_pull, likewise: one id list and one output per key, outputs as the push's rows.
+/// Both refuse a key of the other kind than the store's (`int_keys`) as a dense request does.
 expected<void> check_row_sparse_pull(const kvstore::row_sparse_pull& m, const shape_lookup& shape_of,
-                                     const store_place& place);
+                                     const store_place& place, std::optional<bool> int_keys);
 
 /// A store at `place` takes row-sparse values (cpu and cuda stores; sim stores hold no data) with
 /// compression off (`compressed`), as MXNet, which refuses compression of row_sparse pushes.

@@ -53,7 +53,7 @@ expected<void> kvstore_actor::check_round_kind(const char* op, const std::vector
 
 expected<void> kvstore_actor::on_push_row_sparse(kvstore::push_row_sparse& m, response_promise<unit_t>& p) {
   if (auto r = row_sparse_supported("push", place_, compression_ != compression_type::none); !r) return r;
-  if (auto r = check_row_sparse_push(m, shape_of(), place_); !r) return r;
+  if (auto r = check_row_sparse_push(m, shape_of(), place_, int_keys_); !r) return r;
   if (auto r = check_round_kind("push", m.keys, true); !r) return r;
   std::vector<tensor> rows;
   for (const auto& v : m.values) rows.push_back(v.rows);
@@ -67,7 +67,7 @@ expected<void> kvstore_actor::on_push_row_sparse(kvstore::push_row_sparse& m, re
 }
 
 expected<void> kvstore_actor::on_row_sparse_pull(kvstore::row_sparse_pull& m, response_promise<std::vector<tensor>>& p) {
-  if (auto r = check_row_sparse_pull(m, shape_of(), place_); !r) return r;
+  if (auto r = check_row_sparse_pull(m, shape_of(), place_, int_keys_); !r) return r;
   auto pieces = whole_key_pieces(m.keys, [&](std::size_t i) -> const auto& { return m.row_ids[i]; }, m.outs, shape_of());
   auto serve = [this, keys = m.keys, pieces = std::move(pieces), outs = m.outs, p](const error* stopped) mutable {
     if (stopped) return p.deliver(*stopped);

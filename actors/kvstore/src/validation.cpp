@@ -20,14 +20,14 @@ std::string key::to_string() const {
 
 namespace internal {
 
-namespace {
-
 expected<void> check_kind(const char* op, const kvstore::key& key, std::optional<bool> int_keys) {
   if (!int_keys || *int_keys == key.is_int()) return {};
   return bad(std::string("kvstore ") + op + ": key " + key.to_string() + " is " +
              (key.is_int() ? "an integer" : "a string") + " but this store holds " +
              (*int_keys ? "integer" : "string") + " keys; one store cannot mix key kinds.");
 }
+
+namespace {
 
 expected<void> check_tensor(const char* op, const char* role, const kvstore::key& key, const tensor& t,
                             const key_layout& stored, const store_place& place) {

@@ -62,6 +62,9 @@ expected<void> check_init(const kvstore::init& m, std::optional<bool>& int_keys,
 expected<void> check_broadcast(const kvstore::broadcast& m, std::optional<bool>& int_keys, const shape_lookup& shape_of,
                                const store_place& place, kvstore::init_existing existing);
 
+/// `key`'s kind (integer or string) against the kind a store holds (`int_keys`; none yet: any).
+expected<void> check_kind(const char* op, const kvstore::key& key, std::optional<bool> int_keys);
+
 /// A `set_learning_rate` to `lr` on a store with (`has_optimizer`) or without an SGD or Adam
 /// rule, and with (`has_scheduler`) or without an lr scheduler on it.
 expected<void> check_learning_rate(double lr, bool has_optimizer, bool has_scheduler);
