@@ -217,6 +217,28 @@ BOOST_AUTO_TEST_CASE(rank_workers_owners_and_bad_input_each_get_one_sentence) {
   BOOST_REQUIRE(kv.barrier());
 }
 
+BOOST_AUTO_TEST_CASE(broadcast_gives_every_rank_rank_0s_value_in_every_mode) {
+  // MXNet's dist_device_sync_custom test_broadcast (cpu values here): every rank broadcasts its
+  // own value; rank 0's wins and every rank gets it back. An existing key is refused.
+  world& w = *the_world;
+  for (auto m : {kvd::mode::sync, kvd::mode::async, kvd::mode::allreduce}) {
+    kvd::store kv(w.sys, w.net, kvd::store_options{.mode = m, .value_device = w.cpu});
+    BOOST_TEST_CONTEXT(kv.type()) {
+      const float mine = static_cast<float>(kv.rank() + 1);
+      auto got = kv.broadcast("b", w.make({mine, 2 * mine, 3 * mine, 4 * mine, 5 * mine, 6 * mine}, {2, 3}));
+      BOOST_REQUIRE_MESSAGE(got, (got ? "" : got.error().message()));
+      BOOST_TEST(got->shape() == (std::vector<std::int64_t>{2, 3}));
+      BOOST_TEST(w.host(*got) == (std::vector<float>{1, 2, 3, 4, 5, 6}), boost::test_tools::per_element());
+      auto again = kv.broadcast("b", w.make({9, 9, 9, 9, 9, 9}, {2, 3}));
+      if (kv.rank() == 0) {  // as init: rank 0's value is the one refused
+        BOOST_REQUIRE(!again);
+        BOOST_TEST(again.error().message().find("exists already") != std::string::npos, again.error().message());
+      }
+      BOOST_REQUIRE(kv.barrier());
+    }
+  }
+}
+
 BOOST_AUTO_TEST_CASE(dist_sync_allreduce_sums_every_rank_in_one_fused_call_and_updates_every_replica_alike) {
   world& w = *the_world;
   kvd::store kv(w.sys, w.net, kvd::store_options{.mode = kvd::mode::allreduce, .value_device = w.cpu});

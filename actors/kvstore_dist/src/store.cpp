@@ -455,6 +455,11 @@ expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& v
   return {};
 }
 
+expected<tensor> store::broadcast(const kvstore::key& key, const tensor& value) {
+  if (auto initialised = init(key, value); !initialised) return initialised.error();
+  return pull(key);
+}
+
 expected<tensor> store::pull(const kvstore::key& key) {
   auto& w = *state_;
   if (w.replica) {

@@ -137,6 +137,10 @@ public:
   /// a key that exists, and for a value the store cannot keep.
   expected<void> init(const kvstore::key& key, const tensor& value);
 
+  /// MXNet's `broadcast(key, value, out)` in one call: `init` (rank 0's value; a collective) then
+  /// `pull`, so every rank gets rank 0's value back. Fails as `init` does, on every rank.
+  expected<tensor> broadcast(const kvstore::key& key, const tensor& value);
+
   /// Pushes this worker's contribution for `key`: `values` (cpu tensors of the key's shape and
   /// dtype; another dtype is refused with one sentence naming both) summed here in the order given
   /// (16-bit ones in float32, rounded once to the key's dtype), then sent to the owner (compressed,
