@@ -87,7 +87,8 @@ std::string mpi_error_text(int code) {
 
 /// endpoint::split on the communication thread: the group of `c.color` (MPI_Comm_split, ranks
 /// ordered by `rank`), its members' ranks gathered, kept in `groups` (its id is its index).
-void split_group(MPI_Comm comm, int rank, endpoint_state::collective& c, std::vector<MPI_Comm>& groups) {
+void split_group(MPI_Comm comm, endpoint_state& s, endpoint_state::collective& c, std::vector<MPI_Comm>& groups) {
+  const int rank = s.rank;
   MPI_Comm g = MPI_COMM_NULL;
   if (int rc = MPI_Comm_split(comm, c.color, rank, &g); rc != MPI_SUCCESS) {
     c.made->set_value(error(errc::runtime_failure, "MPI_Comm_split failed: " + mpi_error_text(rc)));
@@ -104,6 +105,7 @@ void split_group(MPI_Comm comm, int rank, endpoint_state::collective& c, std::ve
   }
   made.id = static_cast<int>(groups.size());
   groups.push_back(g);
+  s.groups_made.store(static_cast<int>(groups.size()));  // before the caller can use the group
   c.made->set_value(std::move(made));
 }
 
@@ -339,6 +341,10 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   }
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  // endpoint::split's own communicator: its barriers and splits never interleave with the
+  // collectives the program posts on `comm`.
+  MPI_Comm split_comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &split_comm);
   MPI_Comm_rank(comm, &s.rank);
   MPI_Comm_size(comm, &s.size);
   int* ub = nullptr;
@@ -379,6 +385,11 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   post_frame_receive();
   std::uint64_t collectives_posted = 0;
   std::vector<MPI_Comm> groups;  // made by endpoint::split, a rank_group's id is its index
+  struct pending_split {
+    endpoint_state::collective c;
+    bool reached = false;  // every rank has posted the split's barrier
+  };
+  std::deque<std::shared_ptr<pending_split>> splits;
   int collectives_running = 0;
   const bool every_peer_has_a_bell = s.size > 1 && s.peers_with_bells.load() == static_cast<std::uint64_t>(s.size - 1);
   std::deque<outgoing> batch;
@@ -420,18 +431,23 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       }
       batch.clear();
     };
-    // A split holds this thread until every rank has made it: what was queued before it goes
-    // out first (a peer may wait for it before it calls split).
-    if (std::any_of(collectives.begin(), collectives.end(), [](const auto& c) { return c.made != nullptr; })) {
-      work = true;
-      post_batch();
-    }
     // Collectives in call order: the same order on every rank (MPI requires it).
     for (auto& c : collectives) {
       work = true;
       if (c.made) {
-        split_group(comm, s.rank, c, groups);
-        s.groups_made.store(static_cast<int>(groups.size()));
+        // MPI_Comm_split blocks until every rank calls it. Called when the program asks, it would
+        // hold this thread while a peer still needs it (to answer a message before that peer's
+        // program reaches its split). So a split first posts a barrier; once every rank has
+        // posted it, every rank's communication thread makes the split at once.
+        auto waiting = std::make_shared<pending_split>(pending_split{std::move(c), false});
+        MPI_Request r = MPI_REQUEST_NULL;
+        if (int rc = MPI_Ibarrier(split_comm, &r); rc != MPI_SUCCESS) {
+          waiting->c.made->set_value(error(errc::runtime_failure, "MPI_Ibarrier failed: " + mpi_error_text(rc)));
+          continue;
+        }
+        ring_every_peer(s);
+        splits.push_back(waiting);
+        active.add(r, [waiting](const MPI_Status&) { waiting->reached = true; });
         continue;
       }
       MPI_Request r = MPI_REQUEST_NULL;
@@ -530,6 +546,11 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
     }
 
     if (active.poll() != 0) work = true;
+    while (!splits.empty() && splits.front()->reached) {  // in call order on every rank
+      split_group(split_comm, s, splits.front()->c, groups);
+      splits.pop_front();
+      work = true;
+    }
 
     if (leaving && active.empty() && s.chunks_owed.load() == 0 && s.finished()) {
       std::lock_guard lock(s.out_mu);
@@ -597,7 +618,10 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
     }
     s.collectives.clear();
   }
+  for (auto& p : splits)
+    p->c.made->set_value(error(errc::rank_down, "split: rank " + std::to_string(s.rank) + " has left the job"));
   for (MPI_Comm& g : groups) MPI_Comm_free(&g);
+  MPI_Comm_free(&split_comm);
   MPI_Comm_free(&comm);
   if (!already) MPI_Finalize();
 }
