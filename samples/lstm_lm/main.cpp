@@ -408,7 +408,11 @@ int main(int argc, char** argv) {
   strata::kernels::cpu::set_blas_threads(1);
   try {
     if (train->parsed()) {
-      t.ranks = lstm_lm::mpi_ranks();  // under mpirun: one stage per rank (docs/lstm_lm.md)
+      try {
+        t.ranks = lstm_lm::mpi_ranks();  // under mpirun: one stage per rank (docs/lstm_lm.md)
+      } catch (const lm::input_error& e) {  // a bad STRATA_NET_* variable, before anything runs
+        throw usage_error(e.what());
+      }
       return run_train(t);
     }
     if (eval->parsed()) return run_eval(ck_dir, text_file, as_json);

@@ -124,7 +124,20 @@ int main(int argc, char** argv) {
   app.add_option("--lm-steps", lm_steps, "LSTM LM steps of each run (0: no LM runs)")->check(CLI::Range(0, 100'000));
   app.add_option("--lm-layers", lm_layers, "LSTM LM layers")->check(CLI::Range(2, 64));
   app.add_option("--lm-hidden", lm_hidden, "LSTM LM width (embed: half)")->check(CLI::Range(2, 8192));
-  CLI11_PARSE(app, argc, argv);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::CallForHelp& e) {
+    return app.exit(e);
+  } catch (const CLI::ParseError& e) {
+    // One sentence and status 2, as the other tools give bad input (CLI11's own codes are 100+).
+    if (e.get_exit_code() == 0) return app.exit(e);
+    std::string what = e.what();
+    while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
+    for (auto& c : what)
+      if (c == '\n') c = ' ';
+    std::fprintf(stderr, "strata-bench-net: %s (run strata-bench-net --help for usage)\n", what.c_str());
+    return 2;
+  }
   const std::size_t tensor_bytes = tensor_mib << 20;
 
   if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr &&

@@ -148,6 +148,13 @@ void serialize(A& a, barrier_msg& m) {
   a(m.rank, m.generation);
 }
 
+/// Local only: the server shards of every rank, by rank (this rank's own among them). The shard
+/// monitors the others', so that when a rank leaves the job or closes its store, the rounds that
+/// wait on its pushes and the barriers that wait on it fail at once instead of at the timeout.
+struct peers_msg {
+  std::vector<actor_ref> servers;
+};
+
 /// Local only: the update rule of this rank's shard (`multi_precision` for 16-bit keys). Reply: unit.
 struct optimizer_msg {
   kvstore::set_optimizer rule;

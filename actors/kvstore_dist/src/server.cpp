@@ -1,8 +1,10 @@
 // A server shard of a distributed store: one per rank, in front of a kvstore actor. It orders
 // the workers' pushes into versions (dist_sync) or forwards each at once (dist_async), parks
-// pulls until their version, and coordinates barriers (rank 0's shard).
+// pulls until their version, and coordinates barriers (rank 0's shard). It monitors the other
+// ranks' shards: a rank that leaves fails at once what would wait for it.
 
 #include <cstring>
+#include <limits>
 #include <map>
 #include <optional>
 #include <span>
@@ -66,6 +68,12 @@ tensor owned_part(net::tensor_slice& slice, bool from_this_rank, device& dev, st
   return part_of(slice, dev, s);
 }
 
+/// Local only: the watch of rank `rank`'s shard saw it go down, for `reason`.
+struct peer_down_msg {
+  int rank = -1;
+  error reason;
+};
+
 class server final : public actor {
 public:
   server(int rank, int world, kvstore_dist::mode mode, std::chrono::nanoseconds timeout, device dev)
@@ -82,6 +90,8 @@ public:
         [this](const pull_msg& m) { on_pull(m); },
         [this](sparse_pull_msg& m) { on_sparse_pull(m); },
         [this](const barrier_msg& m) { on_barrier(m); },
+        [this](peers_msg& m) { on_peers(m); },
+        [this](const peer_down_msg& m) { on_peer_down(m); },
         [this](optimizer_msg& m) { on_optimizer(m); },
         [this](const learning_rate_msg& m) {
           auto reply = make_response_promise<unit_t>();
@@ -93,7 +103,10 @@ public:
     };
   }
 
-  void on_exit(const error&) override { system().stop(store_); }
+  void on_exit(const error&) override {
+    system().stop(store_);
+    for (auto& w : watches_) system().stop(w);
+  }
 
 private:
   struct parked_pull {
@@ -307,6 +320,10 @@ private:
                                                        " is out of order."));
       return;
     }
+    if (auto why = unreachable(key, st, seq)) {
+      reply.deliver(std::move(*why));
+      return;
+    }
     auto& slots = st.versions[seq];
     if (slots.values.empty()) {
       slots.values.resize(static_cast<std::size_t>(world_));
@@ -399,6 +416,7 @@ private:
       send_value(key, std::move(reply));
       return;
     }
+    if (auto why = unreachable(key, *st, m.min_version)) return reply.deliver(std::move(*why));
     st->pulls.push_back(parked_pull{m.min_version, std::move(reply)});
   }
 
@@ -411,6 +429,7 @@ private:
       send_rows(key, m, std::move(reply));
       return;
     }
+    if (auto why = unreachable(key, *st, m.min_version)) return reply.deliver(std::move(*why));
     const std::uint64_t min_version = m.min_version;
     st->pulls.push_back(parked_pull{min_version, std::move(reply), std::move(m)});
   }
@@ -458,11 +477,116 @@ private:
 
   void on_barrier(const barrier_msg& m) {
     auto reply = make_response_promise<unit_t>();
+    if (m.rank >= 0 && m.rank < world_) {
+      auto& reached = barriers_reached_[static_cast<std::size_t>(m.rank)];
+      reached = std::max(reached, m.generation);
+    }
     auto& arrived = barriers_[m.generation];
     arrived.push_back(std::move(reply));
+    if (fail_barrier_without_left_ranks(m.generation)) return;
     if (static_cast<int>(arrived.size()) < world_) return;
     for (auto& r : arrived) r.deliver(unit_t{});
     barriers_.erase(m.generation);
+  }
+
+  /// Barrier `generation`, when a rank that left never reached it: every rank waiting there is
+  /// told so, and true.
+  bool fail_barrier_without_left_ranks(std::uint64_t generation) {
+    for (const auto& [r, why] : left_) {
+      if (barriers_reached_[static_cast<std::size_t>(r)] >= generation) continue;
+      const error e(errc::rank_down, "kvstore dist barrier: barrier " + std::to_string(generation) +
+                                         " cannot complete: rank " + std::to_string(r) + " " + why + ".");
+      for (auto& reply : barriers_[generation]) reply.deliver(e);
+      barriers_.erase(generation);
+      return true;
+    }
+    return false;
+  }
+
+  // One watch per other rank, each monitoring that rank's shard: a down message names its rank by
+  // who gets it. (The shard's handle in a down message need not equal the one looked up by name:
+  // a rank that learns a shard's id from its watch before the name's resolution makes a second
+  // handle for it.)
+  void on_peers(peers_msg& m) {
+    for (int r = 0; r < static_cast<int>(m.servers.size()); ++r) {
+      if (r == rank_ || !m.servers[static_cast<std::size_t>(r)]) continue;
+      watches_.push_back(system().spawn([peer = m.servers[static_cast<std::size_t>(r)], r, server = self()](actor& w) -> behavior {
+        w.monitor(peer);
+        return {[&w, r, server](const down_msg& d) {
+          (void)w.send(server, peer_down_msg{r, d.reason});
+          w.quit();
+        }};
+      }));
+    }
+  }
+
+  // Another rank's shard went down: with its rank (`rank_down`) or because that rank closed its
+  // store (`stopped`: the store's destructor, or the end of its actor system). Either way that
+  // rank's worker pushes no more, so what waits for its pushes or its barriers fails now. A shard
+  // that failed in a handler is not a rank leaving (its worker may still push) and is ignored.
+  void on_peer_down(const peer_down_msg& m) {
+    const int r = m.rank;
+    if (r < 0 || r >= world_ || r == rank_ || left_.count(r) != 0) return;
+    if (m.reason.code() == errc::rank_down) left_[r] = "has left the job";
+    else if (m.reason.code() == errc::stopped) left_[r] = "has closed this store";
+    else return;
+    if (mode_ == kvstore_dist::mode::sync)
+      for (auto& [key, st] : keys_) give_up_unreachable(key, st);
+    std::vector<std::uint64_t> waiting;
+    for (const auto& [generation, arrived] : barriers_) waiting.push_back(generation);
+    for (auto generation : waiting) fail_barrier_without_left_ranks(generation);
+  }
+
+  /// dist_sync: the last version of `key` that can still complete: every version after the ones
+  /// applied (and the one being applied) needs the pushes of every rank, and a rank that left
+  /// pushes no more. All versions when no rank has left.
+  std::uint64_t last_reachable(const key_state& st) const {
+    if (left_.empty() || mode_ != kvstore_dist::mode::sync) return std::numeric_limits<std::uint64_t>::max();
+    std::uint64_t v = st.done + (st.merging ? 1 : 0);
+    for (;;) {
+      auto it = st.versions.find(v + 1);
+      if (it == st.versions.end() || it->second.have.empty()) return v;
+      for (const auto& [r, why] : left_)
+        if (it->second.have[static_cast<std::size_t>(r)] == 0) return v;
+      ++v;
+    }
+  }
+
+  /// Why version `version` of `key` can never complete (a rank whose push it needs has left), or
+  /// nothing when it still can.
+  std::optional<error> unreachable(const kvstore::key& key, const key_state& st, std::uint64_t version) const {
+    const std::uint64_t reach = last_reachable(st);
+    if (version <= reach) return std::nullopt;
+    // Name the version a left rank's push is missing from: `version` itself when it lacks one,
+    // else the first version that cannot complete (the later ones wait for it).
+    auto missing_from = [&](std::uint64_t v) -> int {
+      auto it = st.versions.find(v);
+      for (const auto& [r, why] : left_)
+        if (it == st.versions.end() || it->second.have.empty() || it->second.have[static_cast<std::size_t>(r)] == 0)
+          return r;
+      return -1;
+    };
+    std::uint64_t blocked = version;
+    int r = missing_from(version);
+    if (r < 0) {
+      blocked = reach + 1;
+      r = missing_from(blocked);
+    }
+    return error(errc::rank_down, "kvstore dist_sync: key " + key.to_string() + " cannot complete version " +
+                                      std::to_string(blocked) + ": rank " + std::to_string(r) + " " + left_.at(r) + ".");
+  }
+
+  /// After a rank left: the pulls of `key` parked for versions that can no longer complete fail,
+  /// and the values collected for those versions are dropped.
+  void give_up_unreachable(const kvstore::key& key, key_state& st) {
+    const std::uint64_t reach = last_reachable(st);
+    std::vector<parked_pull> waiting;
+    for (auto& p : st.pulls) {
+      if (p.min_version <= reach) waiting.push_back(std::move(p));
+      else p.reply.deliver(*unreachable(key, st, p.min_version));
+    }
+    st.pulls = std::move(waiting);
+    st.versions.erase(st.versions.upper_bound(reach), st.versions.end());
   }
 
   void on_optimizer(optimizer_msg& m) {
@@ -514,6 +638,9 @@ private:
   bool has_optimizer_ = false;
   std::map<kvstore::key, key_state> keys_;
   std::map<std::uint64_t, std::vector<response_promise<unit_t>>> barriers_;
+  std::vector<std::uint64_t> barriers_reached_ = std::vector<std::uint64_t>(static_cast<std::size_t>(world_), 0);  // by rank
+  std::vector<actor_ref> watches_;          // of the other ranks' shards (on_peers)
+  std::map<int, std::string> left_;         // ranks whose workers push no more, and why
 };
 
 }  // namespace

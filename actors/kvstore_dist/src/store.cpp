@@ -121,6 +121,8 @@ store::store(actor_system& system, net::endpoint& endpoint, store_options option
     if (!ref) throw error_exception(ref.error());
     w.servers.push_back(std::move(*ref));
   }
+  // The shard monitors the others: a rank that leaves fails what waits for it at once.
+  (void)system.send(w.server, internal::peers_msg{w.servers});
 }
 
 store::~store() {

@@ -206,9 +206,14 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
   std::size_t S = run.devices.size();
   if (o.replicas == 0) throw input_error("--replicas must be at least 1");
   if (o.ranks) {  // under mpirun: one stage per rank, each on its rank's one device
+    if (o.retries > 0)
+      throw input_error("--retries " + std::to_string(o.retries) + " does not apply under mpirun: a failed step of a pipeline "
+                        "across ranks ends the job instead of being retried (relaunch it from its checkpoint); leave "
+                        "--retries at 0");
     if (run.devices.size() != 1)
-      throw input_error("--devices '" + su.devices + "' names " + std::to_string(run.devices.size()) + " devices, but rank " +
-                        std::to_string(o.ranks->rank()) + " runs one stage on one device of its own under mpirun (name one, e.g. cpu:1)");
+      throw input_error(std::string(o.devices.empty() ? "the default " : "") + "--devices '" + su.devices + "' names " +
+                        std::to_string(run.devices.size()) + " devices, but rank " + std::to_string(o.ranks->rank()) +
+                        " runs one stage on one device of its own under mpirun (name one, e.g. --devices cpu:1)");
     if (o.partition == "auto")
       throw input_error("--partition auto measures costs on each rank's own device, which ranks could disagree on; "
                         "under mpirun give even or layer ranges");

@@ -4,6 +4,7 @@
 #include <future>
 #include <limits>
 #include <string>
+#include <utility>
 
 #include "staging.hpp"
 #include "state.hpp"
@@ -418,17 +419,45 @@ bool launched_by_mpi() {
   return false;
 }
 
-int env_int(const char* name, int fallback) {
+expected<int> env_int(const char* name, int fallback) {
   const char* v = std::getenv(name);
   if (v == nullptr || *v == '\0') return fallback;
   char* end = nullptr;
   long x = std::strtol(v, &end, 10);
   if (*end != '\0' || x < 0 || x > 1'000'000)
-    throw error_exception(error(errc::invalid_argument, std::string(name) + "='" + v +
-                                                            "' is not a number of microseconds in [0, 1000000]"));
+    return error(errc::invalid_argument, std::string(name) + "='" + v + "' is not a number of microseconds in [0, 1000000]");
   return static_cast<int>(x);
 }
+
+/// The STRATA_NET_* settings of the environment (docs/distributed.md, "Environment variables").
+struct environment_settings {
+  int spin_us = 200;
+  int hot_us = 20;
+  int max_sleep_us = 1000;
+  bool bells = true;
+};
+
+expected<environment_settings> read_environment() {
+  environment_settings e;
+  for (auto [name, to] : {std::pair{"STRATA_NET_SPIN_US", &e.spin_us}, std::pair{"STRATA_NET_HOT_US", &e.hot_us},
+                          std::pair{"STRATA_NET_MAX_SLEEP_US", &e.max_sleep_us}}) {
+    auto x = env_int(name, *to);
+    if (!x) return x.error();
+    *to = *x;
+  }
+  if (const char* v = std::getenv("STRATA_NET_BELLS"); v != nullptr && *v != '\0') {
+    const std::string b = v;
+    if (b != "on" && b != "off") return error(errc::invalid_argument, "STRATA_NET_BELLS='" + b + "' is neither on nor off");
+    e.bells = b == "on";
+  }
+  return e;
+}
 }  // namespace
+
+expected<void> check_environment() {
+  if (auto e = read_environment(); !e) return e.error();
+  return {};
+}
 
 endpoint::endpoint(actor_system& sys, endpoint_config config) : state_(std::make_shared<detail::endpoint_state>()) {
   if (endpoint_alive.exchange(true))
@@ -440,15 +469,12 @@ endpoint::endpoint(actor_system& sys, endpoint_config config) : state_(std::make
     if (s.config.receive_device)
       if (auto path = detail::receive_staging(s.config.receive_device.kind(), s.config.receive_device.name()); !path)
         throw error_exception(path.error());
-    s.spin_us = env_int("STRATA_NET_SPIN_US", 200);
-    s.hot_us = env_int("STRATA_NET_HOT_US", 20);
-    s.max_sleep_us = env_int("STRATA_NET_MAX_SLEEP_US", 1000);
-    if (const char* v = std::getenv("STRATA_NET_BELLS"); v != nullptr && *v != '\0') {
-      const std::string b = v;
-      if (b != "on" && b != "off")
-        throw error_exception(error(errc::invalid_argument, "STRATA_NET_BELLS='" + b + "' is neither on nor off"));
-      s.bells_wanted = b == "on";
-    }
+    auto env = read_environment();
+    if (!env) throw error_exception(env.error());
+    s.spin_us = env->spin_us;
+    s.hot_us = env->hot_us;
+    s.max_sleep_us = env->max_sleep_us;
+    s.bells_wanted = env->bells;
     (void)declare<unit_t, error, down_msg, exit_msg, bool, std::int32_t, std::int64_t, std::uint32_t, std::uint64_t,
                   float, double, std::string, tensor, std::vector<float>, std::vector<std::int64_t>>();
     if (launched_by_mpi()) {

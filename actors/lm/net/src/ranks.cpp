@@ -6,6 +6,7 @@
 #include <stdexcept>
 #include <string>
 
+#include "strata/lm/trainer.hpp"
 #include "strata/net/endpoint.hpp"
 #include "strata/pipeline_net/spawn.hpp"
 
@@ -36,6 +37,9 @@ public:
                                "environment (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE or SLURM_PROCID/NTASKS)");
     rank_ = *rank;
     size_ = *size;
+    // MPI starts only when train() attaches its system, after it has read the corpus and printed
+    // the plan: a bad STRATA_NET_* variable is refused now, before any of that.
+    if (auto env = net::check_environment(); !env) throw lm::input_error(env.error().message());
   }
 
   int rank() const override { return rank_; }

@@ -53,8 +53,9 @@ enum class cuda_sum : std::uint8_t {
 /// Settings of a distributed store. Every field has a working default.
 struct store_options {
   kvstore_dist::mode mode = kvstore_dist::mode::sync;
-  /// How long one call waits for the servers (a vanished rank ends the job before that: see
-  /// docs/distributed.md).
+  /// How long one call waits for the servers. A rank that dies ends the job before that
+  /// (docs/distributed.md); a rank that leaves the job or closes its store makes what waits for
+  /// it fail at once instead (dist_sync rounds and barriers, `errc::rank_down`).
   std::chrono::nanoseconds timeout = std::chrono::seconds(120);
   /// A cpu device for this worker's local sums (several values in one push) and for the values
   /// its server shard answers with. Empty: a one-thread cpu device made by the store.
@@ -109,7 +110,9 @@ public:
   ///   `cuda_sum` that the mode does not take; error_exception when the NCCL communicator of a
   ///   cuda replica cannot be made (on every rank: its creation is a collective).
   store(actor_system& system, net::endpoint& endpoint, store_options options = {});
-  /// Stops this rank's server shard. Call `barrier()` first when other workers may still use it.
+  /// Stops this rank's server shard. Call `barrier()` first when other workers may still use it:
+  /// once it is stopped, the other ranks' dist_sync rounds that need this worker's pushes, and
+  /// their barriers, fail at once ("... rank R has closed this store.").
   ~store();
   store(const store&) = delete;
   store& operator=(const store&) = delete;
@@ -128,6 +131,8 @@ public:
   std::vector<int> owners(const kvstore::key& key) const;
 
   /// Returns once every worker has called it as often as this one.
+  /// \returns rank_down at once when a worker that has not reached it has left the job or closed
+  ///   its store (`kvstore dist barrier: barrier 2 cannot complete: rank 1 has left the job.`).
   expected<void> barrier();
 
   /// Collective: rank 0's `value` becomes the key's initial value (the others' are ignored, as

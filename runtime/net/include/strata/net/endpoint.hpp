@@ -49,6 +49,12 @@ struct endpoint_stats {
   std::uint64_t frames_posted_directly = 0;
 };
 
+/// Checks the `STRATA_NET_*` environment variables as the endpoint's constructor reads them
+/// (docs/distributed.md, "Environment variables"), without starting anything: a program can
+/// refuse a bad value before its own work, with the sentence the constructor would throw.
+/// \returns invalid_argument naming the first bad variable and its value.
+expected<void> check_environment();
+
 /// One per process: starts MPI (`MPI_Init_thread`) and the communication thread, which is the
 /// only MPI caller, and hands out handles to actors on other ranks. A handle from `remote` works
 /// like a local one: `send`, `request` with timeout and `.then`, `monitor`, `link_to`, `stop`;

@@ -32,6 +32,8 @@ using failure_handler = std::function<void(const std::exception&)>;
 /// The group of this MPI job. Rank and size come from the launcher's environment at once; MPI
 /// starts when train() attaches its actor system (a net::endpoint). Without a launcher: a world
 /// of one. Default `on_failure`: "<what()>" on stderr and status 1.
+/// \throws lm::input_error (under a launcher) for a bad `STRATA_NET_*` variable
+///   (net::check_environment), so that it is refused before the run starts.
 std::shared_ptr<lm::rank_group> make_rank_group(failure_handler on_failure = {});
 
 }  // namespace strata::lm_net

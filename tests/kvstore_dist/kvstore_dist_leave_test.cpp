@@ -1,0 +1,198 @@
+// A rank that leaves a dist_sync store, under mpirun (2 or more ranks): the last rank closes its
+// store while the job goes on, then, in a second store, leaves the job. The other ranks' rounds
+// and barriers that need its pushes fail at once with one sentence naming the key (or barrier)
+// and the rank, well before the store's timeout; a version it pushed before it left completes.
+// The cases run in order on every rank: the second one ends the last rank's endpoint.
+#define BOOST_TEST_MODULE strata_kvstore_dist_leave
+#include <boost/test/unit_test.hpp>
+
+#include <chrono>
+#include <future>
+#include <memory>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "strata/kvstore_dist/store.hpp"
+
+using namespace std::chrono_literals;
+namespace kvd = strata::kvstore_dist;
+
+namespace {
+
+struct world {
+  strata::actor_system sys{strata::system_config{.worker_threads = 1}};
+  strata::device cpu = strata::make_devices("cpu:1").front();
+  strata::stream s = cpu.create_stream();
+  strata::net::endpoint net{sys, strata::net::endpoint_config{.receive_device = cpu}};
+  ~world() {
+    net.shutdown();
+    sys.shutdown();
+  }
+  strata::tensor filled(float x) {
+    std::vector<float> v(6, x);
+    return strata::tensor::from_host<float>(std::span<const float>(v), {2, 3}, cpu, s);
+  }
+  std::vector<float> host(const strata::tensor& t) { return t.to_host<float>(s); }
+};
+
+world* the_world = nullptr;
+
+struct world_fixture {
+  world_fixture() { the_world = new world; }
+  ~world_fixture() { delete the_world; }
+};
+
+// Each call that must fail has to fail within this, against a store timeout of 30 s.
+constexpr auto store_timeout = 30s;
+constexpr double at_once_s = 10.0;
+
+double seconds_since(std::chrono::steady_clock::time_point t0) {
+  return std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+}
+
+/// Integer keys 0..11, split into those the leaving rank owns and the others.
+struct keys_by_owner {
+  std::vector<strata::kvstore::key> of_leaver, of_others;
+};
+keys_by_owner sort_keys(const kvd::store& kv, int leaver) {
+  keys_by_owner k;
+  for (std::int64_t i = 0; i < 12; ++i) (kv.owner(i) == leaver ? k.of_leaver : k.of_others).emplace_back(i);
+  return k;
+}
+
+/// Every rank inits every key (zeros) and pushpulls each with ones x (rank + 1): version 1, the
+/// merged sum n(n+1)/2 everywhere.
+void first_round(world& w, kvd::store& kv, const keys_by_owner& k) {
+  const int n = kv.num_workers();
+  for (const auto* list : {&k.of_leaver, &k.of_others})
+    for (const auto& key : *list) BOOST_REQUIRE(kv.init(key, w.filled(0.0f)));
+  for (const auto* list : {&k.of_leaver, &k.of_others})
+    for (const auto& key : *list) {
+      auto got = kv.pushpull(key, {w.filled(static_cast<float>(kv.rank() + 1))});
+      BOOST_REQUIRE_MESSAGE(got, got.error().message());
+      for (float v : w.host(*got)) BOOST_TEST(v == static_cast<float>(n * (n + 1) / 2));
+    }
+}
+
+/// The ranks but the leaver (`leaver`, the last): after their checks each waits for the others',
+/// so that none closes its store or leaves the job (which fails the others' calls naming it
+/// instead of the leaver) while another still checks. `name`: one per case.
+class survivors {
+public:
+  survivors(world& w, int leaver, std::string name) : w_(w), leaver_(leaver), name_(std::move(name)) {
+    auto all = std::make_shared<std::promise<void>>();
+    all_ = all->get_future();
+    auto left = std::make_shared<int>(leaver - 1);  // the other survivors' messages still to come
+    if (*left == 0) all->set_value();
+    (void)w.net.publish(w.sys.spawn([left, all](strata::actor&) -> strata::behavior {
+                          return {[left, all](std::int32_t) {
+                            if (--*left == 0) all->set_value();
+                          }};
+                        }),
+                        name_);
+  }
+  /// Tells the other survivors that this rank is done, and waits until they all are.
+  bool all_done() {
+    for (int r = 0; r < leaver_; ++r)
+      if (r != w_.net.rank()) (void)w_.sys.send(w_.net.remote(r, name_).value(), std::int32_t{w_.net.rank()});
+    return all_.wait_for(60s) == std::future_status::ready;
+  }
+
+private:
+  world& w_;
+  int leaver_;
+  std::string name_;
+  std::future<void> all_;
+};
+
+}  // namespace
+
+BOOST_TEST_GLOBAL_FIXTURE(world_fixture);
+
+BOOST_AUTO_TEST_CASE(a_rank_that_closes_its_store_fails_the_rounds_and_barriers_that_wait_for_it_at_once) {
+  world& w = *the_world;
+  auto kv = std::make_unique<kvd::store>(w.sys, w.net, kvd::store_options{.timeout = store_timeout, .value_device = w.cpu});
+  const int n = kv->num_workers();
+  const int leaver = n - 1;
+  BOOST_REQUIRE(n >= 2);
+  const auto k = sort_keys(*kv, leaver);
+  BOOST_REQUIRE(!k.of_leaver.empty());
+  BOOST_REQUIRE(!k.of_others.empty());
+  std::unique_ptr<survivors> others;
+  if (kv->rank() != leaver) others = std::make_unique<survivors>(w, leaver, "kvstore_dist_leave_test.closed");
+  first_round(w, *kv, k);
+  if (kv->rank() == leaver) {
+    // Its push of version 2 of the others' keys is in before it closes the store: that version
+    // still completes on their shards.
+    for (const auto& key : k.of_others) BOOST_REQUIRE(kv->push(key, {w.filled(static_cast<float>(leaver + 1))}));
+    kv.reset();
+    return;
+  }
+  const std::string rank = "rank " + std::to_string(leaver);
+  for (const auto& key : k.of_others) {
+    auto got = kv->pushpull(key, {w.filled(static_cast<float>(kv->rank() + 1))});
+    BOOST_REQUIRE_MESSAGE(got, got.error().message());
+    for (float v : w.host(*got)) BOOST_TEST(v == static_cast<float>(n * (n + 1) / 2));
+  }
+  // Version 3 waits for a push the leaving rank will never make.
+  auto t0 = std::chrono::steady_clock::now();
+  for (const auto& key : k.of_others) {
+    auto got = kv->pushpull(key, {w.filled(1.0f)});
+    BOOST_REQUIRE(!got);
+    BOOST_TEST(got.error().code() == strata::errc::rank_down);
+    BOOST_TEST(got.error().message() == "kvstore dist_sync: key " + key.to_string() + " cannot complete version 3: " +
+                                            rank + " has closed this store.");
+  }
+  // Its own keys: its shard has stopped (the runtime's "actor ... has terminated").
+  for (const auto& key : k.of_leaver) {
+    auto got = kv->pushpull(key, {w.filled(1.0f)});
+    BOOST_REQUIRE(!got);
+    BOOST_TEST(got.error().code() == strata::errc::target_terminated, got.error().message());
+  }
+  auto b = kv->barrier();
+  BOOST_REQUIRE(!b);
+  BOOST_TEST(b.error().code() == strata::errc::rank_down);
+  BOOST_TEST(b.error().message() == "kvstore dist barrier: barrier 1 cannot complete: " + rank + " has closed this store.");
+  const double took = seconds_since(t0);
+  BOOST_TEST_MESSAGE("rank " << kv->rank() << ": every call failed after " << took << " s");
+  BOOST_TEST(took < at_once_s);
+  BOOST_TEST(others->all_done());
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_that_leaves_the_job_fails_the_rounds_and_barriers_that_wait_for_it_at_once) {
+  world& w = *the_world;
+  kvd::store kv(w.sys, w.net, kvd::store_options{.timeout = store_timeout, .value_device = w.cpu});
+  const int n = kv.num_workers();
+  const int leaver = n - 1;
+  const auto k = sort_keys(kv, leaver);
+  std::unique_ptr<survivors> others;
+  if (kv.rank() != leaver) others = std::make_unique<survivors>(w, leaver, "kvstore_dist_leave_test.left");
+  first_round(w, kv, k);
+  if (kv.rank() == leaver) {
+    w.net.shutdown();  // leaves the job with its store still open; waits there for the others
+    return;
+  }
+  const std::string rank = "rank " + std::to_string(leaver);
+  auto t0 = std::chrono::steady_clock::now();
+  for (const auto& key : k.of_others) {
+    auto got = kv.pushpull(key, {w.filled(1.0f)});
+    BOOST_REQUIRE(!got);
+    BOOST_TEST(got.error().code() == strata::errc::rank_down);
+    BOOST_TEST(got.error().message() == "kvstore dist_sync: key " + key.to_string() + " cannot complete version 2: " +
+                                            rank + " has left the job.");
+  }
+  for (const auto& key : k.of_leaver) {
+    auto got = kv.pushpull(key, {w.filled(1.0f)});
+    BOOST_REQUIRE(!got);
+    BOOST_TEST(got.error().code() == strata::errc::rank_down, got.error().message());
+  }
+  auto b = kv.barrier();
+  BOOST_REQUIRE(!b);
+  BOOST_TEST(b.error().code() == strata::errc::rank_down);
+  BOOST_TEST(b.error().message() == "kvstore dist barrier: barrier 1 cannot complete: " + rank + " has left the job.");
+  const double took = seconds_since(t0);
+  BOOST_TEST_MESSAGE("rank " << kv.rank() << ": every call failed after " << took << " s");
+  BOOST_TEST(took < at_once_s);
+  BOOST_TEST(others->all_done());
+}
