@@ -239,6 +239,36 @@ BOOST_AUTO_TEST_CASE(broadcast_gives_every_rank_rank_0s_value_in_every_mode) {
   }
 }
 
+BOOST_AUTO_TEST_CASE(an_allreduce_store_over_a_group_sums_among_its_members_only) {
+  // Ranks 0, 2, ... and 1, 3, ... each share a store of their own (as an LM stage's replicas do).
+  world& w = *the_world;
+  const int me = w.net.rank();
+  auto group = w.net.split(me % 2);
+  BOOST_REQUIRE_MESSAGE(group, (group ? "" : group.error().message()));
+  kvd::store kv(w.sys, w.net, kvd::store_options{.mode = kvd::mode::allreduce, .value_device = w.cpu, .group = *group});
+  BOOST_TEST(kv.rank() == group->rank);
+  BOOST_TEST(kv.num_workers() == group->size);
+  BOOST_REQUIRE(kv.init("g", w.make({7.0f, 7.0f, 7.0f}, {3})));
+  int members = 0;
+  for (int r : group->members) members += r + 1;
+  const float mine = static_cast<float>(me + 1);
+  for (int round = 1; round <= 3; ++round) {  // no optimizer: the value becomes the round's sum
+    auto got = kv.pushpull("g", {w.make({mine, 2 * mine, static_cast<float>(round) * mine}, {3})});
+    BOOST_REQUIRE_MESSAGE(got, (got ? "" : got.error().message()));
+    const float m = static_cast<float>(members);
+    BOOST_TEST(w.host(*got) == (std::vector<float>{m, 2 * m, static_cast<float>(round) * m}), boost::test_tools::per_element());
+  }
+  BOOST_REQUIRE(kv.barrier());
+  // Only dist_sync_allreduce on a cpu replica spans a group.
+  try {
+    kvd::store bad(w.sys, w.net, kvd::store_options{.mode = kvd::mode::sync, .value_device = w.cpu, .group = *group});
+    BOOST_FAIL("a dist_sync store over a group was made");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == "kvstore_dist::store: store_options::group is for dist_sync_allreduce stores on a "
+                                        "cpu replica; this store is dist_sync.");
+  }
+}
+
 BOOST_AUTO_TEST_CASE(dist_sync_allreduce_sums_every_rank_in_one_fused_call_and_updates_every_replica_alike) {
   world& w = *the_world;
   kvd::store kv(w.sys, w.net, kvd::store_options{.mode = kvd::mode::allreduce, .value_device = w.cpu});
