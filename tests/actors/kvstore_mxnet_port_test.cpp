@@ -580,37 +580,33 @@ void check_custom_aggregator(fixture& f, kv::client& store, const kv::key& key, 
   }
 }
 
+/// check_custom_aggregator for both key kinds: one key and three at once on a 'device' store, one
+/// key on 'teststore'; `in_place` adds the in-place calls.
+void check_custom_aggregator_on_both_stores(fixture& f, bool in_place) {
+  register_test_store();
+  for (bool str : {false, true}) {
+    BOOST_TEST_CONTEXT("device, " << (str ? "str keys" : "int keys")) {
+      kv::client store(f.sys, kv::create(f.sys, "device", {.merge_device = f.devs[0]}).value());
+      check_custom_aggregator(f, store, f.single_key(str), f.key_list(str), in_place);
+    }
+    BOOST_TEST_CONTEXT("teststore, " << (str ? "str keys" : "int keys")) {
+      kv::client store(f.sys, kv::create(f.sys, "teststore").value());
+      check_custom_aggregator(f, store, f.single_key(str), {}, in_place);
+    }
+  }
+}
+
 }  // namespace
 
 // test_pushpull_single_kv_pair: pushpull into outputs and in place, one key and three at once, on a
 // 'device' store; one key on 'teststore'.
 BOOST_FIXTURE_TEST_CASE(pushpull_single_kv_pair_sums_four_devices_into_outputs_and_in_place, fixture) {
-  register_test_store();
-  for (bool str : {false, true}) {
-    BOOST_TEST_CONTEXT("device, " << (str ? "str keys" : "int keys")) {
-      kv::client store(sys, kv::create(sys, "device", {.merge_device = devs[0]}).value());
-      check_custom_aggregator(*this, store, single_key(str), key_list(str), true);
-    }
-    BOOST_TEST_CONTEXT("teststore, " << (str ? "str keys" : "int keys")) {
-      kv::client store(sys, kv::create(sys, "teststore").value());
-      check_custom_aggregator(*this, store, single_key(str), {}, true);
-    }
-  }
+  check_custom_aggregator_on_both_stores(*this, true);
 }
 
 // test_pushpull_list_kv_pair: as test_pushpull_single_kv_pair without the in-place calls.
 BOOST_FIXTURE_TEST_CASE(pushpull_list_kv_pair_sums_four_devices_into_outputs_for_one_and_three_keys, fixture) {
-  register_test_store();
-  for (bool str : {false, true}) {
-    BOOST_TEST_CONTEXT("device, " << (str ? "str keys" : "int keys")) {
-      kv::client store(sys, kv::create(sys, "device", {.merge_device = devs[0]}).value());
-      check_custom_aggregator(*this, store, single_key(str), key_list(str), false);
-    }
-    BOOST_TEST_CONTEXT("teststore, " << (str ? "str keys" : "int keys")) {
-      kv::client store(sys, kv::create(sys, "teststore").value());
-      check_custom_aggregator(*this, store, single_key(str), {}, false);
-    }
-  }
+  check_custom_aggregator_on_both_stores(*this, false);
 }
 
 // test_custom_store: a user's store type made by name: broadcast (twice, to the same key), its

@@ -5,7 +5,6 @@
 #include <boost/test/unit_test.hpp>
 
 #include <cstdint>
-#include <cstring>
 #include <random>
 #include <span>
 #include <string>
@@ -50,13 +49,9 @@ struct world {
 inline strata::tensor make_as(world& w, strata::dtype type, const std::vector<float>& values,
                               const std::vector<std::int64_t>& shape) {
   if (type == strata::dtype::float32) return w.make(values, shape);
-  std::vector<std::uint8_t> bytes(values.size() * 2);
-  for (std::size_t i = 0; i < values.size(); ++i) {
-    const std::uint16_t b = strata::kernels::half_bits(type, values[i]);
-    std::memcpy(bytes.data() + 2 * i, &b, 2);
-  }
-  auto raw = strata::tensor::from_host<std::uint8_t>(std::span<const std::uint8_t>(bytes), w.cpu, w.s);
-  return strata::tensor(shape, type, raw.storage(), raw.ready_event());
+  std::vector<std::uint16_t> words(values.size());
+  for (std::size_t i = 0; i < values.size(); ++i) words[i] = strata::kernels::half_bits(type, values[i]);
+  return strata::tensor::from_host_words(words, shape, type, w.cpu, w.s);
 }
 
 /// One endpoint per process (MPI starts once): every case shares the world (made by the global

@@ -72,17 +72,19 @@ std::string encode_optimizer(const optimizer_setting& setting) {
     w.put_flag(adam.decoupled_weight_decay);
   }
   w.put<std::uint8_t>(static_cast<std::uint8_t>(setting.scheduler.index()));
+  // set_optimizer gave an unset base_lr the optimizer's lr already; the file holds the number.
+  const double lr = std::visit([](const auto& o) { return o.lr; }, setting.options);
   std::visit(
-      [&w](const auto& s) {
+      [&w, lr](const auto& s) {
         using S = std::decay_t<decltype(s)>;
         if constexpr (std::is_same_v<S, factor_scheduler>) {
-          w.put(s.step), w.put(s.factor), w.put(s.stop_factor_lr), w.put(s.base_lr.value_or(0.01)), w.put_warmup(s.warmup);
+          w.put(s.step), w.put(s.factor), w.put(s.stop_factor_lr), w.put(s.base_lr.value_or(lr)), w.put_warmup(s.warmup);
         } else if constexpr (std::is_same_v<S, multi_factor_scheduler>) {
           w.put<std::uint64_t>(s.steps.size());
           for (auto step : s.steps) w.put(step);
-          w.put(s.factor), w.put(s.base_lr.value_or(0.01)), w.put_warmup(s.warmup);
+          w.put(s.factor), w.put(s.base_lr.value_or(lr)), w.put_warmup(s.warmup);
         } else if constexpr (std::is_same_v<S, cosine_scheduler>) {
-          w.put(s.max_update), w.put(s.base_lr.value_or(0.01)), w.put(s.final_lr), w.put_warmup(s.warmup);
+          w.put(s.max_update), w.put(s.base_lr.value_or(lr)), w.put(s.final_lr), w.put_warmup(s.warmup);
         }
       },
       setting.scheduler);

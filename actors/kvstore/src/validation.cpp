@@ -127,10 +127,9 @@ std::string number_text(double x) {
   return out.str();
 }
 
-/// `value` of hyper-parameter `field` within [low, high] (high exclusive when `open_high`).
-expected<void> check_hyper(const char* field, double value, double low, double high, bool open_high,
-                           const char* expected_text) {
-  const bool inside = std::isfinite(value) && value >= low && (open_high ? value < high : value <= high);
+/// `value` of hyper-parameter `field`: finite and in [low, high).
+expected<void> check_hyper(const char* field, double value, double low, double high, const char* expected_text) {
+  const bool inside = std::isfinite(value) && value >= low && value < high;
   if (inside) return {};
   return bad(std::string("kvstore set_optimizer: ") + field + " is " + number_text(value) + "; expected " +
              expected_text + ".");
@@ -140,22 +139,21 @@ expected<void> check_hyper(const char* field, double value, double low, double h
 
 expected<void> prepare_optimizer(kvstore::set_optimizer& m) {
   constexpr double any = std::numeric_limits<double>::infinity();
-  expected<void> checked;
   if (const auto* sgd = std::get_if<kernels::sgd_options>(&m.options)) {
-    for (auto r : {check_hyper("sgd_options::lr", sgd->lr, 0, any, true, "a learning rate (a finite number >= 0)"),
-                   check_hyper("sgd_options::momentum", sgd->momentum, 0, any, true, "a finite number >= 0"),
-                   check_hyper("sgd_options::weight_decay", sgd->weight_decay, 0, any, true, "a finite number >= 0")})
+    for (auto r : {check_hyper("sgd_options::lr", sgd->lr, 0, any, "a learning rate (a finite number >= 0)"),
+                   check_hyper("sgd_options::momentum", sgd->momentum, 0, any, "a finite number >= 0"),
+                   check_hyper("sgd_options::weight_decay", sgd->weight_decay, 0, any, "a finite number >= 0")})
       if (!r) return r;
     if (sgd->nesterov && sgd->momentum == 0)
       return bad("kvstore set_optimizer: sgd_options::nesterov is set with momentum 0; expected a momentum above 0 "
                  "(Nesterov momentum needs one).");
   } else {
     const auto& adam = std::get<kernels::adam_options>(m.options);
-    for (auto r : {check_hyper("adam_options::lr", adam.lr, 0, any, true, "a learning rate (a finite number >= 0)"),
-                   check_hyper("adam_options::beta1", adam.beta1, 0, 1, true, "a number in [0, 1)"),
-                   check_hyper("adam_options::beta2", adam.beta2, 0, 1, true, "a number in [0, 1)"),
-                   check_hyper("adam_options::eps", adam.eps, 0, any, true, "a finite number >= 0"),
-                   check_hyper("adam_options::weight_decay", adam.weight_decay, 0, any, true, "a finite number >= 0")})
+    for (auto r : {check_hyper("adam_options::lr", adam.lr, 0, any, "a learning rate (a finite number >= 0)"),
+                   check_hyper("adam_options::beta1", adam.beta1, 0, 1, "a number in [0, 1)"),
+                   check_hyper("adam_options::beta2", adam.beta2, 0, 1, "a number in [0, 1)"),
+                   check_hyper("adam_options::eps", adam.eps, 0, any, "a finite number >= 0"),
+                   check_hyper("adam_options::weight_decay", adam.weight_decay, 0, any, "a finite number >= 0")})
       if (!r) return r;
   }
   const double lr = std::visit([](const auto& o) { return o.lr; }, m.options);

@@ -650,10 +650,7 @@ tensor rounded(const std::vector<float>& values, const std::vector<std::int64_t>
   if (!kernels::is_half(type)) return tensor::from_host<float>(std::span<const float>(values), shape, dev, s);
   std::vector<std::uint16_t> bits(values.size());
   kernels::cpu::narrow(type, values.size(), values.data(), bits.data());
-  auto raw = tensor::from_host<std::uint8_t>(
-      std::span<const std::uint8_t>(reinterpret_cast<const std::uint8_t*>(bits.data()), bits.size() * sizeof(std::uint16_t)),
-      dev, s);
-  return tensor(shape, type, raw.storage(), raw.ready_event());
+  return tensor::from_host_words(bits, shape, type, dev, s);
 }
 
 actor_ref spawn_server(actor_system& system, int rank, int world, kvstore_dist::mode mode,
