@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <random>
 #include <span>
@@ -258,6 +260,21 @@ BOOST_AUTO_TEST_CASE(an_allreduce_store_over_a_group_sums_among_its_members_only
     const float m = static_cast<float>(members);
     BOOST_TEST(w.host(*got) == (std::vector<float>{m, 2 * m, static_cast<float>(round) * m}), boost::test_tools::per_element());
   }
+  // A step made from inside an actor that holds the system's only scheduler thread until the
+  // step is done (as a pipeline stage summing its gradients over its replicas does).
+  struct step {};
+  std::promise<std::vector<float>> inside;
+  auto stepper = w.sys.spawn([&](strata::actor&) -> strata::behavior {
+    return {[&](const step&) {
+      auto got = kv.pushpull("g", {w.make({mine, mine, mine}, {3})});
+      inside.set_value(got ? w.host(*got) : std::vector<float>{});
+    }};
+  });
+  auto answered = inside.get_future();
+  BOOST_REQUIRE(w.sys.send(stepper, step{}));
+  BOOST_REQUIRE(answered.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  BOOST_TEST(answered.get() == std::vector<float>(3, static_cast<float>(members)), boost::test_tools::per_element());
+  w.sys.stop(stepper);
   BOOST_REQUIRE(kv.barrier());
   // Only dist_sync_allreduce on a cpu replica spans a group.
   try {

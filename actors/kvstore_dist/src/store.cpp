@@ -127,7 +127,11 @@ store::store(actor_system& system, net::endpoint& endpoint, store_options option
       replica.merge_device = w.replica_dev;
       internal::open_cuda_link(w);
     }
-    w.replica = std::make_unique<kvstore::client>(system, kvstore::spawn(system, std::move(replica)), w.options.timeout);
+    // The replica (a kvstore actor) has a thread of its own, and so has the client's requester:
+    // a caller that blocks a scheduler thread in a step (an actor, e.g. a pipeline stage summing
+    // its gradients over the replicas) never waits for a thread it holds.
+    w.replica = std::make_unique<kvstore::client>(system, kvstore::spawn(system, std::move(replica)), w.options.timeout,
+                                                  spawn_options{.name = "kvstore_dist.client", .dedicated_thread = true});
     return;
   }
   w.server = internal::spawn_server(system, w.rank, w.world, w.options.mode, w.options.timeout, w.dev);

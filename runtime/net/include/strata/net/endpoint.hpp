@@ -149,9 +149,10 @@ public:
   std::future<expected<void>> allreduce_sum(std::span<float> values);
 
   /// Collective over every rank (MPI_Comm_split): the ranks that pass the same `color` (>= 0)
-  /// form one group, ordered by their rank in the job. Every rank calls it, at the same point of
-  /// its program (at setup: it holds this rank's communication thread until every rank has
-  /// called it, after sending what was queued before it). In a world of one: a group of one.
+  /// form one group, ordered by their rank in the job. Every rank calls it, in the same order
+  /// among its other splits; it blocks the caller until every rank has called it (the
+  /// communication thread keeps serving meanwhile: it posts a barrier first and makes the split
+  /// once every rank has reached it). In a world of one: a group of one.
   /// \returns invalid_argument for a negative color; runtime_failure if MPI fails; rank_down
   ///   once this rank has left.
   expected<rank_group> split(int color);
