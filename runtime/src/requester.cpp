@@ -66,8 +66,8 @@ private:
 
 }  // namespace
 
-actor_ref spawn_requester(actor_system& system, std::string name) {
-  return system.spawn_with<requester_actor>(spawn_options{.name = std::move(name)});
+actor_ref spawn_requester(actor_system& system, spawn_options options) {
+  return system.spawn_with<requester_actor>(std::move(options));
 }
 
 }  // namespace strata::detail

@@ -7,7 +7,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
+#include <chrono>
 #include <filesystem>
+#include <future>
 #include <map>
 #include <random>
 #include <span>
@@ -236,6 +238,51 @@ BOOST_AUTO_TEST_CASE(broadcast_gives_every_rank_rank_0s_value_in_every_mode) {
       }
       BOOST_REQUIRE(kv.barrier());
     }
+  }
+}
+
+BOOST_AUTO_TEST_CASE(an_allreduce_store_over_a_group_sums_among_its_members_only) {
+  // Ranks 0, 2, ... and 1, 3, ... each share a store of their own (as an LM stage's replicas do).
+  world& w = *the_world;
+  const int me = w.net.rank();
+  auto group = w.net.split(me % 2);
+  BOOST_REQUIRE_MESSAGE(group, (group ? "" : group.error().message()));
+  kvd::store kv(w.sys, w.net, kvd::store_options{.mode = kvd::mode::allreduce, .value_device = w.cpu, .group = *group});
+  BOOST_TEST(kv.rank() == group->rank);
+  BOOST_TEST(kv.num_workers() == group->size);
+  BOOST_REQUIRE(kv.init("g", w.make({7.0f, 7.0f, 7.0f}, {3})));
+  int members = 0;
+  for (int r : group->members) members += r + 1;
+  const float mine = static_cast<float>(me + 1);
+  for (int round = 1; round <= 3; ++round) {  // no optimizer: the value becomes the round's sum
+    auto got = kv.pushpull("g", {w.make({mine, 2 * mine, static_cast<float>(round) * mine}, {3})});
+    BOOST_REQUIRE_MESSAGE(got, (got ? "" : got.error().message()));
+    const float m = static_cast<float>(members);
+    BOOST_TEST(w.host(*got) == (std::vector<float>{m, 2 * m, static_cast<float>(round) * m}), boost::test_tools::per_element());
+  }
+  // A step made from inside an actor that holds the system's only scheduler thread until the
+  // step is done (as a pipeline stage summing its gradients over its replicas does).
+  struct step {};
+  std::promise<std::vector<float>> inside;
+  auto stepper = w.sys.spawn([&](strata::actor&) -> strata::behavior {
+    return {[&](const step&) {
+      auto got = kv.pushpull("g", {w.make({mine, mine, mine}, {3})});
+      inside.set_value(got ? w.host(*got) : std::vector<float>{});
+    }};
+  });
+  auto answered = inside.get_future();
+  BOOST_REQUIRE(w.sys.send(stepper, step{}));
+  BOOST_REQUIRE(answered.wait_for(std::chrono::seconds(30)) == std::future_status::ready);
+  BOOST_TEST(answered.get() == std::vector<float>(3, static_cast<float>(members)), boost::test_tools::per_element());
+  w.sys.stop(stepper);
+  BOOST_REQUIRE(kv.barrier());
+  // Only dist_sync_allreduce on a cpu replica spans a group.
+  try {
+    kvd::store bad(w.sys, w.net, kvd::store_options{.mode = kvd::mode::sync, .value_device = w.cpu, .group = *group});
+    BOOST_FAIL("a dist_sync store over a group was made");
+  } catch (const std::invalid_argument& e) {
+    BOOST_TEST(std::string(e.what()) == "kvstore_dist::store: store_options::group is for dist_sync_allreduce stores on a "
+                                        "cpu replica; this store is dist_sync.");
   }
 }
 

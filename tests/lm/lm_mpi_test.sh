@@ -15,7 +15,8 @@
 #   summed over the replicas before the norm), log the one-process losses within 1e-6 relative:
 #   a replica's gradient is a sum over half the columns, added to the other half's afterwards
 #   instead of inside one GEMM, so float rounding differs (measured: under 1e-8 relative after 8
-#   steps); a missing or doubled replica's gradient would change the loss by far more.
+#   steps); a missing or doubled replica's gradient would change the loss by far more. Each
+#   stage's replicas sum through a dist_sync_allreduce store of their own (replica_sum).
 # Both ranks and the one process use one thread per device, so every kernel sums in one order.
 set -u
 mode=$1 mpirun=$2 btl=$3 exe=$4 corpus=$5 dir=$6 trace_tool=$7
@@ -64,7 +65,8 @@ fi
 if [ "$mode" = replicas ]; then
   $launch -np 4 "$exe" train $common --devices cpu:1 --replicas 2 --log four.jsonl 2>four.err ||
     { cat four.err; fail "the 2 x 2 run failed"; }
-  grep -q '"ranks":4,"stages":2,"replicas":2' four.jsonl || fail "the 2 x 2 summary lacks ranks 4, stages 2, replicas 2"
+  grep -q '"ranks":4,"stages":2,"replicas":2,"replica_sum":"dist_sync_allreduce"' four.jsonl ||
+    fail "the 2 x 2 summary lacks ranks 4, stages 2, replicas 2, replica_sum dist_sync_allreduce"
   losses one.jsonl | sed 's/.*"loss"://' >one.loss
   losses four.jsonl | sed 's/.*"loss"://' >four.loss
   [ "$(wc -l <four.loss)" -eq 8 ] || fail "the 2 x 2 log has no 8 steps"

@@ -517,6 +517,45 @@ BOOST_AUTO_TEST_CASE(a_type_without_serialization_is_refused_with_a_clear_error)
   BOOST_TEST(asked.error().code() == strata::errc::invalid_argument);
 }
 
+BOOST_AUTO_TEST_CASE(split_groups_sum_among_their_members_only) {
+  auto& net = the_world->net;
+  const int n = net.size(), me = net.rank();
+  auto parity = net.split(me % 2);  // ranks 0, 2, ... and 1, 3, ...
+  BOOST_REQUIRE_MESSAGE(parity, (parity ? "" : parity.error().message()));
+  std::vector<int> members;
+  for (int r = me % 2; r < n; r += 2) members.push_back(r);
+  BOOST_TEST(parity->members == members);
+  BOOST_TEST(parity->size == static_cast<int>(members.size()));
+  BOOST_TEST(parity->members[static_cast<std::size_t>(parity->rank)] == me);
+  // Small integers: every order of the additions gives the same floats.
+  std::vector<float> v(1000);
+  for (std::size_t i = 0; i < v.size(); ++i) v[i] = static_cast<float>((me + 1) * static_cast<int>(i % 97 + 1));
+  BOOST_REQUIRE(net.allreduce_sum(v, *parity).get());
+  int members_sum = 0;
+  for (int r : members) members_sum += r + 1;
+  for (std::size_t i = 0; i < v.size(); ++i)
+    BOOST_REQUIRE_EQUAL(v[i], static_cast<float>(members_sum * static_cast<int>(i % 97 + 1)));
+  // The whole job's sum still works beside the groups, and one color for all is the job.
+  std::vector<float> one{1.0f};
+  BOOST_REQUIRE(net.allreduce_sum(one).get());
+  BOOST_TEST(one[0] == static_cast<float>(n));
+  auto all = net.split(0);
+  BOOST_REQUIRE(all);
+  BOOST_TEST(all->size == n);
+  BOOST_TEST(all->rank == me);
+  std::vector<float> again{static_cast<float>(me)};
+  BOOST_REQUIRE(net.allreduce_sum(again, *all).get());
+  BOOST_TEST(again[0] == static_cast<float>(n * (n - 1) / 2));
+  // Bad input: one sentence each, nothing posted.
+  auto negative = net.split(-1);
+  BOOST_REQUIRE(!negative);
+  BOOST_TEST(negative.error().message() == "split: color -1 is negative; expected 0 or more.");
+  strata::net::rank_group forged{.id = 99, .rank = 0, .size = 2, .members = {0, 1}};
+  auto refused = net.allreduce_sum(v, forged).get();
+  BOOST_REQUIRE(!refused);
+  BOOST_TEST(refused.error().message() == "allreduce_sum: group 99 was not made by this endpoint's split.");
+}
+
 BOOST_AUTO_TEST_CASE(names_resolve_locally_and_bad_ranks_are_refused) {
   auto& w = *the_world;
   auto bad = w.net.remote(w.net.size(), "echo");

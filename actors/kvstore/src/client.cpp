@@ -6,7 +6,10 @@
 namespace strata::kvstore {
 
 client::client(actor_system& system, actor_ref store, std::chrono::nanoseconds timeout)
-    : store_(std::move(store)), timeout_(timeout), session_(std::make_unique<requester>(system, "kvstore-client")) {}
+    : client(system, std::move(store), timeout, spawn_options{.name = "kvstore-client"}) {}
+
+client::client(actor_system& system, actor_ref store, std::chrono::nanoseconds timeout, spawn_options requester)
+    : store_(std::move(store)), timeout_(timeout), session_(std::make_unique<strata::requester>(system, std::move(requester))) {}
 
 client::~client() = default;
 

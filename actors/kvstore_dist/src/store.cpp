@@ -74,6 +74,20 @@ expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key,
 
 }  // namespace internal
 
+namespace {
+
+/// MXNet's name of a mode (`store::type`).
+std::string mode_name(mode m) {
+  switch (m) {
+    case mode::sync: return "dist_sync";
+    case mode::async: return "dist_async";
+    case mode::allreduce: return "dist_sync_allreduce";
+  }
+  return "dist_sync";
+}
+
+}  // namespace
+
 store::store(actor_system& system, net::endpoint& endpoint, store_options options)
     : state_(std::make_unique<internal::worker_state>()) {
   auto& w = *state_;
@@ -82,6 +96,16 @@ store::store(actor_system& system, net::endpoint& endpoint, store_options option
   w.options = std::move(options);
   w.rank = endpoint.rank();
   w.world = endpoint.size();
+  if (w.options.group) {
+    const device& replica = w.options.replica_device;
+    if (w.options.mode != mode::allreduce || (replica && replica.kind() != device_kind::cpu))
+      throw std::invalid_argument("kvstore_dist::store: store_options::group is for dist_sync_allreduce stores on a cpu "
+                                  "replica; this store is " + mode_name(w.options.mode) +
+                                  (replica ? " on " + replica.name() : std::string()) + ".");
+    w.group = *w.options.group;
+    w.rank = w.group.rank;
+    w.world = w.group.size;
+  }
   w.dev = w.options.value_device ? w.options.value_device : make_devices("cpu:1").front();
   if (w.dev.kind() != device_kind::cpu)
     throw std::invalid_argument("kvstore_dist::store: value_device is " + w.dev.name() + "; expected a cpu device.");
@@ -103,7 +127,11 @@ store::store(actor_system& system, net::endpoint& endpoint, store_options option
       replica.merge_device = w.replica_dev;
       internal::open_cuda_link(w);
     }
-    w.replica = std::make_unique<kvstore::client>(system, kvstore::spawn(system, std::move(replica)), w.options.timeout);
+    // The replica (a kvstore actor) has a thread of its own, and so has the client's requester:
+    // a caller that blocks a scheduler thread in a step (an actor, e.g. a pipeline stage summing
+    // its gradients over the replicas) never waits for a thread it holds.
+    w.replica = std::make_unique<kvstore::client>(system, kvstore::spawn(system, std::move(replica)), w.options.timeout,
+                                                  spawn_options{.name = "kvstore_dist.client", .dedicated_thread = true});
     return;
   }
   w.server = internal::spawn_server(system, w.rank, w.world, w.options.mode, w.options.timeout, w.dev);
@@ -136,14 +164,7 @@ store::~store() {
   if (state_->server) state_->sys->stop(state_->server);
 }
 
-std::string store::type() const {
-  switch (state_->options.mode) {
-    case mode::sync: return "dist_sync";
-    case mode::async: return "dist_async";
-    case mode::allreduce: return "dist_sync_allreduce";
-  }
-  return "dist_sync";
-}
+std::string store::type() const { return mode_name(state_->options.mode); }
 int store::rank() const noexcept { return state_->rank; }
 int store::num_workers() const noexcept { return state_->world; }
 
@@ -195,7 +216,7 @@ namespace {
 
 /// Sums `host` over all ranks in place (one allreduce).
 expected<void> allreduce(internal::worker_state& w, std::vector<float>& host) {
-  return w.net->allreduce_sum(std::span<float>(host)).get();
+  return w.net->allreduce_sum(std::span<float>(host), w.group).get();
 }
 
 /// Collective: true on every rank when `ok` on every rank (an allreduce of the failures).
@@ -291,7 +312,7 @@ expected<void> agree_on_step(worker_state& w, const expected<void>& mine, step_r
                              const std::vector<kvstore::key>& keys) {
   auto slots = std::make_shared<std::vector<float>>(static_cast<std::size_t>(w.world) * step_slot_floats, 0.0f);
   fill_step_slot(*slots, w.rank, mine ? step_refusal::none : reason, keys_print(keys));
-  auto agreed = w.net->allreduce_sum(std::span<float>(*slots));
+  auto agreed = w.net->allreduce_sum(std::span<float>(*slots), w.group);
   if (w.link) {
     // A cuda store gives up when its link fails (a rank left) or at its timeout; the allreduce
     // stays posted, so its buffer is kept for the life of the process.

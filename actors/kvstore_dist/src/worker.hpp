@@ -27,6 +27,7 @@ struct worker_state {
   std::uint64_t barriers = 0;
   int rank = 0;
   int world = 1;
+  net::rank_group group;  // the ranks the store spans (id -1: every rank)
   std::string name;
   // dist_sync / dist_async: the keys initialised or loaded, and how those split over the ranks
   // are cut (the same on every rank: init and load are collectives).

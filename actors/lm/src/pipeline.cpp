@@ -437,6 +437,10 @@ expected<void> lm_pipeline::set_parameters(const std::vector<named_parameter>& p
 const pipeline::plan& lm_pipeline::plan() const noexcept { return state_->plan; }
 const lm_config& lm_pipeline::config() const noexcept { return state_->config; }
 std::size_t lm_pipeline::stages() const noexcept { return state_->actors.stages.size(); }
+std::string lm_pipeline::replica_sum() const {
+  if (state_->replicas <= 1) return "none";
+  return state_->replicas_by_group ? "dist_sync_allreduce" : "world_allreduce";
+}
 
 std::vector<std::pair<double, double>> lm_pipeline::measured_stage_times_ms() const {
   std::vector<std::pair<double, double>> out;

@@ -83,6 +83,11 @@ int lm_pipeline::state::driver_rank() const { return static_cast<int>(replica * 
 
 void lm_pipeline::state::spawn_actors_across_ranks(pipeline::pipeline_options o) {
   const int rank = ranks->rank();
+  if (replicas > 1) {
+    auto joined = ranks->join_replicas(models.size());
+    if (!joined) throw std::runtime_error("cannot prepare the replicas' gradient sums: " + joined.error().message());
+    replicas_by_group = *joined;
+  }
   std::vector<int> placement(models.size());  // stage k of replica j on rank j P + k
   for (std::size_t s = 0; s < placement.size(); ++s) placement[s] = driver_rank() + static_cast<int>(s);
   if (replicas > 1) {  // each replica's pipeline publishes its own names
@@ -119,6 +124,17 @@ std::map<std::string, std::pair<std::size_t, std::size_t>> lm_pipeline::state::p
 }
 
 void lm_pipeline::state::sum_gradients_over_replicas(std::size_t, lm_stage& m, stream& s) {
+  if (replicas_by_group) {  // through a store spanning this stage's replicas (strata::lm_net)
+    s.synchronize();
+    std::vector<tensor> grads;
+    for (std::size_t i = 0; i < m.names().size(); ++i) grads.push_back(m.grad(i));
+    if (auto r = ranks->sum_over_replicas(m.names(), grads); !r)
+      throw std::runtime_error("cannot sum the gradients over the replicas: " + r.error().message());
+    std::lock_guard lock(reduce_mutex);
+    ++reduced_steps;
+    reduce_done.notify_all();
+    return;
+  }
   // One float sum over every rank: each fills its stage's gradients in the slots of their names,
   // so each slot ends as the sum over that stage's replicas (the zeros of the other stages' ranks
   // add nothing). Runs on the stage actor once its backward work is done.

@@ -146,6 +146,7 @@ struct lm_pipeline::state {
   std::uint64_t step_index = 0;  // the next step's, for dropout's masks
   std::shared_ptr<rank_group> ranks;  // stages on several MPI ranks (empty: one process)
   std::size_t replicas = 1, replica = 0;  // across ranks: data parallel replicas, and this rank's
+  bool replicas_by_group = false;         // ranks->sum_over_replicas sums a stage's gradients
   std::size_t steps_run = 0;              // steps begun across ranks
   std::mutex reduce_mutex;                // guards reduced_steps
   std::condition_variable reduce_done;

@@ -413,7 +413,8 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
              {"layer_counts", su.layer_counts},
              {"ranks", su.ranks},
              {"stages", su.layer_counts.size()},
-             {"replicas", su.replicas}});
+             {"replicas", su.replicas},
+             {"replica_sum", pipe.replica_sum()}});
   if (!o.trace.empty()) {  // the trace is written at shutdown
     pipe_owner.reset();
     if (o.ranks) o.ranks->detach();

@@ -28,7 +28,7 @@ struct requester_barrier {
 };
 /// The requester's owner has gone: stop once the calls in flight are answered.
 struct requester_close {};
-actor_ref spawn_requester(actor_system& system, std::string name);
+actor_ref spawn_requester(actor_system& system, spawn_options options);
 }  // namespace detail
 
 /// A caller outside any actor (main, a test, a library's client object) that makes requests and
@@ -49,7 +49,12 @@ actor_ref spawn_requester(actor_system& system, std::string name);
 class requester {
 public:
   explicit requester(actor_system& system, std::string name = "requester")
-      : system_(&system), actor_(detail::spawn_requester(system, std::move(name))) {}
+      : requester(system, spawn_options{.name = std::move(name)}) {}
+  /// With the requester's actor placed by `options`: `.dedicated_thread = true` lets a caller
+  /// that holds a scheduler thread while it waits (an actor that blocks on the future) be served
+  /// when the system has no other scheduler thread.
+  requester(actor_system& system, spawn_options options)
+      : system_(&system), actor_(detail::spawn_requester(system, std::move(options))) {}
   requester(const requester&) = delete;
   requester& operator=(const requester&) = delete;
   ~requester() { (void)system_->send(actor_, detail::requester_close{}); }

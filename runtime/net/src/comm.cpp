@@ -85,6 +85,30 @@ std::string mpi_error_text(int code) {
   return std::string(text, static_cast<std::size_t>(len));
 }
 
+/// endpoint::split on the communication thread: the group of `c.color` (MPI_Comm_split, ranks
+/// ordered by `rank`), its members' ranks gathered, kept in `groups` (its id is its index).
+void split_group(MPI_Comm comm, endpoint_state& s, endpoint_state::collective& c, std::vector<MPI_Comm>& groups) {
+  const int rank = s.rank;
+  MPI_Comm g = MPI_COMM_NULL;
+  if (int rc = MPI_Comm_split(comm, c.color, rank, &g); rc != MPI_SUCCESS) {
+    c.made->set_value(error(errc::runtime_failure, "MPI_Comm_split failed: " + mpi_error_text(rc)));
+    return;
+  }
+  rank_group made;
+  MPI_Comm_rank(g, &made.rank);
+  MPI_Comm_size(g, &made.size);
+  made.members.resize(static_cast<std::size_t>(made.size));
+  if (int rc = MPI_Allgather(&rank, 1, MPI_INT, made.members.data(), 1, MPI_INT, g); rc != MPI_SUCCESS) {
+    MPI_Comm_free(&g);
+    c.made->set_value(error(errc::runtime_failure, "MPI_Allgather of a new group failed: " + mpi_error_text(rc)));
+    return;
+  }
+  made.id = static_cast<int>(groups.size());
+  groups.push_back(g);
+  s.groups_made.store(static_cast<int>(groups.size()));  // before the caller can use the group
+  c.made->set_value(std::move(made));
+}
+
 /// This machine (host name and boot id): ranks on one machine read one wall clock.
 std::int64_t machine_id() {
   std::string id(256, '\0');
@@ -317,6 +341,10 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   }
   MPI_Comm comm = MPI_COMM_NULL;
   MPI_Comm_dup(MPI_COMM_WORLD, &comm);
+  // endpoint::split's own communicator: its barriers and splits never interleave with the
+  // collectives the program posts on `comm`.
+  MPI_Comm split_comm = MPI_COMM_NULL;
+  MPI_Comm_dup(MPI_COMM_WORLD, &split_comm);
   MPI_Comm_rank(comm, &s.rank);
   MPI_Comm_size(comm, &s.size);
   int* ub = nullptr;
@@ -356,6 +384,12 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   int large_source = 0;
   post_frame_receive();
   std::uint64_t collectives_posted = 0;
+  std::vector<MPI_Comm> groups;  // made by endpoint::split, a rank_group's id is its index
+  struct pending_split {
+    endpoint_state::collective c;
+    bool reached = false;  // every rank has posted the split's barrier
+  };
+  std::deque<std::shared_ptr<pending_split>> splits;
   int collectives_running = 0;
   const bool every_peer_has_a_bell = s.size > 1 && s.peers_with_bells.load() == static_cast<std::uint64_t>(s.size - 1);
   std::deque<outgoing> batch;
@@ -375,11 +409,50 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       collectives.swap(s.collectives);
       leaving = s.leaving;
     }
+    const auto post_batch = [&] {
+      for (auto& o : batch) {
+        work = true;
+        if (o.data != nullptr) {
+          MPI_Request r = MPI_REQUEST_NULL;
+          MPI_Isend(o.data, static_cast<int>(o.size), MPI_BYTE, o.dst, o.tag, comm, &r);
+          trace_transfer(trace::event_kind::transfer_begin, trace::transfer::send, s.rank, o.dst,
+                         static_cast<std::uint64_t>(o.tag), o.size);
+          ++data_sends;
+          active.add(r, [hold = std::move(o.hold), staged = std::move(o.staged), rank = s.rank, dst = o.dst, tag = o.tag,
+                         size = o.size, &data_sends](const MPI_Status&) {
+            trace_transfer(trace::event_kind::transfer_end, trace::transfer::send, rank, dst,
+                           static_cast<std::uint64_t>(tag), size);
+            --data_sends;
+          });
+          ring_peer(s, o.dst);
+        } else {
+          post_frame(path, o.dst, std::move(o.frame_bytes));
+        }
+      }
+      batch.clear();
+    };
     // Collectives in call order: the same order on every rank (MPI requires it).
     for (auto& c : collectives) {
       work = true;
+      if (c.made) {
+        // MPI_Comm_split blocks until every rank calls it. Called when the program asks, it would
+        // hold this thread while a peer still needs it (to answer a message before that peer's
+        // program reaches its split). So a split first posts a barrier; once every rank has
+        // posted it, every rank's communication thread makes the split at once.
+        auto waiting = std::make_shared<pending_split>(pending_split{std::move(c), false});
+        MPI_Request r = MPI_REQUEST_NULL;
+        if (int rc = MPI_Ibarrier(split_comm, &r); rc != MPI_SUCCESS) {
+          waiting->c.made->set_value(error(errc::runtime_failure, "MPI_Ibarrier failed: " + mpi_error_text(rc)));
+          continue;
+        }
+        ring_every_peer(s);
+        splits.push_back(waiting);
+        active.add(r, [waiting](const MPI_Status&) { waiting->reached = true; });
+        continue;
+      }
       MPI_Request r = MPI_REQUEST_NULL;
-      int rc = MPI_Iallreduce(MPI_IN_PLACE, c.data, static_cast<int>(c.count), MPI_FLOAT, MPI_SUM, comm, &r);
+      MPI_Comm on = c.group < 0 ? comm : groups[static_cast<std::size_t>(c.group)];
+      int rc = MPI_Iallreduce(MPI_IN_PLACE, c.data, static_cast<int>(c.count), MPI_FLOAT, MPI_SUM, on, &r);
       if (rc != MPI_SUCCESS) {
         c.done->set_value(error(errc::runtime_failure, "MPI_Iallreduce failed: " + mpi_error_text(rc)));
         continue;
@@ -396,26 +469,7 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       });
     }
     if (took) collectives.clear();
-    for (auto& o : batch) {
-      work = true;
-      if (o.data != nullptr) {
-        MPI_Request r = MPI_REQUEST_NULL;
-        MPI_Isend(o.data, static_cast<int>(o.size), MPI_BYTE, o.dst, o.tag, comm, &r);
-        trace_transfer(trace::event_kind::transfer_begin, trace::transfer::send, s.rank, o.dst,
-                       static_cast<std::uint64_t>(o.tag), o.size);
-        ++data_sends;
-        active.add(r, [hold = std::move(o.hold), staged = std::move(o.staged), rank = s.rank, dst = o.dst, tag = o.tag,
-                       size = o.size, &data_sends](const MPI_Status&) {
-          trace_transfer(trace::event_kind::transfer_end, trace::transfer::send, rank, dst,
-                         static_cast<std::uint64_t>(tag), size);
-          --data_sends;
-        });
-        ring_peer(s, o.dst);
-      } else {
-        post_frame(path, o.dst, std::move(o.frame_bytes));
-      }
-    }
-    if (took) batch.clear();
+    post_batch();
 
     for (int k = 0; k < 64; ++k) {
       int flag = 0;
@@ -492,6 +546,11 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
     }
 
     if (active.poll() != 0) work = true;
+    while (!splits.empty() && splits.front()->reached) {  // in call order on every rank
+      split_group(split_comm, s, splits.front()->c, groups);
+      splits.pop_front();
+      work = true;
+    }
 
     if (leaving && active.empty() && s.chunks_owed.load() == 0 && s.finished()) {
       std::lock_guard lock(s.out_mu);
@@ -553,10 +612,16 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   {
     // Collectives asked for after this rank began to leave are never posted.
     std::lock_guard lock(s.out_mu);
-    for (auto& c : s.collectives)
-      c.done->set_value(error(errc::rank_down, "allreduce_sum: rank " + std::to_string(s.rank) + " has left the job"));
+    for (auto& c : s.collectives) {
+      if (c.made) c.made->set_value(error(errc::rank_down, "split: rank " + std::to_string(s.rank) + " has left the job"));
+      else c.done->set_value(error(errc::rank_down, "allreduce_sum: rank " + std::to_string(s.rank) + " has left the job"));
+    }
     s.collectives.clear();
   }
+  for (auto& p : splits)
+    p->c.made->set_value(error(errc::rank_down, "split: rank " + std::to_string(s.rank) + " has left the job"));
+  for (MPI_Comm& g : groups) MPI_Comm_free(&g);
+  MPI_Comm_free(&split_comm);
   MPI_Comm_free(&comm);
   if (!already) MPI_Finalize();
 }

@@ -566,12 +566,19 @@ void endpoint::shutdown() {
   }
 }
 
-std::future<expected<void>> endpoint::allreduce_sum(std::span<float> values) {
+std::future<expected<void>> endpoint::allreduce_sum(std::span<float> values) { return allreduce_sum(values, rank_group{}); }
+
+std::future<expected<void>> endpoint::allreduce_sum(std::span<float> values, const rank_group& group) {
   auto& s = *state_;
   auto done = std::make_shared<std::promise<expected<void>>>();
   auto future = done->get_future();
-  if (!s.mpi || s.size == 1) {
+  if (!s.mpi || s.size == 1 || (group.id >= 0 && group.size == 1)) {
     done->set_value({});
+    return future;
+  }
+  if (group.id >= s.groups_made.load()) {
+    done->set_value(error(errc::invalid_argument, "allreduce_sum: group " + std::to_string(group.id) +
+                                                      " was not made by this endpoint's split."));
     return future;
   }
   if (values.size() > static_cast<std::size_t>(std::numeric_limits<int>::max())) {
@@ -584,9 +591,25 @@ std::future<expected<void>> endpoint::allreduce_sum(std::span<float> values) {
     done->set_value(error(errc::rank_down, "allreduce_sum: rank " + std::to_string(s.rank) + " has left the job"));
     return future;
   }
-  s.collectives.push_back(detail::endpoint_state::collective{values.data(), values.size(), std::move(done)});
+  s.collectives.push_back(detail::endpoint_state::collective{values.data(), values.size(), std::move(done), group.id});
   s.wake_locked();
   return future;
+}
+
+expected<rank_group> endpoint::split(int color) {
+  auto& s = *state_;
+  if (color < 0)
+    return error(errc::invalid_argument, "split: color " + std::to_string(color) + " is negative; expected 0 or more.");
+  if (!s.mpi || s.size == 1) return rank_group{.id = -1, .rank = 0, .size = 1, .members = {s.rank}};
+  auto made = std::make_shared<std::promise<expected<rank_group>>>();
+  auto future = made->get_future();
+  {
+    std::lock_guard lock(s.out_mu);
+    if (s.leaving) return error(errc::rank_down, "split: rank " + std::to_string(s.rank) + " has left the job");
+    s.collectives.push_back(detail::endpoint_state::collective{.color = color, .made = std::move(made)});
+    s.wake_locked();
+  }
+  return future.get();
 }
 
 endpoint_stats endpoint::stats() const {

@@ -149,7 +149,12 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
     float* data = nullptr;
     std::size_t count = 0;
     std::shared_ptr<std::promise<expected<void>>> done;
+    int group = -1;  // a rank_group's id; -1: every rank
+    // A split instead of a sum: the group of this rank's color.
+    int color = -1;
+    std::shared_ptr<std::promise<expected<rank_group>>> made;
   };
+  std::atomic<int> groups_made{0};  // rank_group ids handed out (the communication thread's count)
   std::deque<collective> collectives;
   std::unique_ptr<std::atomic<std::uint64_t>[]> next_tag;  // per destination rank
 

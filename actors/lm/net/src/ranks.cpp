@@ -1,11 +1,14 @@
 #include "strata/lm_net/ranks.hpp"
 
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
 #include <stdexcept>
 #include <string>
 
+#include "strata/device/device_manager.hpp"
+#include "strata/kvstore_dist/store.hpp"
 #include "strata/lm/trainer.hpp"
 #include "strata/net/endpoint.hpp"
 #include "strata/pipeline_net/spawn.hpp"
@@ -46,6 +49,7 @@ public:
   int size() const override { return size_; }
 
   void attach(actor_system& system) override {
+    system_ = &system;
     net_ = std::make_unique<net::endpoint>(system);
     if (net_->rank() != rank_ || net_->size() != size_)
       throw std::runtime_error("MPI says rank " + std::to_string(net_->rank()) + " of " + std::to_string(net_->size()) +
@@ -54,6 +58,7 @@ public:
   }
 
   void detach() override {
+    replicas_.reset();  // a collective of the group's ranks' stores, before the endpoint goes
     if (net_) net_->shutdown();
     net_.reset();
   }
@@ -66,6 +71,42 @@ public:
   }
 
   expected<void> sum(std::span<float> values) override { return endpoint().allreduce_sum(values).get(); }
+
+  expected<bool> join_replicas(std::size_t stages) override {
+    // The replicas of stage k (ranks k, P + k, ...) share a dist_sync_allreduce store of their own.
+    auto group = endpoint().split(rank_ % static_cast<int>(stages));
+    if (!group) return group.error();
+    try {
+      replicas_ = std::make_unique<kvstore_dist::store>(
+          *system_, endpoint(),
+          kvstore_dist::store_options{.mode = kvstore_dist::mode::allreduce, .group = *group});
+    } catch (const std::exception& e) {
+      return error(errc::runtime_failure, e.what());
+    }
+    return true;
+  }
+
+  expected<void> sum_over_replicas(const std::vector<std::string>& names, const std::vector<tensor>& grads) override {
+    if (!replicas_) return lm::rank_group::sum_over_replicas(names, grads);
+    std::vector<kvstore::key> keys(names.begin(), names.end());
+    if (!replicas_ready_) {  // the keys, once (rank 0 of the group's zeros; no optimizer: a
+                             // key's value becomes each step's sum)
+      device& dev = replica_device();
+      for (std::size_t i = 0; i < keys.size(); ++i) {
+        std::vector<float> zeros(static_cast<std::size_t>(grads[i].numel()), 0.0f);
+        auto value = tensor::from_host<float>(std::span<const float>(zeros), grads[i].shape(), dev, replica_stream_);
+        if (auto r = replicas_->init(keys[i], value); !r) return r;
+      }
+      replicas_ready_ = true;
+    }
+    auto summed = replicas_->pushpull(keys, grads);
+    if (!summed) return summed.error();
+    for (std::size_t i = 0; i < grads.size(); ++i) {  // cpu tensors: copied on the host
+      const auto host = (*summed)[i].to_host<float>(replica_stream_);  // made by the init above
+      std::copy(host.begin(), host.end(), grads[i].data<float>());
+    }
+    return {};
+  }
 
   pipeline::pipeline_actors connect(actor_system& system, const pipeline::plan& plan, const std::vector<int>& ranks,
                                     const std::vector<std::shared_ptr<pipeline::stage_context>>& contexts,
@@ -91,9 +132,22 @@ private:
     return *net_;
   }
 
+  device& replica_device() {
+    if (!replica_device_.valid()) {
+      replica_device_ = make_devices("cpu:1").front();
+      replica_stream_ = replica_device_.create_stream();
+    }
+    return replica_device_;
+  }
+
   failure_handler on_failure_;
   int rank_ = 0, size_ = 1;
+  actor_system* system_ = nullptr;
   std::unique_ptr<net::endpoint> net_;
+  std::unique_ptr<kvstore_dist::store> replicas_;  // the replicas of this rank's stage (join_replicas)
+  bool replicas_ready_ = false;
+  device replica_device_;
+  stream replica_stream_;
 };
 
 }  // namespace

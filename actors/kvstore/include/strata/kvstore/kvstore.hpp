@@ -348,6 +348,9 @@ public:
   using tensors = std::future<expected<std::vector<tensor>>>;
 
   client(actor_system& system, actor_ref store, std::chrono::nanoseconds timeout = std::chrono::seconds(60));
+  /// With the client's requester placed by `requester` (`strata::requester`): `.dedicated_thread
+  /// = true` for a client whose caller may block a scheduler thread on its futures.
+  client(actor_system& system, actor_ref store, std::chrono::nanoseconds timeout, spawn_options requester);
   /// The calls in flight still complete (the requester's actor stops once they are answered).
   ~client();
   client(const kvstore::client&) = delete;

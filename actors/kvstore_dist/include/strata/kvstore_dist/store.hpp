@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <limits>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -78,6 +79,12 @@ struct store_options {
   /// `dist_sync_allreduce` with a cuda `replica_device` only (anything but `automatic` elsewhere
   /// makes the constructor throw).
   kvstore_dist::cuda_sum cuda_sum = kvstore_dist::cuda_sum::automatic;
+  /// `dist_sync_allreduce` on a cpu replica only: the store spans the ranks of this group
+  /// (`net::endpoint::split`) instead of the whole job: its members construct it (a collective of
+  /// the group), its sums and agreements run among them, `rank()` and `num_workers()` are the
+  /// group's, and rank 0 of the group writes `save`'s file. Unset: every rank. Set in another mode
+  /// or with a cuda replica, the constructor throws.
+  std::optional<net::rank_group> group;
 };
 
 namespace internal {

@@ -162,6 +162,10 @@ public:
   const pipeline::plan& plan() const noexcept;
   const lm_config& config() const noexcept;
   std::size_t stages() const noexcept;
+  /// How the replicas sum their gradients: "none" (one replica), "dist_sync_allreduce" (each
+  /// stage's replicas through a distributed store of their own: `rank_group::join_replicas`
+  /// answered true) or "world_allreduce" (one sum over every rank, zeros for other stages).
+  std::string replica_sum() const;
   /// Stage s's device time per (micro-batch) forward and backward, averaged over the last step
   /// (for the plan's ideal step time).
   std::vector<std::pair<double, double>> measured_stage_times_ms() const;

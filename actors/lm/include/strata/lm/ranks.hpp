@@ -14,9 +14,11 @@
 #include <exception>
 #include <memory>
 #include <span>
+#include <string>
 #include <vector>
 
 #include "strata/actor_system.hpp"
+#include "strata/device/tensor.hpp"
 #include "strata/error.hpp"
 #include "strata/pipeline/plan.hpp"
 #include "strata/pipeline/stage_actor.hpp"
@@ -43,6 +45,24 @@ public:
 
   /// Collective over every rank: sums `values` element-wise in place (also a barrier).
   virtual expected<void> sum(std::span<float> values) = 0;
+
+  /// Data parallel replicas (world = `stages` x R): called once by every rank at setup, before
+  /// the stages are wired. A group that can sum one stage's gradients over that stage's replicas
+  /// alone (ranks k, P + k, ...: strata::lm_net does, through a distributed store) prepares it
+  /// and answers true; then `sum_over_replicas` replaces a sum over every rank. The default
+  /// answers false (the pipeline then sums every stage's gradients over the whole job, each rank
+  /// adding zeros for the other stages).
+  virtual expected<bool> join_replicas(std::size_t stages) {
+    (void)stages;
+    return false;
+  }
+  /// Collective over the replicas of this rank's stage (after `join_replicas` answered true), in
+  /// the same order on each: `grads[i]` (cpu float32 tensors, the gradient of the parameter
+  /// `names[i]`) becomes the sum over the replicas, in place.
+  virtual expected<void> sum_over_replicas(const std::vector<std::string>& names, const std::vector<tensor>& grads) {
+    (void)names, (void)grads;
+    return error(errc::invalid_argument, "this rank group sums no replicas (join_replicas answered false)");
+  }
 
   /// Wires this rank's stage actors `local` (empty handles for other ranks' stages; `ranks[s]` the
   /// rank of stage s) with the other stages and the step driver (on `driver_rank`), as

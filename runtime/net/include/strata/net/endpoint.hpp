@@ -8,6 +8,7 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <vector>
 
 #include "strata/actor_ref.hpp"
 #include "strata/actor_system.hpp"
@@ -84,6 +85,16 @@ expected<void> check_environment();
 ///     sys.send(pong, ping{1});
 ///   }
 /// \endcode
+/// A group of ranks made by `endpoint::split`: its own MPI communicator, for collectives among
+/// its members only (`endpoint::allreduce_sum(values, group)`). Copyable; valid while the endpoint
+/// lives.
+struct rank_group {
+  int id = -1;               ///< the endpoint's handle of its communicator; -1: every rank
+  int rank = 0;              ///< this rank's place in the group (0 .. size - 1)
+  int size = 1;              ///< members
+  std::vector<int> members;  ///< their ranks in the job, in group order (ascending)
+};
+
 class endpoint {
 public:
   /// \throws error_exception (runtime_failure) if MPI cannot start, gives less than
@@ -136,6 +147,21 @@ public:
   /// untouched until then.
   /// \returns (in the future) runtime_failure if MPI fails, rank_down once this rank has left.
   std::future<expected<void>> allreduce_sum(std::span<float> values);
+
+  /// Collective over every rank (MPI_Comm_split): the ranks that pass the same `color` (>= 0)
+  /// form one group, ordered by their rank in the job. Every rank calls it, in the same order
+  /// among its other splits; it blocks the caller until every rank has called it (the
+  /// communication thread keeps serving meanwhile: it posts a barrier first and makes the split
+  /// once every rank has reached it). In a world of one: a group of one.
+  /// \returns invalid_argument for a negative color; runtime_failure if MPI fails; rank_down
+  ///   once this rank has left.
+  expected<rank_group> split(int color);
+
+  /// `allreduce_sum` among the members of `group` only (a collective of the group: each member
+  /// calls it with buffers of the same sizes, in the same order).
+  /// \returns (in the future) invalid_argument for a group this endpoint did not make, else as
+  ///   `allreduce_sum`.
+  std::future<expected<void>> allreduce_sum(std::span<float> values, const rank_group& group);
 
   /// Leaves the job (see the class comment). Idempotent; the destructor calls it.
   void shutdown();
