@@ -268,11 +268,11 @@ BOOST_AUTO_TEST_CASE(a_failed_link_ends_the_wait_for_a_sum_that_never_comes_with
   const std::string head = "kvstore dist pushpull: the allreduce of this step failed, and no replica was updated: ";
 
   // Another rank leaves while this one waits: the wait ends with rank_down.
-  auto link = ki::make_cuda_link();
+  auto link = ki::make_sum_link();
   std::thread leaver([&] {
     std::this_thread::sleep_for(50ms);
-    ki::abort_cuda_link(*link, strata::errc::rank_down, "another rank left the job: rank 1");
-    ki::abort_cuda_link(*link, strata::errc::runtime_failure, "a later reason is ignored");
+    ki::abort_sum_link(*link, strata::errc::rank_down, "another rank left the job: rank 1");
+    ki::abort_sum_link(*link, strata::errc::runtime_failure, "a later reason is ignored");
   });
   const auto t0 = std::chrono::steady_clock::now();
   auto lost = ki::await_sum(*link, held, 60s);
@@ -283,7 +283,7 @@ BOOST_AUTO_TEST_CASE(a_failed_link_ends_the_wait_for_a_sum_that_never_comes_with
   BOOST_TEST(lost.error().message() == head + "another rank left the job: rank 1");
 
   // No sum within the timeout: the link aborts itself (request_timeout), and stays failed.
-  auto slow = ki::make_cuda_link();
+  auto slow = ki::make_sum_link();
   auto late = ki::await_sum(*slow, held, 100ms);
   BOOST_REQUIRE(!late);
   BOOST_TEST(late.error().code() == strata::errc::request_timeout);
@@ -297,7 +297,7 @@ BOOST_AUTO_TEST_CASE(a_failed_link_ends_the_wait_for_a_sum_that_never_comes_with
   BOOST_REQUIRE(!after);
   BOOST_TEST(after.error().message() == head + "another rank left the job: rank 1");
   // A working link and a finished sum: done.
-  auto fresh = ki::make_cuda_link();
+  auto fresh = ki::make_sum_link();
   BOOST_TEST(static_cast<bool>(ki::await_sum(*fresh, held, 60s)));
   // A sum whose work failed: its error, named.
   s.launch({.name = "failed_sum", .cpu = [] { throw std::runtime_error("the GPU said no"); }});

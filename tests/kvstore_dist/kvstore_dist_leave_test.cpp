@@ -11,6 +11,7 @@
 #include <memory>
 #include <span>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "strata/kvstore_dist/store.hpp"
@@ -196,3 +197,65 @@ BOOST_AUTO_TEST_CASE(a_rank_that_leaves_the_job_fails_the_rounds_and_barriers_th
   BOOST_TEST(took < at_once_s);
   BOOST_TEST(others->all_done());
 }
+
+// dist_sync_allreduce: a rank that closes its store, or leaves the job, while the others wait in
+// a step (each case in a job of its own: the others' sums that it never joined stay posted). The
+// others' steps fail at once, naming the rank, and so do their later steps and barriers; the
+// endpoints still end.
+BOOST_AUTO_TEST_SUITE(allreduce_leave)
+
+void others_fail_at_once(world& w, kvd::store& kv, int leaver, const std::string& why) {
+  const std::string head = "kvstore dist pushpull: the allreduce of this step failed, and no replica was updated: ";
+  auto t0 = std::chrono::steady_clock::now();
+  for (int step = 0; step < 2; ++step) {  // the waiting step, then a later one
+    auto got = kv.pushpull("g", {w.filled(1.0f)});
+    BOOST_REQUIRE(!got);
+    BOOST_TEST(got.error().code() == strata::errc::rank_down);
+    BOOST_TEST(got.error().message() == head + why + " (rank " + std::to_string(leaver) + ")");
+  }
+  auto b = kv.barrier();
+  BOOST_REQUIRE(!b);
+  BOOST_TEST(b.error().code() == strata::errc::rank_down);
+  BOOST_TEST(b.error().message() == "kvstore dist barrier: " + why + " (rank " + std::to_string(leaver) + ")");
+  const double took = seconds_since(t0);
+  BOOST_TEST_MESSAGE("rank " << kv.rank() << ": every call failed after " << took << " s");
+  BOOST_TEST(took < at_once_s);
+}
+
+/// Every rank inits "g" and makes one step (the sum n(n+1)/2 everywhere).
+void one_step(world& w, kvd::store& kv) {
+  const int n = kv.num_workers();
+  BOOST_REQUIRE(kv.init("g", w.filled(0.0f)));
+  auto got = kv.pushpull("g", {w.filled(static_cast<float>(kv.rank() + 1))});
+  BOOST_REQUIRE_MESSAGE(got, got.error().message());
+  for (float v : w.host(*got)) BOOST_TEST(v == static_cast<float>(n * (n + 1) / 2));
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_that_closes_its_store_fails_the_others_steps_at_once) {
+  world& w = *the_world;
+  auto kv = std::make_unique<kvd::store>(
+      w.sys, w.net, kvd::store_options{.mode = kvd::mode::allreduce, .timeout = store_timeout, .value_device = w.cpu});
+  const int leaver = kv->num_workers() - 1;
+  one_step(w, *kv);
+  if (kv->rank() == leaver) {
+    std::this_thread::sleep_for(500ms);  // the others are waiting in their next step
+    kv.reset();
+    return;
+  }
+  others_fail_at_once(w, *kv, leaver, "another rank closed this store");
+}
+
+BOOST_AUTO_TEST_CASE(a_rank_that_leaves_the_job_fails_the_others_steps_at_once) {
+  world& w = *the_world;
+  kvd::store kv(w.sys, w.net, kvd::store_options{.mode = kvd::mode::allreduce, .timeout = store_timeout, .value_device = w.cpu});
+  const int leaver = kv.num_workers() - 1;
+  one_step(w, kv);
+  if (kv.rank() == leaver) {
+    std::this_thread::sleep_for(500ms);
+    w.net.shutdown();  // leaves the job with its store still open
+    return;
+  }
+  others_fail_at_once(w, kv, leaver, "another rank left the job");
+}
+
+BOOST_AUTO_TEST_SUITE_END()

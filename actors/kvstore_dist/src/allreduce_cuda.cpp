@@ -1,9 +1,11 @@
-// dist_sync_allreduce with a cuda replica: one packed device buffer per step, summed with NCCL
-// (or staged through the host and summed with MPI), then the same update on every replica.
+// dist_sync_allreduce: the link of a store's sums (failure, watch, waits), and the step of a cuda
+// replica: one packed device buffer per step, summed with NCCL (or staged through the host and
+// summed with MPI), then the same update on every replica.
 
 #include <atomic>
 #include <chrono>
 #include <future>
+#include <map>
 #include <memory>
 #include <mutex>
 #include <optional>
@@ -19,13 +21,14 @@
 
 namespace strata::kvstore_dist::internal {
 
-struct cuda_link {
+struct sum_link {
   mutable std::mutex mu;
   error failed;  // set once: why the link cannot sum any more
 #if STRATA_HAS_NCCL
   std::optional<nccl::communicator> comm;
 #endif
-  actor_ref watch;  // this rank's watch of the other ranks (published; none in a world of one)
+  actor_ref watch;                  // what the other ranks' watchers monitor (published; none in a world of one)
+  std::vector<actor_ref> watchers;  // one per other rank of the store, monitoring its watch
 
   error failure() const {
     std::lock_guard lock(mu);
@@ -59,16 +62,24 @@ error step_failed(const error& why) {
 
 }  // namespace
 
-std::shared_ptr<cuda_link> make_cuda_link() { return std::make_shared<cuda_link>(); }
+std::shared_ptr<sum_link> make_sum_link() { return std::make_shared<sum_link>(); }
 
-void abort_cuda_link(cuda_link& link, errc code, const std::string& why) { link.abort(code, why); }
+void abort_sum_link(sum_link& link, errc code, const std::string& why) { link.abort(code, why); }
+
+error sum_link_failure(const sum_link& link) { return link.failure(); }
+
+expected<void> sum_link_ok(const sum_link& link) {
+  if (error f = link.failure()) return step_failed(f);
+  return {};
+}
 
 namespace {
 
 /// Waits until `ready()`, the link has failed, or `timeout` has passed (then aborts the link with
 /// request_timeout, `what` saying what did not finish).
+/// `ready()` may wait a little itself (a future's wait_for); else the loop sleeps between asks.
 template <class Ready>
-expected<void> await_until(cuda_link& link, Ready ready, std::chrono::nanoseconds timeout, const char* what) {
+expected<void> await_until(sum_link& link, Ready ready, std::chrono::nanoseconds timeout, const char* what) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
   while (!ready()) {
     if (error f = link.failure()) return step_failed(f);
@@ -78,21 +89,53 @@ expected<void> await_until(cuda_link& link, Ready ready, std::chrono::nanosecond
                                             " ms (store_options::timeout); a rank may have died or not called pushpull");
       return step_failed(link.failure());
     }
-    std::this_thread::sleep_for(std::chrono::microseconds(100));
   }
   return {};
 }
 
-}  // namespace
-
-expected<void> await_agreement(cuda_link& link, const std::future<expected<void>>& agreed, std::chrono::nanoseconds timeout) {
-  return await_until(
-      link, [&] { return agreed.wait_for(std::chrono::seconds(0)) == std::future_status::ready; }, timeout,
-      "the ranks' agreement on the step");
+/// A future's readiness, waiting up to 2 ms for it (so that a ready future is seen at once).
+bool ready_soon(const std::future<expected<void>>& f) {
+  return f.wait_for(std::chrono::milliseconds(2)) == std::future_status::ready;
 }
 
-expected<void> await_sum(cuda_link& link, const event& done, std::chrono::nanoseconds timeout) {
-  if (auto waited = await_until(link, [&] { return done.query(); }, timeout, "the sum"); !waited) return waited;
+/// An event's, sleeping 100 us when it has not fired.
+bool fired_or_nap(const event& done) {
+  if (done.query()) return true;
+  std::this_thread::sleep_for(std::chrono::microseconds(100));
+  return false;
+}
+
+/// A failed link while an MPI allreduce is posted: a peer that finished this sum and then left
+/// (or closed its store) has still given its part, so the sum may yet complete. It counts if it
+/// does within this grace; else the step fails.
+constexpr auto after_failure_grace = std::chrono::seconds(1);
+
+}  // namespace
+
+expected<void> await_agreement(sum_link& link, const std::future<expected<void>>& agreed, std::chrono::nanoseconds timeout) {
+  auto waited = await_until(link, [&] { return ready_soon(agreed); }, timeout, "the ranks' agreement on the step");
+  if (!waited && agreed.wait_for(after_failure_grace) == std::future_status::ready) return {};
+  return waited;
+}
+
+expected<void> await_host_sum(sum_link& link, std::future<expected<void>>& summed, std::shared_ptr<std::vector<float>> buffer,
+                              std::chrono::nanoseconds timeout, const std::string& what) {
+  auto waited = await_until(link, [&] { return ready_soon(summed); }, timeout, "the sum");
+  if (!waited && summed.wait_for(after_failure_grace) == std::future_status::ready) waited = {};
+  if (!waited) {
+    // The allreduce stays posted (MPI cannot take it back): its buffer lives as long as the process.
+    static std::mutex mu;
+    static std::vector<std::shared_ptr<std::vector<float>>> abandoned;
+    std::lock_guard lock(mu);
+    abandoned.push_back(std::move(buffer));
+    return error(waited.error().code(), what + link.failure().message());
+  }
+  if (auto got = summed.get(); !got) return error(got.error().code(), what + got.error().message());
+  return {};
+}
+
+expected<void> await_sum(sum_link& link, const event& done, std::chrono::nanoseconds timeout) {
+  if (auto waited = await_until(link, [&] { return fired_or_nap(done); }, timeout, "the sum"); !waited) return waited;
   if (error f = link.failure()) return step_failed(f);  // aborted: the buffer holds no sum
   if (auto ex = done.error()) {
     try {
@@ -111,7 +154,7 @@ namespace {
 /// Sums `packed` over the ranks as `w.path` says; answers the summed tensor (`packed` itself on
 /// the NCCL path) once the sum is there.
 expected<tensor> sum_over_ranks(worker_state& w, tensor packed) {
-  cuda_link& link = *w.link;
+  sum_link& link = *w.link;
   if (error f = link.failure()) return step_failed(f);
   if (w.path == sum_path::staged_mpi) {
     // Shared with the stream, so that a copy still running after a failed wait has its buffer.
@@ -121,7 +164,11 @@ expected<tensor> sum_over_ranks(worker_state& w, tensor packed) {
     const event copied = w.rs.record();
     w.rs.on_complete([host](std::exception_ptr) {});
     if (auto ok = await_sum(link, copied, w.options.timeout); !ok) return ok.error();
-    if (auto summed = w.net->allreduce_sum(std::span<float>(*host)).get(); !summed) return step_failed(summed.error());
+    auto summed = w.net->allreduce_sum(std::span<float>(*host));
+    if (auto ok = await_host_sum(link, summed, host, w.options.timeout,
+                                 "kvstore dist pushpull: the allreduce of this step failed, and no replica was updated: ");
+        !ok)
+      return ok.error();
     return tensor::from_host<float>(std::span<const float>(*host), packed.shape(), w.replica_dev, w.rs);
   }
 #if STRATA_HAS_NCCL
@@ -136,9 +183,10 @@ expected<tensor> sum_over_ranks(worker_state& w, tensor packed) {
 
 }  // namespace
 
-void open_cuda_link(worker_state& w) {
-  w.link = make_cuda_link();
-  if (w.path != sum_path::nccl) return;
+namespace {
+
+/// Path nccl: the replicas' communicator, made when the store is made (a collective).
+void make_communicator(worker_state& w) {
 #if STRATA_HAS_NCCL
   // The communicator waits for other ranks as long as the store's calls do.
   const nccl::communicator_config config{
@@ -149,40 +197,70 @@ void open_cuda_link(worker_state& w) {
     throw error_exception(error(comm.error().code(), "kvstore_dist::store: the NCCL communicator of the replicas on " +
                                                          w.replica_dev.name() + " could not be made: " + comm.error().message()));
   w.link->comm.emplace(std::move(*comm));
-  if (w.world == 1) return;
-  // A rank that leaves while the others wait in ncclAllReduce would leave them waiting (NCCL
-  // detects nothing): each rank publishes a watch that monitors the others' and aborts the
-  // communicator on their rank_down. Stores are collectives: the n-th cuda store of each rank
-  // publishes under the same name.
-  static std::atomic<int> watches_made{0};
-  const std::string name = "kvstore_dist.allreduce_watch/" + std::to_string(watches_made.fetch_add(1));
-  std::weak_ptr<cuda_link> weak = w.link;
-  std::vector<actor_ref> peers;
-  for (int r = 0; r < w.world; ++r) {
-    if (r == w.rank) continue;
-    auto ref = w.net->remote(r, name);
-    if (!ref) throw error_exception(ref.error());
-    peers.push_back(std::move(*ref));
-  }
-  w.link->watch = w.sys->spawn([weak, peers](actor& self) -> behavior {
-    for (const auto& p : peers) self.monitor(p);
-    return {[weak](const down_msg& d) {
-      if (d.reason.code() != errc::rank_down) return;  // a peer's store ended normally
-      if (auto link = weak.lock()) link->abort(errc::rank_down, "another rank left the job: " + d.reason.message());
-    }};
-  });
-  if (auto published = w.net->publish(w.link->watch, name); !published) {
-    w.sys->stop(w.link->watch);
-    throw error_exception(published.error());
-  }
 #else
   throw std::invalid_argument("kvstore_dist::store: this build has no strata::nccl");
 #endif
 }
 
-void close_cuda_link(worker_state& w) {
+}  // namespace
+
+void open_sum_link(worker_state& w) {
+  w.link = make_sum_link();
+  if (w.path == sum_path::nccl) make_communicator(w);
+  if (w.world == 1) return;
+  // A rank that leaves while the others wait in a sum would leave them waiting (MPI and NCCL
+  // detect nothing): each rank publishes a watch that monitors the others' and fails the link
+  // when one leaves the job (`rank_down`) or, on the MPI paths, closes its store (`stopped`; an
+  // NCCL communicator is kept then, its sums ending on their own). Stores over one group are
+  // collectives of its members, made in the same order on each: the n-th one publishes under the
+  // same name on every member.
+  static std::mutex mu;
+  static std::map<std::vector<int>, int> made_per_group;
+  std::vector<int> members = w.group.members;
+  if (w.group.id < 0) {
+    members.clear();
+    for (int r = 0; r < w.world; ++r) members.push_back(r);
+  }
+  int n = 0;
+  {
+    std::lock_guard lock(mu);
+    n = made_per_group[members]++;
+  }
+  std::string name = "kvstore_dist.allreduce_watch/";
+  for (int r : members) name += std::to_string(r) + ".";
+  name += std::to_string(n);
+  // What the others monitor (it does nothing itself), then one watcher per other member.
+  w.link->watch = w.sys->spawn([](actor&) -> behavior { return {[](const down_msg&) {}}; });
+  if (auto published = w.net->publish(w.link->watch, name); !published) {
+    w.sys->stop(w.link->watch);
+    throw error_exception(published.error());
+  }
+  std::weak_ptr<sum_link> weak = w.link;
+  const bool closes_count = w.path != sum_path::nccl;
+  for (int r : members) {
+    if (r == w.net->rank()) continue;
+    auto peer = w.net->remote(r, name);
+    if (!peer) throw error_exception(peer.error());
+    w.link->watchers.push_back(w.sys->spawn([weak, peer = *peer, r, closes_count](actor& self) -> behavior {
+      self.monitor(peer);
+      return {[weak, r, closes_count, &self](const down_msg& d) {
+        const bool left = d.reason.code() == errc::rank_down;
+        if (!left && !(closes_count && d.reason.code() == errc::stopped)) return;  // ended normally
+        const std::string who = "rank " + std::to_string(r);
+        if (auto link = weak.lock())
+          link->abort(errc::rank_down, left ? "another rank left the job (" + who + ")"
+                                            : "another rank closed this store (" + who + ")");
+        self.quit();
+      }};
+    }));
+  }
+}
+
+
+void close_sum_link(worker_state& w) {
   if (!w.link) return;
   if (w.link->watch) w.sys->stop(w.link->watch);
+  for (const auto& watcher : w.link->watchers) w.sys->stop(watcher);
   w.link.reset();
 }
 

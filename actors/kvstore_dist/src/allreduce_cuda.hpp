@@ -1,6 +1,7 @@
 #pragma once
-// dist_sync_allreduce with a cuda replica (allreduce_cuda.cpp): the NCCL communicator (or MPI
-// staging) that sums a step's packed buffer, and the step itself.
+// dist_sync_allreduce (allreduce_cuda.cpp): the link of a store's sums (its failure, the watch
+// of the other ranks, the waits), and the step of a cuda replica: the NCCL communicator (or MPI
+// staging) that sums a step's packed buffer.
 
 #include <chrono>
 #include <future>
@@ -14,32 +15,46 @@ namespace strata::kvstore_dist::internal {
 
 struct worker_state;
 
-/// How a cuda replica's sums cross the ranks: the NCCL communicator (path nccl) and the watch
-/// that aborts it when another rank leaves; a failure, once set, fails every later step.
-struct cuda_link;
+/// How an allreduce store's sums cross the ranks: the NCCL communicator (path nccl) and the watch
+/// that fails the link when another rank leaves; a failure, once set, fails every later step.
+struct sum_link;
 
 /// A link with no communicator (the staged path; tests).
-std::shared_ptr<cuda_link> make_cuda_link();
+std::shared_ptr<sum_link> make_sum_link();
 /// Ends every sum in flight (ncclCommAbort) and fails this and later steps with `why` (code
 /// `code`); the first call decides. Thread-safe.
-void abort_cuda_link(cuda_link& link, errc code, const std::string& why);
+void abort_sum_link(sum_link& link, errc code, const std::string& why);
 /// Waits on the calling thread (the store's caller, never a scheduler thread) until `done`, the
 /// end of the sum, has fired, the link has failed, or `timeout` has passed (then the link is
 /// aborted with request_timeout: NCCL kernels that wait for a peer end). A failed link, or an
 /// error that `done` carries, is the step's error: `kvstore dist pushpull: the allreduce of this
 /// step failed, and no replica was updated: <why>`.
-expected<void> await_sum(cuda_link& link, const event& done, std::chrono::nanoseconds timeout);
+expected<void> await_sum(sum_link& link, const event& done, std::chrono::nanoseconds timeout);
 
 /// Waits, as `await_sum` does, for `agreed`, the allreduce of the agreement before a step
 /// (`agree_on_step`), which a rank that left never joins. \returns nothing once it is ready
 ///   (its own result not read), else the step's error.
-expected<void> await_agreement(cuda_link& link, const std::future<expected<void>>& agreed, std::chrono::nanoseconds timeout);
+expected<void> await_agreement(sum_link& link, const std::future<expected<void>>& agreed, std::chrono::nanoseconds timeout);
 
-/// Collective (every rank, when the store is made): makes `w.link` for `w.path` (nccl or
-/// staged_mpi). \throws error_exception with one sentence when the communicator cannot be made.
-void open_cuda_link(worker_state& w);
+/// Waits, as `await_agreement` does, for `summed`, an endpoint allreduce posted on `*buffer` (the
+/// host path's sums, init and barrier). A failed link or the timeout fails it with `what` and
+/// why, and `buffer` is then kept for the life of the process (the allreduce stays posted);
+/// a sum that completes within a second after the link failed still counts (a peer that gave its
+/// part and then left).
+expected<void> await_host_sum(sum_link& link, std::future<expected<void>>& summed, std::shared_ptr<std::vector<float>> buffer,
+                              std::chrono::nanoseconds timeout, const std::string& what);
+/// Why the link cannot sum any more (none while it can).
+error sum_link_failure(const sum_link& link);
+/// Nothing while the link can sum, else the step's error (as `await_sum`).
+expected<void> sum_link_ok(const sum_link& link);
+
+/// Collective (every member of the store, when it is made): makes `w.link` for `w.path` (with
+/// the NCCL communicator on path nccl) and, in a store of several ranks, the watch that fails it
+/// when another rank leaves the job (or, on the MPI paths, closes its store).
+/// \throws error_exception with one sentence when the communicator or the watch cannot be made.
+void open_sum_link(worker_state& w);
 /// Stops the watch and drops the communicator.
-void close_cuda_link(worker_state& w);
+void close_sum_link(worker_state& w);
 
 /// One step of a cuda replica: `values[i]` (float32 tensors on the replica's GPU, of key
 /// `keys[i]`'s shape) summed on this rank in the order given into one packed buffer in key order,

@@ -125,8 +125,8 @@ store::store(actor_system& system, net::endpoint& endpoint, store_options option
     if (w.path != internal::sum_path::host_mpi) {
       replica.kind = kvstore::kind::device;
       replica.merge_device = w.replica_dev;
-      internal::open_cuda_link(w);
     }
+    internal::open_sum_link(w);
     // The replica (a kvstore actor) has a thread of its own, and so has the client's requester:
     // a caller that blocks a scheduler thread in a step (an actor, e.g. a pipeline stage summing
     // its gradients over the replicas) never waits for a thread it holds.
@@ -159,7 +159,7 @@ store::~store() {
     actor_ref replica = state_->replica->store();
     state_->replica.reset();
     state_->sys->stop(replica);
-    internal::close_cuda_link(*state_);
+    internal::close_sum_link(*state_);
   }
   if (state_->server) state_->sys->stop(state_->server);
 }
@@ -214,9 +214,17 @@ std::vector<int> store::owners(const kvstore::key& key) const {
 
 namespace {
 
-/// Sums `host` over all ranks in place (one allreduce).
-expected<void> allreduce(internal::worker_state& w, std::vector<float>& host) {
-  return w.net->allreduce_sum(std::span<float>(host), w.group).get();
+/// Sums `host` over the store's ranks in place (one allreduce). An allreduce store waits as its
+/// steps do: when a rank leaves or closes its store, or no sum comes within the store's timeout,
+/// the call fails at once with `what` and why (the buffer then stays with the posted allreduce).
+expected<void> allreduce(internal::worker_state& w, std::vector<float>& host, const std::string& what = "kvstore dist: ") {
+  if (!w.link) return w.net->allreduce_sum(std::span<float>(host), w.group).get();
+  if (error f = internal::sum_link_failure(*w.link)) return error(f.code(), what + f.message());
+  auto buffer = std::make_shared<std::vector<float>>(std::move(host));
+  auto summed = w.net->allreduce_sum(std::span<float>(*buffer), w.group);
+  if (auto ok = internal::await_host_sum(*w.link, summed, buffer, w.options.timeout, what); !ok) return ok;
+  host = std::move(*buffer);
+  return {};
 }
 
 /// Collective: true on every rank when `ok` on every rank (an allreduce of the failures).
@@ -257,7 +265,9 @@ expected<std::vector<tensor>> fused_pushpull(internal::worker_state& w, const st
   std::vector<float> packed;
   packed.reserve(plan->total);
   for (std::size_t i : plan->order) packed.insert(packed.end(), sums[i].begin(), sums[i].end());
-  if (auto summed = allreduce(w, packed); !summed) return summed.error();
+  if (auto summed = allreduce(w, packed, "kvstore dist pushpull: the allreduce of this step failed, and no replica was updated: ");
+      !summed)
+    return summed.error();
   w.bytes_pushed += packed.size() * sizeof(float);
   std::vector<tensor> merged;
   for (std::size_t j = 0; j < plan->order.size(); ++j)
@@ -278,7 +288,7 @@ expected<std::vector<tensor>> allreduce_step(internal::worker_state& w, const st
       mine = never_initialised("pushpull", keys[i]);
       reason = internal::step_refusal::unknown_key;
     }
-  if (w.link) return internal::cuda_pushpull(w, keys, values, std::move(mine), reason);
+  if (w.path != internal::sum_path::host_mpi) return internal::cuda_pushpull(w, keys, values, std::move(mine), reason);
   std::vector<std::vector<float>> sums;
   for (std::size_t i = 0; i < keys.size() && mine; ++i) {
     auto shape = w.shapes.find(keys[i]);
@@ -310,6 +320,10 @@ namespace internal {
 
 expected<void> agree_on_step(worker_state& w, const expected<void>& mine, step_refusal reason,
                              const std::vector<kvstore::key>& keys) {
+  // A failed link fails every later step at once, before the agreement, which a rank that left
+  // would never join.
+  if (w.link)
+    if (auto ok = sum_link_ok(*w.link); !ok) return ok;
   auto slots = std::make_shared<std::vector<float>>(static_cast<std::size_t>(w.world) * step_slot_floats, 0.0f);
   fill_step_slot(*slots, w.rank, mine ? step_refusal::none : reason, keys_print(keys));
   auto agreed = w.net->allreduce_sum(std::span<float>(*slots), w.group);
@@ -336,7 +350,7 @@ expected<void> store::barrier() {
   auto& w = *state_;
   if (w.replica) {
     std::vector<float> token{1.0f};
-    return allreduce(w, token);
+    return allreduce(w, token, "kvstore dist barrier: ");
   }
   ++w.barriers;
   return done(ask<unit_t>(w, w.servers[0], internal::barrier_msg{w.rank, w.barriers}));
@@ -370,7 +384,7 @@ expected<void> store::init(const kvstore::key& key, const tensor& value) {
     std::size_t n = 1;
     for (auto d : **shape) n *= static_cast<std::size_t>(d);
     std::vector<float> host = w.rank == 0 ? value.to_host<float>(on_replica ? w.rs : w.s) : std::vector<float>(n, 0.0f);
-    if (auto summed = allreduce(w, host); !summed) return summed;
+    if (auto summed = allreduce(w, host, "kvstore dist init of key " + key.to_string() + ": "); !summed) return summed;
     auto got = w.replica->init(key, tensor::from_host<float>(std::span<const float>(host), **shape, w.replica_dev, w.rs)).get();
     if (!got) return got.error();
     w.shapes[key] = std::move(**shape);

@@ -44,7 +44,7 @@ struct worker_state {
   device replica_dev;
   stream rs;
   sum_path path = sum_path::host_mpi;
-  std::shared_ptr<cuda_link> link;
+  std::shared_ptr<sum_link> link;
   // set_gradient_compression: the setting and this worker's residual of each key it pushed (the
   // whole key's; a split key's parts use their slices of it).
   kvstore::compression_type compression = kvstore::compression_type::none;

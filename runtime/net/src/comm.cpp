@@ -12,7 +12,10 @@
 #include <cstdio>
 #include <cstring>
 #include <fstream>
+#include <future>
 #include <limits>
+#include <map>
+#include <memory>
 #include <new>
 #include <random>
 #include <string>
@@ -42,6 +45,7 @@ struct in_flight_requests {
     on_done.push_back(std::move(done));
   }
   bool empty() const noexcept { return requests.empty(); }
+  std::size_t size() const noexcept { return requests.size(); }
   /// Runs the completion of every finished request; returns how many finished.
   int poll() {
     if (requests.empty()) return 0;
@@ -391,6 +395,11 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   };
   std::deque<std::shared_ptr<pending_split>> splits;
   int collectives_running = 0;
+  // The futures of the allreduces posted and not complete, by sequence number: failed when this
+  // rank leaves with sums that a rank which left never joined.
+  std::map<std::uint64_t, std::shared_ptr<std::promise<expected<void>>>> open_sums;
+  bool stuck = false;  // leaving with only such collectives left, since `stuck_since`
+  auto stuck_since = clock::now();
   const bool every_peer_has_a_bell = s.size > 1 && s.peers_with_bells.load() == static_cast<std::uint64_t>(s.size - 1);
   std::deque<outgoing> batch;
   std::deque<endpoint_state::collective> collectives;
@@ -462,10 +471,12 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       ++collectives_running;
       const std::size_t bytes = c.count * sizeof(float);
       trace_transfer(trace::event_kind::transfer_begin, trace::transfer::allreduce, s.rank, 0, seq, bytes);
-      active.add(r, [done = std::move(c.done), rank = s.rank, seq, bytes, &collectives_running](const MPI_Status&) {
+      open_sums.emplace(seq, std::move(c.done));
+      active.add(r, [rank = s.rank, seq, bytes, &collectives_running, &open_sums](const MPI_Status&) {
         --collectives_running;
         trace_transfer(trace::event_kind::transfer_end, trace::transfer::allreduce, rank, 0, seq, bytes);
-        done->set_value({});
+        auto done = open_sums.extract(seq);
+        done.mapped()->set_value({});
       });
     }
     if (took) collectives.clear();
@@ -552,9 +563,24 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
       work = true;
     }
 
-    if (leaving && active.empty() && s.chunks_owed.load() == 0 && s.finished()) {
-      std::lock_guard lock(s.out_mu);
-      if (s.outbox.empty()) break;
+    if (leaving && s.chunks_owed.load() == 0 && s.finished()) {
+      std::unique_lock lock(s.out_mu);
+      if (s.outbox.empty()) {
+        if (active.empty()) break;
+        // Every peer has said goodbye, and what is left are collectives (sums, the barriers of
+        // splits): a peer that joined one stays until it completes, so after a grace they are
+        // ones that a rank which left never joined. They are left posted (MPI cannot cancel a
+        // collective; their buffers are their callers') and their futures fail.
+        std::size_t waiting_splits = 0;
+        for (const auto& p : splits) waiting_splits += p->reached ? 0 : 1;
+        if (active.size() == static_cast<std::size_t>(collectives_running) + waiting_splits) {
+          if (!stuck) stuck_since = clock::now();
+          stuck = true;
+          if (clock::now() - stuck_since > std::chrono::seconds(1)) break;
+        } else {
+          stuck = false;
+        }
+      }
     }
     if (work) {
       idle_polls = 0;
@@ -624,6 +650,10 @@ void run_comm(endpoint_state& s, std::function<void(expected<void>)> started) {
   MPI_Comm_free(&split_comm);
   MPI_Comm_free(&comm);
   if (!already) MPI_Finalize();
+  // After MPI has ended (a program that keeps MPI: after the communicators are freed), so that
+  // nothing writes into those sums' buffers once their callers learn it.
+  for (auto& [seq, done] : open_sums)
+    done->set_value(error(errc::rank_down, "allreduce_sum: a rank of this sum left the job without joining it"));
 }
 
 }  // namespace strata::net::detail
