@@ -380,6 +380,7 @@ expected<void> endpoint_state::publish(const actor_ref& target, const std::strin
     if (!names.emplace(key, target).second)
       return error(errc::invalid_argument, "the name '" + name + "' is published already on rank " + std::to_string(rank));
     exported.try_emplace(target.id(), target);
+    if (parked.contains(key)) handing_over[target.id()] = key;
   }
   // Frames that waited for the name run here, in the order they came. Their entry in `parked`
   // stays until it is empty: the communication thread queues the frames that arrive meanwhile
@@ -389,9 +390,9 @@ expected<void> endpoint_state::publish(const actor_ref& target, const std::strin
     {
       std::lock_guard lock(mu);
       auto it = parked.find(key);
-      if (it == parked.end()) break;
-      if (it->second.empty()) {
-        parked.erase(it);
+      if (it == parked.end() || it->second.empty()) {
+        if (it != parked.end()) parked.erase(it);
+        handing_over.erase(target.id());
         break;
       }
       waiting.swap(it->second);
@@ -570,6 +571,7 @@ void endpoint::shutdown() {
   {
     std::lock_guard lock(s.mu);
     parked.swap(s.parked);
+    s.handing_over.clear();
     proxies.swap(s.proxies);
     s.exported.clear();
     s.names.clear();
