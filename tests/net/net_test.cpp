@@ -127,6 +127,18 @@ struct world {
                                 }};
                               }),
                               "burster"));
+    // Publishes a fresh echo as "late_echo/<a.a>" when asked, while frames for that name may be
+    // on their way already (pings_that_arrive_while_their_name_is_published_keep_their_order).
+    BOOST_REQUIRE(net.publish(sys.spawn([this](strata::actor& self) -> strata::behavior {
+                                return {[this, &self](const add& a) {
+                                  auto echo = self.system().spawn([](strata::actor& e) -> strata::behavior {
+                                    return {[&e](const ping& p) { e.send(e.current_sender(), pong{p.seq}); }};
+                                  });
+                                  // (A failed publication shows on rank 0 as pongs that never come.)
+                                  (void)net.publish(echo, "late_echo/" + std::to_string(a.a));
+                                }};
+                              }),
+                              "late_publisher"));
   }
 };
 
@@ -170,6 +182,45 @@ BOOST_AUTO_TEST_CASE(remote_ping_pong_keeps_the_order_of_every_round) {
   });
   BOOST_REQUIRE(result.wait_for(60s) == std::future_status::ready);
   BOOST_TEST(result.get() == rounds);
+}
+
+// Frames for a name wait on the receiving rank until it is published; those that arrive while
+// the publishing thread hands the waiting ones over queue behind them, so one sender's order
+// holds across the publication. Each round asks rank 1 to publish a fresh echo halfway through a
+// burst of pings for its name: the first half waits, later pings come during the hand-over or
+// after it.
+BOOST_AUTO_TEST_CASE(pings_that_arrive_while_their_name_is_published_keep_their_order) {
+  if (!driving()) return;
+  auto& w = *the_world;
+  auto publisher = w.net.remote(1, "late_publisher").value();
+  constexpr int rounds = 50;
+  static constexpr std::int64_t burst = 1024;
+  for (int k = 0; k < rounds; ++k) {
+    auto echo = w.net.remote(1, "late_echo/" + std::to_string(k)).value();
+    std::promise<std::int64_t> done;
+    auto result = done.get_future();
+    w.sys.spawn([publisher, echo, k, &done](strata::actor& self) -> strata::behavior {
+      for (std::int64_t i = 0; i < burst; ++i) {
+        if (i == burst / 2) self.send(publisher, add{k, 0});
+        self.send(echo, ping{i, ""});
+      }
+      auto next = std::make_shared<std::int64_t>(0);
+      return {[&self, next, &done](const pong& p) {
+        if (p.seq != *next) {
+          done.set_value(-1 - p.seq);
+          self.quit();
+          return;
+        }
+        if (++*next == burst) {
+          done.set_value(burst);
+          self.quit();
+        }
+      }};
+    });
+    BOOST_REQUIRE_MESSAGE(result.wait_for(60s) == std::future_status::ready, "round " << k << ": not every pong came");
+    const std::int64_t got = result.get();
+    BOOST_TEST_REQUIRE(got == burst, "round " << k << ": pong " << (-1 - got) << " came out of order");
+  }
 }
 
 // Control frames longer than the receive each rank keeps posted (64 KiB) go as a `large` frame

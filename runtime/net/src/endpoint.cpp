@@ -375,31 +375,43 @@ expected<void> endpoint_state::publish(const actor_ref& target, const std::strin
   if (!target || target.cell()->remote)
     return error(errc::invalid_argument, "endpoint::publish needs a handle to a local actor (name '" + name + "')");
   const std::uint64_t key = name_key(name);
-  std::vector<parked_frame> waiting;
   {
     std::lock_guard lock(mu);
     if (!names.emplace(key, target).second)
       return error(errc::invalid_argument, "the name '" + name + "' is published already on rank " + std::to_string(rank));
     exported.try_emplace(target.id(), target);
-    if (auto it = parked.find(key); it != parked.end()) {
-      waiting = std::move(it->second);
-      parked.erase(it);
-    }
+    if (parked.contains(key)) handing_over[target.id()] = key;
   }
-  for (auto& p : waiting) {
-    bool first = false;
+  // Frames that waited for the name run here, in the order they came. Their entry in `parked`
+  // stays until it is empty: the communication thread queues the frames that arrive meanwhile
+  // behind them (with_target) rather than delivering them first.
+  for (;;) {
+    std::vector<parked_frame> waiting;
     {
       std::lock_guard lock(mu);
-      first = resolved_sent.emplace(p.src, key).second;
+      auto it = parked.find(key);
+      if (it == parked.end() || it->second.empty()) {
+        if (it != parked.end()) parked.erase(it);
+        handing_over.erase(target.id());
+        break;
+      }
+      waiting.swap(it->second);
     }
-    if (first) {
-      std::vector<std::byte> bytes;
-      std::vector<tensor> none;
-      writer w(bytes, none, this);
-      w(frame::resolved, key, target.id());
-      (void)push_frame(p.src, std::move(bytes));
+    for (auto& p : waiting) {
+      bool first = false;
+      {
+        std::lock_guard lock(mu);
+        first = resolved_sent.emplace(p.src, key).second;
+      }
+      if (first) {
+        std::vector<std::byte> bytes;
+        std::vector<tensor> none;
+        writer w(bytes, none, this);
+        w(frame::resolved, key, target.id());
+        (void)push_frame(p.src, std::move(bytes));
+      }
+      p.run(target);
     }
-    p.run(target);
   }
   return {};
 }
@@ -559,6 +571,7 @@ void endpoint::shutdown() {
   {
     std::lock_guard lock(s.mu);
     parked.swap(s.parked);
+    s.handing_over.clear();
     proxies.swap(s.proxies);
     s.exported.clear();
     s.names.clear();

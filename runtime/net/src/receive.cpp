@@ -31,11 +31,19 @@ void endpoint_state::with_target(int src, bool by_name, std::uint64_t key, F fn)
   {
     std::lock_guard lock(mu);
     if (!by_name) {
+      if (auto h = handing_over.find(key); h != handing_over.end()) {
+        // An actor whose name publish() is handing frames over to: a sender that learned its id
+        // (the `resolved` frame) sends by id, and those frames wait behind the ones by name.
+        parked[h->second].push_back(parked_frame{src, std::function<void(const actor_ref&)>(std::move(fn))});
+        return;
+      }
       if (auto it = exported.find(key); it != exported.end()) target = it->second;
-    } else if (auto it = names.find(key); it != names.end()) {
+    } else if (auto it = names.find(key); it != names.end() && !parked.contains(key)) {
       target = it->second;
       first = resolved_sent.emplace(src, key).second;
     } else {
+      // Not published, or published and publish() still hands the waiting frames over: this
+      // one waits behind them (one sender's order).
       parked[key].push_back(parked_frame{src, std::function<void(const actor_ref&)>(std::move(fn))});
       return;
     }

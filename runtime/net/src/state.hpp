@@ -166,7 +166,10 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
     int src;
     std::function<void(const actor_ref&)> run;
   };
-  std::unordered_map<std::uint64_t, std::vector<parked_frame>> parked;  // frames for unpublished names
+  // Frames for a name not yet published, or still being handed over by publish() (in arrival order).
+  std::unordered_map<std::uint64_t, std::vector<parked_frame>> parked;
+  // Actor id -> name key, while publish() hands that name's parked frames over.
+  std::unordered_map<std::uint64_t, std::uint64_t> handing_over;
   std::map<std::tuple<int, bool, std::uint64_t>, actor_ref> proxies;
   std::map<std::tuple<int, std::uint64_t, std::uint64_t>, actor_ref> in_flight;  // (rank, requester id, request id)
   std::set<std::pair<int, std::uint64_t>> resolved_sent;
