@@ -145,11 +145,13 @@ BOOST_AUTO_TEST_CASE(a_rank_that_closes_its_store_fails_the_rounds_and_barriers_
     BOOST_TEST(got.error().message() == "kvstore dist_sync: key " + key.to_string() + " cannot complete version 3: " +
                                             rank + " has closed this store.");
   }
-  // Its own keys: its shard has stopped (the runtime's "actor ... has terminated").
+  // Its own keys: its shard has stopped, and the sentence names its rank.
   for (const auto& key : k.of_leaver) {
     auto got = kv->pushpull(key, {w.filled(1.0f)});
     BOOST_REQUIRE(!got);
     BOOST_TEST(got.error().code() == strata::errc::target_terminated, got.error().message());
+    BOOST_TEST(got.error().message() == "kvstore dist: the shard of " + rank +
+                                            " has stopped (that rank closed this store, or its actor system ended).");
   }
   auto b = kv->barrier();
   BOOST_REQUIRE(!b);
@@ -236,13 +238,29 @@ BOOST_AUTO_TEST_CASE(a_rank_that_closes_its_store_fails_the_others_steps_at_once
   auto kv = std::make_unique<kvd::store>(
       w.sys, w.net, kvd::store_options{.mode = kvd::mode::allreduce, .timeout = store_timeout, .value_device = w.cpu});
   const int leaver = kv->num_workers() - 1;
+  // The leaver stays in the job until every other rank has checked (its leaving would else race
+  // its store's closing to their watches): each sends it one message when done.
+  const std::string done_name = "kvstore_dist_leave_test.allreduce_closed";
+  auto all_checked = std::make_shared<std::promise<void>>();
+  auto checked = all_checked->get_future();
+  if (kv->rank() == leaver) {
+    auto left = std::make_shared<int>(leaver);
+    BOOST_REQUIRE(w.net.publish(w.sys.spawn([left, all_checked](strata::actor&) -> strata::behavior {
+                                  return {[left, all_checked](std::int32_t) {
+                                    if (--*left == 0) all_checked->set_value();
+                                  }};
+                                }),
+                                done_name));
+  }
   one_step(w, *kv);
   if (kv->rank() == leaver) {
     std::this_thread::sleep_for(500ms);  // the others are waiting in their next step
     kv.reset();
+    BOOST_TEST((checked.wait_for(60s) == std::future_status::ready));
     return;
   }
   others_fail_at_once(w, *kv, leaver, "another rank closed this store");
+  BOOST_REQUIRE(w.sys.send(w.net.remote(leaver, done_name).value(), std::int32_t{w.net.rank()}));
 }
 
 BOOST_AUTO_TEST_CASE(a_rank_that_leaves_the_job_fails_the_others_steps_at_once) {

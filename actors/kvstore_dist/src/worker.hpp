@@ -55,7 +55,13 @@ struct worker_state {
 
 template <class R, class M>
 expected<R> ask(worker_state& w, const actor_ref& to, M msg) {
-  return w.sys->request<R>(to, w.options.timeout, std::move(msg)).get();
+  auto got = w.sys->request<R>(to, w.options.timeout, std::move(msg)).get();
+  if (!got && got.error().code() == errc::target_terminated)  // name the rank whose shard it was
+    for (std::size_t r = 0; r < w.servers.size(); ++r)
+      if (w.servers[r] == to)
+        return error(errc::target_terminated, "kvstore dist: the shard of rank " + std::to_string(r) +
+                                                  " has stopped (that rank closed this store, or its actor system ended).");
+  return got;
 }
 
 /// Waits for every reply: the first failure (in the order given), or nothing.

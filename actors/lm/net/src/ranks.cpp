@@ -1,6 +1,7 @@
 #include "strata/lm_net/ranks.hpp"
 
 #include <algorithm>
+#include <chrono>
 #include <cstdio>
 #include <cstdlib>
 #include <optional>
@@ -79,7 +80,11 @@ public:
     try {
       replicas_ = std::make_unique<kvstore_dist::store>(
           *system_, endpoint(),
-          kvstore_dist::store_options{.mode = kvstore_dist::mode::allreduce, .group = *group});
+          // A replica may wait a long time for its peers (rank 0 writing a checkpoint, its
+          // validation): a rank that leaves fails the sum at once, and mpirun --timeout ends a
+          // job that hangs, so the store's own timeout only has to be longer than any of those.
+          kvstore_dist::store_options{
+              .mode = kvstore_dist::mode::allreduce, .timeout = std::chrono::hours(24), .group = *group});
     } catch (const std::exception& e) {
       return error(errc::runtime_failure, e.what());
     }

@@ -56,7 +56,8 @@ struct store_options {
   kvstore_dist::mode mode = kvstore_dist::mode::sync;
   /// How long one call waits for the servers. A rank that dies ends the job before that
   /// (docs/distributed.md); a rank that leaves the job or closes its store makes what waits for
-  /// it fail at once instead (dist_sync rounds and barriers, `errc::rank_down`).
+  /// it fail at once instead (`errc::rank_down`: dist_sync rounds and barriers, dist_sync_allreduce
+  /// steps, inits and barriers).
   std::chrono::nanoseconds timeout = std::chrono::seconds(120);
   /// A cpu device for this worker's local sums (several values in one push) and for the values
   /// its server shard answers with. Empty: a one-thread cpu device made by the store.
