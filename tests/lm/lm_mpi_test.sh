@@ -16,7 +16,8 @@
 #   a replica's gradient is a sum over half the columns, added to the other half's afterwards
 #   instead of inside one GEMM, so float rounding differs (measured: under 1e-8 relative after 8
 #   steps); a missing or doubled replica's gradient would change the loss by far more. Each
-#   stage's replicas sum through a dist_sync_allreduce store of their own (replica_sum).
+#   stage's replicas sum through a dist_sync_allreduce store of their own (replica_sum). Then
+#   rank 3 is killed after step 5 and the relaunch continues on the uninterrupted curve.
 # Both ranks and the one process use one thread per device, so every kernel sums in one order.
 set -u
 mode=$1 mpirun=$2 btl=$3 exe=$4 corpus=$5 dir=$6 trace_tool=$7
@@ -73,6 +74,17 @@ if [ "$mode" = replicas ]; then
   paste one.loss four.loss | awk '{ d = $1 - $2; if (d < 0) d = -d; if (d > 1e-6 * $1) { print "step " NR ": " $1 " vs " $2; bad = 1 } }
                                   END { exit bad }' || fail "the 2 x 2 losses left one process's by more than 1e-6"
   echo "2 stages x 2 replicas: the 8 losses equal one process's within 1e-6 relative"
+  # Rank 3 (stage 1 of replica 1) killed after step 5; the relaunch resumes from step 4's
+  # checkpoint and logs steps 5-8 equal to the uninterrupted 2 x 2 run's, bit for bit.
+  $launch -np 4 "$exe" train $common --devices cpu:1 --replicas 2 --log resumed.jsonl --checkpoint "$dir/ck4" \
+    --save-every 2 --crash-after-step 5 --crash-rank 3 >crash4.out 2>&1 && { cat crash4.out; fail "the 2 x 2 job whose rank 3 died exited 0"; }
+  $launch -np 4 "$exe" train $common --devices cpu:1 --replicas 2 --log resumed.jsonl --checkpoint "$dir/ck4" \
+    --save-every 2 2>resume4.err || { cat resume4.err; fail "the 2 x 2 relaunch failed"; }
+  grep -q "resuming from $dir/ck4 at step 4" resume4.err || { cat resume4.err; fail "the 2 x 2 relaunch did not resume at step 4"; }
+  losses four.jsonl | tail -4 >four.tail
+  losses resumed.jsonl | tail -4 >resumed.tail
+  diff four.tail resumed.tail || fail "the 2 x 2 relaunch's steps 5-8 differ from the uninterrupted run's"
+  echo "2 stages x 2 replicas: rank 3 killed after step 5, the relaunch logs steps 5-8 bit for bit"
   exit 0
 fi
 
