@@ -4,6 +4,7 @@
 #include <boost/test/unit_test.hpp>
 
 #include <chrono>
+#include <future>
 #include <random>
 #include <string>
 #include <thread>
@@ -145,6 +146,25 @@ BOOST_AUTO_TEST_CASE(a_shutdown_answers_a_requesters_open_requests_with_an_error
   BOOST_REQUIRE(!got.has_value());
   BOOST_TEST((got.error().code() == strata::errc::stopped), got.error().to_string());
   BOOST_TEST(!await(barrier).has_value());
+}
+
+// An actor that blocks the system's only scheduler thread on a requester's future is served when
+// the requester (and the actor it asks) run on threads of their own.
+BOOST_AUTO_TEST_CASE(a_requester_on_a_thread_of_its_own_serves_an_actor_that_holds_the_only_scheduler_thread) {
+  strata::actor_system sys(strata::system_config{.worker_threads = 1});
+  auto target = sys.spawn_with<recorder>(strata::spawn_options{.name = "recorder", .dedicated_thread = true});
+  strata::requester caller(sys, strata::spawn_options{.name = "requester", .dedicated_thread = true});
+  std::promise<int> inside;
+  auto answered = inside.get_future();
+  auto waiter = sys.spawn([&](strata::actor&) -> strata::behavior {
+    return {[&](const question&) {
+      auto got = caller.request<int>(target, 20s, numbered{7}).get();  // holds the thread meanwhile
+      inside.set_value(got ? *got : -1);
+    }};
+  });
+  BOOST_REQUIRE(sys.send(waiter, question{}));
+  BOOST_REQUIRE((answered.wait_for(20s) == std::future_status::ready));
+  BOOST_TEST(answered.get() == 7);
 }
 
 BOOST_AUTO_TEST_SUITE_END()
