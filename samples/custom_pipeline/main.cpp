@@ -4,7 +4,8 @@
 // ranks, `--devices` per rank, and rank 0 prints the comparison. The tutorial: docs/pipeline.md.
 //
 //   ./custom_pipeline                                  two stages on cpu:2 in this process
-//   mpirun -np 2 ./custom_pipeline --devices cpu:1     one stage per rank
+//   mpirun -np 2 --mca btl_tcp_if_include lo --mca oob_tcp_if_include lo ./custom_pipeline --devices cpu:1
+//                                                      one stage per rank, every byte on loopback
 #include <algorithm>
 #include <chrono>
 #include <cmath>

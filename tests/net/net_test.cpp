@@ -2,6 +2,7 @@
 #define BOOST_TEST_MODULE strata_net
 #include <boost/test/unit_test.hpp>
 
+#include <algorithm>
 #include <chrono>
 #include <cstdlib>
 #include <future>
@@ -10,6 +11,9 @@
 #include <random>
 #include <string>
 #include <thread>
+#include <utility>
+
+#include <sys/resource.h>
 
 #include "messages.hpp"
 #include "strata/actor_system.hpp"
@@ -20,6 +24,14 @@ using namespace std::chrono_literals;
 using namespace nettest;
 
 namespace {
+
+/// The CPU time this process has used so far (every thread, user + system), in microseconds.
+std::int64_t process_cpu_us() {
+  rusage u{};
+  getrusage(RUSAGE_SELF, &u);
+  auto us = [](const timeval& t) { return std::int64_t{t.tv_sec} * 1'000'000 + t.tv_usec; };
+  return us(u.ru_utime) + us(u.ru_stime);
+}
 
 /// One actor system (one scheduler thread), one cpu device (one thread) and the endpoint.
 struct world {
@@ -89,6 +101,25 @@ struct world {
                                 return {[](const tensor_msg& m) { return m; }};
                               }),
                               "tensor_echo"));
+    // Answers with the CPU time this process has used so far, in microseconds (user + system).
+    BOOST_REQUIRE(net.publish(sys.spawn([](strata::actor&) -> strata::behavior {
+                                return {[](const add&) { return process_cpu_us(); }};
+                              }),
+                              "cpu_clock"));
+    // Says at once whether the tensors of a message had arrived when the message did (1) or not
+    // (0), and keeps the message; a ping then answers with it (its tensors leave when they are in).
+    BOOST_REQUIRE(net.publish(sys.spawn([](strata::actor&) -> strata::behavior {
+                                auto kept = std::make_shared<tensor_msg>();
+                                return {[kept](const tensor_msg& m) {
+                                          *kept = m;
+                                          return std::all_of(m.tensors.begin(), m.tensors.end(),
+                                                             [](const strata::tensor& t) { return t.ready_event().query(); })
+                                                     ? 1
+                                                     : 0;
+                                        },
+                                        [kept](const ping&) { return *kept; }};
+                              }),
+                              "tensor_probe"));
     // Spawned with handle_remote_inline: says where each message ran (a thread that has run
     // actors inline is the communication thread; scheduler threads never do).
     BOOST_REQUIRE(net.publish(
@@ -504,6 +535,84 @@ BOOST_AUTO_TEST_CASE(tensors_of_one_byte_to_64_mib_arrive_bitwise) {
   }
   BOOST_TEST(after.flowing_frames_received - before.flowing_frames_received == 4u);
   BOOST_TEST(after.flowing_receives == 0u);
+}
+
+// Idle ranks do not spin: with nothing to do for 2 s, every rank's process (its scheduler, device
+// and communication threads) uses well under a core. A communication thread that kept polling
+// would use a whole one; its back-off sleeps up to STRATA_NET_MAX_SLEEP_US between polls.
+BOOST_AUTO_TEST_CASE(idle_ranks_do_not_spin) {
+  if (!driving()) return;
+  auto& w = *the_world;
+  auto cpu_of = [&w](int rank) {
+    if (rank == 0) return process_cpu_us();
+    auto clock = w.net.remote(rank, "cpu_clock").value();
+    auto us = w.sys.request<std::int64_t>(clock, 30s, add{}).get();
+    BOOST_REQUIRE(us.has_value());
+    return *us;
+  };
+  std::this_thread::sleep_for(300ms);  // past the spin after the last work
+  std::vector<std::int64_t> before;
+  for (int r = 0; r < w.net.size(); ++r) before.push_back(cpu_of(r));
+  const auto t0 = std::chrono::steady_clock::now();
+  std::this_thread::sleep_for(2s);
+  std::vector<std::int64_t> after;
+  for (int r = 0; r < w.net.size(); ++r) after.push_back(cpu_of(r));
+  const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();
+  for (int r = 0; r < w.net.size(); ++r) {
+    const double share = static_cast<double>(after[static_cast<std::size_t>(r)] - before[static_cast<std::size_t>(r)]) / wall_us;
+    BOOST_TEST_MESSAGE("rank " << r << " used " << share * 100 << " % of a core while idle");
+    BOOST_TEST(share < 0.25, "rank " << r << " used " << share * 100 << " % of a core while idle (limit 25 %)");
+  }
+}
+
+// The message reaches its actor at once and its tensors' data follows: here the sender's
+// producer cannot write the bytes until the receiver has answered (the gate opens after the
+// reply), so an answer that comes back at all shows the message was delivered ahead of its data;
+// then the data arrives whole.
+BOOST_AUTO_TEST_CASE(a_message_reaches_its_actor_before_its_tensors_data_and_the_data_follows) {
+  if (!driving()) return;
+  auto& w = *the_world;
+  auto probe = w.net.remote(w.net.size() - 1, "tensor_probe").value();
+  auto gate_stream = w.cpu.create_stream();
+  auto gate = std::make_shared<std::promise<void>>();
+  std::shared_future<void> opened = gate->get_future().share();
+  struct opener {  // the device thread must never stay blocked, whatever fails below
+    std::shared_ptr<std::promise<void>> p;
+    bool done = false;
+    void open() {
+      if (!std::exchange(done, true)) p->set_value();
+    }
+    ~opener() { open(); }
+  } gate_guard{gate};
+  std::mt19937 rng(4321);
+  tensor_msg msg;
+  msg.label = "gated";
+  std::vector<std::vector<std::uint8_t>> want;
+  for (std::size_t n : {std::size_t{100}, std::size_t{1} << 20}) {
+    std::vector<std::uint8_t> bytes(n);
+    for (auto& b : bytes) b = static_cast<std::uint8_t>(rng());
+    auto t = strata::tensor::empty({static_cast<std::int64_t>(n)}, strata::dtype::uint8, w.cpu, gate_stream);
+    gate_stream.launch({.name = "gated_producer", .cpu = [opened, p = t.data<std::uint8_t>(), bytes] {
+                          opened.wait();
+                          std::copy(bytes.begin(), bytes.end(), p);
+                        }});
+    t.set_ready_event(gate_stream.record());
+    msg.tensors.push_back(std::move(t));
+    want.push_back(std::move(bytes));
+  }
+  auto arrived = w.sys.request<int>(probe, 30s, msg).get();
+  BOOST_REQUIRE_MESSAGE(arrived.has_value(), "the message did not reach its actor while its data was held back: "
+                                                  << arrived.error().message());
+  BOOST_TEST(*arrived == 0, "the actor saw its tensors ready before their bytes were written");
+  BOOST_TEST(!msg.tensors[0].ready_event().query());  // still gated here
+  gate_guard.open();
+  auto back = w.sys.request<tensor_msg>(probe, 60s, ping{1, {}}).get();
+  BOOST_REQUIRE(back.has_value());
+  BOOST_REQUIRE(back->tensors.size() == want.size());
+  BOOST_TEST(back->label == "gated");
+  auto s = w.cpu.create_stream();
+  for (std::size_t i = 0; i < want.size(); ++i)
+    BOOST_TEST((back->tensors[i].to_host<std::uint8_t>(s) == want[i]), "tensor " << i << " differs");
 }
 
 // A tensor whose producer failed still travels (its receiver was told it is coming), but as

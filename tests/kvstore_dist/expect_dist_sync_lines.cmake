@@ -1,0 +1,28 @@
+# Runs samples/kvstore_dist under mpirun and checks MXNet's dist_sync replay whole: exit status 0,
+# and exactly one line `rank W round R: [[v, v, v], [v, v, v]]` for every rank W < NP and round
+# R < 3, v = NP(NP+1)/2, and no other line on standard output.
+# Arguments: -DCMD=<;-list: the mpirun command> -DNP=<ranks>
+execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 200)
+if(NOT rc EQUAL 0)
+  message(FATAL_ERROR "the job exited with '${rc}' (expected 0)\n${out}\n${err}")
+endif()
+math(EXPR v "${NP} * (${NP} + 1) / 2")
+string(REGEX REPLACE "\n$" "" body "${out}")
+string(REPLACE "\n" ";" lines "${body}")
+list(LENGTH lines count)
+math(EXPR want "${NP} * 3")
+if(NOT count EQUAL want)
+  message(FATAL_ERROR "${count} lines on standard output, expected ${want} (one per rank and round)\n${out}")
+endif()
+math(EXPR last_rank "${NP} - 1")
+foreach(w RANGE ${last_rank})
+  foreach(r RANGE 2)
+    set(line "rank ${w} round ${r}: [[${v}, ${v}, ${v}], [${v}, ${v}, ${v}]]")
+    list(FIND lines "${line}" at)
+    if(at EQUAL -1)
+      message(FATAL_ERROR "missing line '${line}'\n${out}")
+    endif()
+    list(REMOVE_AT lines ${at})
+  endforeach()
+endforeach()
+message("${want} lines, each rank and round once with v = ${v}; exit status 0")
