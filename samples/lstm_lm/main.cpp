@@ -135,6 +135,10 @@ void print_setup(const lm::training_setup& s, const lm::trainer_options& o) {
             << (s.accumulate > 1 ? ", " + std::to_string(s.accumulate) + " windows accumulated per step" : std::string())
             << (s.carry_state ? ", LSTM state carried across steps" : ", every step from a zero LSTM state") << "\n"
             << (s.auto_schedule ? "lstm_lm: schedule chosen by --schedule auto for " + s.devices + " (docs/lstm_lm.md)\n" : std::string())
+            << (s.link ? "lstm_lm: link between ranks " + fmt(s.link->latency_us, 1) + " us per message, " +
+                             (std::isinf(s.link->gbps) ? std::string("free bandwidth") : fmt(s.link->gbps, 3) + " GB/s") +
+                             ", " + s.link_note + "\n"
+                       : std::string())
             << "lstm_lm: plan (--partition " << o.partition << ", " << s.costs_note << "):\n"
             << s.placement.to_string() << "\n";
   if (s.resumed) std::cerr << "lstm_lm: resuming from " << o.checkpoint << " at step " << s.first_step << "\n";
@@ -346,6 +350,13 @@ int main(int argc, char** argv) {
                     "under mpirun: data parallel replicas of the pipeline (ranks = stages x replicas; docs/lstm_lm.md)")
       ->check(whole_number(65536))
       ->capture_default_str();
+  double link_latency_value = 0, link_gbps_value = 0;
+  auto* link_latency = train->add_option("--link-latency-us", link_latency_value,
+                                         "under mpirun: one-way latency of the link between ranks, microseconds "
+                                         "(strata-bench-net's link_latency_us; default: measured at the start)");
+  auto* link_gbps = train->add_option("--link-gbps", link_gbps_value,
+                                      "under mpirun: bandwidth of the link between ranks, GB/s (strata-bench-net's "
+                                      "link_gbps; default: measured at the start)");
   train->add_option("--crash-rank", t.crash_rank, "testing, under mpirun: the rank --crash-after-step kills")
       ->check(CLI::Range(0, 1'000'000))
       ->group("");
@@ -399,6 +410,8 @@ int main(int argc, char** argv) {
   t.epochs_given = epochs->count() > 0;
   if (lr->count() > 0) t.lr = lr_value;
   if (carry->count() > 0) t.carry_state = carry_value;
+  if (link_latency->count() > 0) t.link_latency_us = link_latency_value;
+  if (link_gbps->count() > 0) t.link_gbps = link_gbps_value;
   t.chunks_given = chunks->count() > 0;
   t.vocab_size_given = vocab_size->count() > 0;
   // Each cpu device is a oneTBB arena and the kernels split large GEMMs into tasks inside it;

@@ -19,6 +19,12 @@
 #   steps); a missing or doubled replica's gradient would change the loss by far more. Each
 #   stage's replicas sum through a dist_sync_allreduce store of their own (replica_sum). Then
 #   rank 3 is killed after step 5 and the relaunch continues on the uninterrupted curve.
+# MODE auto: --partition auto on 2 ranks places the layers with rank 0's measured costs on both
+#   ranks (each rank checks that every rank placed alike, else the run fails) and logs the same
+#   per-step losses, bit for bit, as one process given the plan's layer ranges explicitly. Its
+#   --link-latency-us 2000 and --link-gbps 0.5 are the link of the plan (a cut names rank 1 and
+#   costs 2 ms) and of the summary, whose ideal step pays them on both crossings of the cut (at
+#   least 4 ms). Without the flags the link is measured: positive and finite in the summary.
 # Both ranks and the one process use one thread per device, so every kernel sums in one order.
 set -u
 mode=$1 mpirun=$2 btl=$3 exe=$4 corpus=$5 dir=$6 trace_tool=$7
@@ -61,6 +67,38 @@ if [ "$mode" = matches ]; then
   [ $# -eq 3 ] && [ "$1" -gt 0 ] && [ "$1" -eq "$2" ] && [ "$3" -gt 0 ] ||
     { cat summary.txt | head -5; fail "the joined trace's messages between ranks do not add up: '$counts'"; }
   echo "2 ranks: one joined trace, $1 messages between the ranks sent and received, $3 linked to their handling"
+  exit 0
+fi
+
+if [ "$mode" = auto ]; then
+  auto=$(echo $common | sed 's/--partition even/--partition auto/')
+  $launch -np 2 "$exe" train $auto --devices cpu:1 --link-latency-us 2000 --link-gbps 0.5 --log auto.jsonl 2>auto.err ||
+    { cat auto.err; fail "the 2-rank --partition auto run failed"; }
+  grep -q "lstm_lm: link between ranks 2000.0 us per message, 0.500 GB/s, given by --link-latency-us and --link-gbps" auto.err ||
+    { cat auto.err; fail "the plan does not show the given link"; }
+  grep -q "^stage 0 (.*, rank 0): .*; to rank 1: .* per micro-batch, 2.0[0-9] ms$" auto.err ||
+    { cat auto.err; fail "the plan's cut does not name rank 1 and the link's 2 ms"; }
+  grep -q '"link_latency_us":2000.0,"link_gbps":0.5' auto.jsonl || fail "the summary lacks the given link"
+  ideal=$(sed -n 's/.*"ideal_step_ms":\([^,]*\),.*/\1/p' auto.jsonl | tail -1)
+  awk -v t="$ideal" 'BEGIN { exit !(t >= 4) }' || fail "the ideal step $ideal ms does not pay the 2 ms link both ways"
+  ranges=$(sed -n 's/^stage [0-9]* (.*, rank [0-9]*): \(embedding + \)\{0,1\}lstm \([0-9-]*\).*/\2/p' auto.err | paste -sd, -)
+  [ -n "$ranges" ] || { cat auto.err; fail "no layer ranges in the plan"; }
+  fixed=$(echo $common | sed "s/--partition even/--partition $ranges/")
+  "$exe" train $fixed --devices cpu:2 --log fixed.jsonl 2>fixed.err || { cat fixed.err; fail "the one-process run with --partition $ranges failed"; }
+  losses fixed.jsonl >fixed.loss
+  losses auto.jsonl >auto.loss
+  [ "$(wc -l <auto.loss)" -eq 8 ] || fail "the 2-rank --partition auto log has no 8 steps"
+  diff fixed.loss auto.loss || fail "the 2-rank --partition auto losses differ from one process's with --partition $ranges"
+  echo "2 ranks, --partition auto: both placed $ranges; the 8 losses equal one process's with those ranges bit for bit"
+  short=$(echo $auto | sed 's/--steps 8/--steps 2/')
+  $launch -np 2 "$exe" train $short --devices cpu:1 --log measured.jsonl 2>measured.err ||
+    { cat measured.err; fail "the 2-rank run that measures its link failed"; }
+  grep -q "lstm_lm: link between ranks .*, measured between ranks 0 and 1" measured.err ||
+    { cat measured.err; fail "no line says the link was measured"; }
+  link=$(sed -n 's/.*"link_latency_us":\([^,]*\),"link_gbps":\([^,}]*\).*/\1 \2/p' measured.jsonl)
+  echo "$link" | awk '{ exit !(NF == 2 && $1 > 0 && $1 < 1e7 && $2 > 0 && $2 < 1e6) }' ||
+    fail "the measured link in the summary is not a positive latency and bandwidth: '$link'"
+  echo "2 ranks: the link measured at the start, $link (us, GB/s)"
   exit 0
 fi
 

@@ -12,8 +12,12 @@
 #include <string>
 #include <vector>
 
+#include "strata/actor_system.hpp"
+#include "strata/device/device_manager.hpp"
 #include "strata/lm/checkpoint.hpp"
+#include "strata/lm/pipeline.hpp"
 #include "strata/lm/trainer.hpp"
+#include "support/lm_test_support.hpp"
 
 namespace {
 
@@ -197,6 +201,44 @@ BOOST_AUTO_TEST_CASE(a_bad_option_gets_one_sentence_naming_it) {
   o.log = dir.string();
   expect(o, "is a directory");
   fs::remove_all(dir);
+}
+
+// The ideal step of the --log summary (lm_pipeline::ideal) across ranks: each cut pays the link's
+// latency and one micro-batch's activation over its bandwidth, forward and back, the link's
+// direction being busy while a message crosses. Two stages, two micro-batches of 1F1B, stage
+// times (ms) forward {2, 3}, backward {4, 5}; a cut carries 4 B x seq 8 x 2 columns x hidden 16
+// = 1024 B, which a 2.048 MB/s link takes 0.5 ms to pass, plus 1 ms of latency. By hand:
+//   free:   stage 0 F0 0-2 F1 2-4; stage 1 F0 2-5 B0 5-10 F1 10-13 B1 13-18; stage 0 B0 10-14
+//           B1 18-22: 22 ms.
+//   linked: act0 leaves at 2, arrives 3.5; act1 4 -> 5.5; stage 1 F0 3.5-6.5 B0 6.5-11.5 F1
+//           11.5-14.5 B1 14.5-19.5; grad0 11.5 -> 13, grad1 19.5 -> 21; stage 0 B0 13-17
+//           B1 21-25: 25 ms.
+BOOST_AUTO_TEST_CASE(the_ideal_step_with_a_slow_link_between_ranks_pays_it_on_each_cut) {
+  const auto c = lm::test::config_of(20, 4, 16, 2, 8, 4, 2);
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  const auto kind = strata::pipeline::schedule_kind::one_f_one_b;
+  lm::lm_pipeline free(sys, strata::make_devices("cpu:2"), c, kind, {1, 1});
+  lm::lm_pipeline linked(sys, strata::make_devices("cpu:2"), c, kind, {1, 1},
+                         lm::lm_pipeline_options{.link = strata::pipeline::link_model::measured(1000, 0.002048)});
+  lm::step_result r;
+  r.stage_forward_ms = {2, 3};
+  r.stage_backward_ms = {4, 5};
+  const auto without = free.ideal(r);
+  const auto with = linked.ideal(r);
+  BOOST_REQUIRE(without.has_value());
+  BOOST_REQUIRE(with.has_value());
+  BOOST_TEST(without->step_ms == 22.0, boost::test_tools::tolerance(1e-9));
+  BOOST_TEST(with->step_ms == 25.0, boost::test_tools::tolerance(1e-9));
+  // The bubble is over the longer step: the same 28 ms of work in 2 x 25 ms.
+  BOOST_TEST(with->bubble == 1.0 - 28.0 / 50.0, boost::test_tools::tolerance(1e-9));
+}
+
+BOOST_AUTO_TEST_CASE(a_pipeline_refuses_a_link_of_no_bandwidth) {
+  const auto c = lm::test::config_of(20, 4, 16, 2, 8, 4, 2);
+  strata::actor_system sys(strata::system_config{.worker_threads = 2});
+  BOOST_CHECK_THROW(lm::lm_pipeline(sys, strata::make_devices("cpu:2"), c, strata::pipeline::schedule_kind::gpipe, {1, 1},
+                                    lm::lm_pipeline_options{.link = strata::pipeline::link_model{0, 0}}),
+                    std::invalid_argument);
 }
 
 BOOST_AUTO_TEST_SUITE_END()

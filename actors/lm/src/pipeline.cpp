@@ -14,6 +14,7 @@
 #include <variant>
 
 #include "pipeline_state.hpp"
+#include "strata/lm/costs.hpp"
 #include "strata/trace.hpp"
 
 namespace strata::lm {
@@ -66,6 +67,13 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
   st.devices = std::move(devices);
   st.plan = pipeline::make_plan(schedule, static_cast<int>(spans.size()), static_cast<int>(config.micro_batches),
                                 static_cast<int>(config.chunks));
+  if (options.link) {
+    if (auto bad = pipeline::check_link(*options.link)) throw std::invalid_argument(bad.message());
+    st.link = options.link;
+    const auto outputs = layer_memory_costs(stage_config).lstm;  // what a cut after each layer carries (last: exclusive)
+    for (std::size_t s = 0; s + 1 < spans.size(); ++s)
+      st.cut_bytes.push_back(static_cast<double>(outputs[spans[s].last - 1].output_bytes));
+  }
   st.ranks = options.ranks;
   if (st.ranks) {
     st.replicas = options.replicas;
@@ -474,6 +482,14 @@ expected<ideal_step> lm_pipeline::ideal(const step_result& r) const {
   costs.backward = r.stage_backward_ms;
   costs.push_gradients = 0;
   for (double o : r.stage_other_ms) costs.push_gradients = std::max(costs.push_gradients, o);
+  if (state_->link) {  // every stage on a rank of its own; with_links's link in this model's unit, ms
+    pipeline::rank_placement own_ranks{{}, static_cast<int>(S)};
+    for (std::size_t s = 0; s < S; ++s) own_ranks.ranks.push_back(static_cast<int>(s));
+    const pipeline::link_model link_ms{state_->link->latency_s * 1e3, state_->link->bytes_per_s / 1e3};
+    auto linked = pipeline::with_links(std::move(costs), own_ranks, state_->cut_bytes, link_ms);
+    if (!linked) return linked.error();
+    costs = std::move(*linked);
+  }
   auto sim = pipeline::simulate(state_->plan, costs);
   if (!sim) return sim.error();
   ideal_step out;

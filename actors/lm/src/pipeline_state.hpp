@@ -14,6 +14,7 @@
 #include <map>
 #include <mutex>
 #include <memory>
+#include <optional>
 #include <stdexcept>
 #include <string>
 #include <thread>
@@ -151,6 +152,8 @@ struct lm_pipeline::state {
   std::mutex reduce_mutex;                // guards reduced_steps
   std::condition_variable reduce_done;
   std::size_t reduced_steps = 0;          // steps whose gradients this rank's stage summed over the replicas
+  std::optional<pipeline::link_model> link;  // lm_pipeline_options::link, for ideal()
+  std::vector<double> cut_bytes;             // per cut between stages: one micro-batch's activation
 
   /// Whether stage s runs in this process.
   bool local(std::size_t s) const { return models[s] != nullptr; }

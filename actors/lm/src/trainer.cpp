@@ -86,6 +86,11 @@ public:
   void write(const json& j) {
     if (out_.is_open()) out_ << j.dump() << '\n' << std::flush;
   }
+  /// `j` with `more`'s keys after its own.
+  void write(json j, const json& more) {
+    j.update(more);
+    write(j);
+  }
 
 private:
   std::ofstream out_;
@@ -140,21 +145,30 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
 }  // namespace
 
 training_result train(const trainer_options& o, const trainer_events& events) {
-  auto run = detail::prepare_run(o, events);
+  auto run = detail::prepare_run(o);
   training_result result;
-  result.setup = run.setup;
-  if (events.on_start) events.on_start(result.setup);
+  auto start = [&] {
+    detail::place_stages(run, o, events);
+    result.setup = run.setup;
+    if (events.on_start) events.on_start(result.setup);
+  };
 
   // ---- the pipeline ------------------------------------------------------------------------
   system_config sc;
   sc.worker_threads = 2;
   sc.trace_file = o.trace;  // across ranks each writes FILE.rank<r>; the program joins them (lstm_lm)
+  if (!o.ranks) {
+    start();  // before the system: --partition auto measures the costs on idle devices
+    actor_system system(sc);
+    return run_training(o, events, run, std::move(result), system);
+  }
   actor_system system(sc);
-  if (!o.ranks) return run_training(o, events, run, std::move(result), system);
   // Across ranks a failure ends this process at once (the MPI job with it): the other ranks wait
-  // in collective calls that a rank that unwinds would never join.
+  // in collective calls that a rank that unwinds would never join. The placement needs the
+  // ranks joined: they measure the link between them and take rank 0's costs.
   o.ranks->attach(system);
   try {
+    start();
     auto done = run_training(o, events, run, std::move(result), system);
     o.ranks->detach();
     return done;
@@ -172,9 +186,11 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
   const lm::config& cfg = su.model;
   const std::size_t windows = su.windows, first_step = su.first_step, total_steps = su.total_steps;
   const bool rank0 = !o.ranks || o.ranks->rank() == 0;
+  lm_pipeline_options pipe_options{.carry_state = su.carry_state, .ranks = o.ranks, .replicas = o.replicas};
+  if (su.link) pipe_options.link = pl::link_model::measured(su.link->latency_us, su.link->gbps);  // for its ideal step
   // Owned through a pointer so that it stops before the system's shutdown writes the trace.
   auto pipe_owner = std::make_unique<lm_pipeline>(system, std::move(run.devices), cfg, su.schedule, su.layer_counts,
-                                                  lm_pipeline_options{.carry_state = su.carry_state, .ranks = o.ranks, .replicas = o.replicas});
+                                                  std::move(pipe_options));
   lm_pipeline& pipe = *pipe_owner;
   // The schedule; a plateau's position comes back with a resume of the same schedule.
   const lr_schedule schedule{o.lr_schedule, cfg.lr, o.warmup_steps, o.lr_decay, o.lr_step_size, total_steps};
@@ -367,9 +383,12 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
     measured.forward.push_back(median(fwd_ms[s]));
     measured.backward.push_back(median(bwd_ms[s]));
   }
-  if (!step_ms.empty()) {
-    auto sim = pl::simulate(pipe.plan(), measured);
-    if (sim) result.ideal_step_ms = sim->makespan, result.ideal_bubble = sim->bubble, result.timeline = sim->timeline;
+  if (!step_ms.empty()) {  // the plan with the median stage times (and the link between ranks)
+    step_result medians;
+    medians.stage_forward_ms = measured.forward;
+    medians.stage_backward_ms = measured.backward;
+    if (auto ideal = pipe.ideal(medians))
+      result.ideal_step_ms = ideal->step_ms, result.ideal_bubble = ideal->bubble, result.timeline = ideal->simulation.timeline;
   }
   result.steps = final_step;
   result.steps_this_run = step_ms.size();
@@ -381,6 +400,12 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
   result.stage_forward_ms = measured.forward;
   result.stage_backward_ms = measured.backward;
   result.plan_text = pipe.plan().to_string();
+  json link_keys = json::object();  // under mpirun: the link the placement and the ideal step charged
+  if (o.ranks) {
+    const auto& link = su.link;  // none with one stage per replica
+    link_keys["link_latency_us"] = link ? json(link->latency_us) : json(nullptr);
+    link_keys["link_gbps"] = link && std::isfinite(link->gbps) ? json(link->gbps) : json(nullptr);
+  }
   log.write({{"summary", true},
              {"steps", final_step},
              {"steps_this_run", step_ms.size()},
@@ -414,7 +439,8 @@ training_result run_training(const trainer_options& o, const trainer_events& eve
              {"ranks", su.ranks},
              {"stages", su.layer_counts.size()},
              {"replicas", su.replicas},
-             {"replica_sum", pipe.replica_sum()}});
+             {"replica_sum", pipe.replica_sum()}},
+            link_keys);
   if (!o.trace.empty()) {  // the trace is written at shutdown
     pipe_owner.reset();
     if (o.ranks) o.ranks->detach();

@@ -10,8 +10,13 @@
 #include <cstdio>
 #include <cstring>
 #include <filesystem>
+#include <limits>
+#include <optional>
 #include <thread>
 
+#include <nlohmann/json.hpp>
+
+#include "rank_bytes.hpp"
 #include "strata/files.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/lm/costs.hpp"
@@ -128,6 +133,15 @@ void check_options(const trainer_options& o) {
   if (!(o.val_fraction > 0 && o.val_fraction < 0.5)) throw input_error("--val-fraction must lie in (0, 0.5)");
   if (!(o.sample_temperature >= 0) || !std::isfinite(o.sample_temperature))
     throw input_error("--sample-temperature must be a number >= 0");
+  const auto shortest = [](double v) {
+    char buf[32];
+    std::snprintf(buf, sizeof buf, "%g", v);
+    return std::string(buf);
+  };
+  if (o.link_latency_us && !(*o.link_latency_us >= 0 && std::isfinite(*o.link_latency_us)))
+    throw input_error("--link-latency-us must be a finite number of microseconds >= 0, not " + shortest(*o.link_latency_us));
+  if (o.link_gbps && !(*o.link_gbps > 0))
+    throw input_error("--link-gbps must be a positive number of GB/s, not " + shortest(*o.link_gbps));
 }
 
 /// The code point of the one-character UTF-8 string `s`, as 4 or more hex digits.
@@ -140,6 +154,91 @@ std::string code_point_hex(const std::string& s) {
   char buf[16];
   std::snprintf(buf, sizeof buf, "%04X", static_cast<unsigned>(cp));
   return buf;
+}
+
+/// The link's measurement at the start under mpirun: round trips for the latency, and one transfer
+/// of a micro-batch's activation for the bandwidth, at least 4 MiB (a smaller one would time
+/// mostly the latency) and at most 64 MiB.
+constexpr int link_round_trips = 300;
+std::uint64_t link_transfer_bytes(const lm::config& cfg) {
+  return std::clamp<std::uint64_t>(layer_memory_costs(cfg).lstm.front().output_bytes, 4ull << 20, 64ull << 20);
+}
+
+/// The link between ranks: the --link-* flags, and what ranks 0 and 1 measure for a figure not
+/// given (collective then; only rank 0's figures are the measured ones). `note` says which.
+rank_link link_between_ranks(const trainer_options& o, const lm::config& cfg, std::string& note) {
+  rank_link link;
+  std::string measured;
+  if (!o.link_latency_us || !o.link_gbps) {
+    const std::uint64_t bytes = link_transfer_bytes(cfg);
+    auto m = o.ranks->measure_link(bytes, link_round_trips);
+    if (!m) throw std::runtime_error("cannot measure the link between ranks 0 and 1: " + m.error().message());
+    link = {m->latency_s * 1e6, m->bytes_per_s / 1e9};
+    measured = "measured between ranks 0 and 1 (" + std::to_string(link_round_trips) + " round trips, one " +
+               std::to_string(bytes >> 20) + " MiB transfer)";
+  }
+  if (o.link_latency_us) link.latency_us = *o.link_latency_us;
+  if (o.link_gbps) link.gbps = *o.link_gbps;
+  if (o.link_latency_us && o.link_gbps) note = "given by --link-latency-us and --link-gbps";
+  else if (o.link_latency_us) note = "latency given by --link-latency-us, bandwidth " + measured;
+  else if (o.link_gbps) note = "bandwidth given by --link-gbps, latency " + measured;
+  else note = measured;
+  return link;
+}
+
+using json = nlohmann::json;
+
+json layer_json(const pl::layer_cost& c) {
+  return json::array({c.forward_s, c.backward_s, c.memory_bytes, c.activation_bytes, c.output_bytes});
+}
+pl::layer_cost layer_of(const json& j) {
+  return {j.at(0).get<double>(), j.at(1).get<double>(), j.at(2).get<std::uint64_t>(), j.at(3).get<std::uint64_t>(),
+          j.at(4).get<std::uint64_t>()};
+}
+
+/// Collective: `costs` and `costs_note` (when `with_costs`) and `link` (when set) become rank 0's
+/// on every rank. Doubles travel as JSON numbers, which read back exactly.
+void take_rank0s(rank_group& ranks, bool with_costs, pl::model_costs& costs, std::string& costs_note,
+                 std::optional<rank_link>& link) {
+  json mine = json::object();
+  if (ranks.rank() == 0) {
+    if (with_costs) {
+      json lstm = json::array();
+      for (const auto& l : costs.lstm) lstm.push_back(layer_json(l));
+      mine["costs"] = {{"embedding", layer_json(costs.embedding)}, {"lstm", lstm}, {"decoder", layer_json(costs.decoder)}};
+      mine["costs_note"] = costs_note;
+    }
+    if (link) mine["link"] = {link->latency_us, std::isinf(link->gbps) ? json(nullptr) : json(link->gbps)};
+  }
+  auto text = rank0_bytes(ranks, mine.dump());
+  if (!text) throw std::runtime_error("cannot receive rank 0's layer costs and link: " + text.error().message());
+  const json got = json::parse(*text);
+  if (with_costs) {
+    const json& c = got.at("costs");
+    costs.embedding = layer_of(c.at("embedding"));
+    costs.decoder = layer_of(c.at("decoder"));
+    costs.lstm.clear();
+    for (const auto& l : c.at("lstm")) costs.lstm.push_back(layer_of(l));
+    costs_note = got.at("costs_note").get<std::string>();
+  }
+  if (link) {
+    const json& l = got.at("link");
+    link->latency_us = l.at(0).get<double>();
+    link->gbps = l.at(1).is_null() ? std::numeric_limits<double>::infinity() : l.at(1).get<double>();
+  }
+}
+
+/// Collective: fails unless every rank placed the LSTM layers as rank 0 did.
+void check_same_placement(rank_group& ranks, const pl::placement& placed) {
+  std::string ranges;
+  for (const auto& st : placed.stages)
+    ranges += (ranges.empty() ? "" : ",") + std::to_string(st.lstm.first) + "-" + std::to_string(st.lstm.last);
+  auto all = gather_bytes(ranks, ranges);
+  if (!all) throw std::runtime_error("cannot compare the ranks' placements: " + all.error().message());
+  for (std::size_t r = 1; r < all->size(); ++r)
+    if ((*all)[r] != all->front())
+      throw std::runtime_error("rank " + std::to_string(r) + " placed the LSTM layers as " + (*all)[r] + ", rank 0 as " +
+                               all->front() + "; every rank must run the same placement");
 }
 
 }  // namespace
@@ -178,7 +277,58 @@ std::vector<std::int32_t> held_out_ids(const char* flag, const std::string& path
   return ids;
 }
 
-prepared_run prepare_run(const trainer_options& o, const trainer_events& events) {
+void place_stages(prepared_run& run, const trainer_options& o, const trainer_events& events) {
+  training_setup& su = run.setup;
+  const lm::config& cfg = su.model;
+  const std::size_t S = run.stages;
+  const bool automatic = run.partition.kind == pl::partition_spec::kind_t::automatic;
+  const bool rank0 = !o.ranks || o.ranks->rank() == 0;
+  const bool across = o.ranks && S > 1;  // cuts between ranks, which pay the link
+  // Across ranks each rank knows only its own device: the plan names rank 0's (lstm_lm's ranks
+  // are given the same --devices).
+  std::vector<pl::device_slot> slots;
+  for (std::size_t s = 0; s < S; ++s)
+    slots.push_back({!o.ranks ? run.devices[s].name() : across ? run.devices.front().name() : "rank " + std::to_string(s)});
+  std::optional<rank_link> link;
+  if (across) link = link_between_ranks(o, cfg, su.link_note);
+  // auto: per-layer costs measured on the first device (the kernels on one micro-batch, in its
+  // arena), across ranks on rank 0's, which every rank then places with; the fixed splits only
+  // print a prediction, from FLOPs and bytes.
+  const nominal_rates rates;
+  su.costs_note = "costs estimated from FLOPs and bytes at nominal rates of " + fixed(rates.flops_per_s / 1e9, 0) +
+                  " GFLOP/s and " + fixed(rates.bytes_per_s / 1e9, 0) +
+                  " GB/s per device, so the predicted step is a rough guide; --partition auto measures the costs";
+  pl::model_costs costs;
+  if (automatic && rank0) {
+    const auto t0 = std::chrono::steady_clock::now();
+    costs = measure_layer_costs(cfg, run.devices.front());
+    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
+    su.costs_note = std::string("costs measured on ") + (o.ranks ? "rank 0's " : "") + run.devices.front().name() + " in " +
+                    fixed(ms, 0) + " ms";
+  } else if (!automatic) {
+    costs = estimate_layer_costs(cfg, rates);
+  }
+  if (o.ranks && (automatic || link)) take_rank0s(*o.ranks, automatic, costs, su.costs_note, link);
+  if (automatic && events.on_costs_measured) events.on_costs_measured(costs, su.costs_note);
+  pl::cross_rank_links links;
+  if (link) {
+    for (std::size_t s = 0; s < S; ++s) links.placement.ranks.push_back(static_cast<int>(s));  // replica 0's ranks
+    links.placement.num_ranks = static_cast<int>(S);
+    links.link = pl::link_model::measured(link->latency_us, link->gbps);
+  }
+  try {
+    su.placement = pl::place_layers(costs, slots, run.partition,
+                                    {su.schedule, static_cast<int>(cfg.micro_batches), static_cast<int>(cfg.chunks)}, links);
+  } catch (const std::exception& e) {
+    throw input_error(std::string("--partition: ") + e.what());
+  }
+  su.layer_counts.clear();
+  for (auto& st : su.placement.stages) su.layer_counts.push_back(static_cast<std::size_t>(st.lstm.last - st.lstm.first + 1));
+  su.link = link;
+  if (o.ranks) check_same_placement(*o.ranks, su.placement);
+}
+
+prepared_run prepare_run(const trainer_options& o) {
   check_options(o);
   prepared_run run;
   training_setup& su = run.setup;
@@ -214,9 +364,6 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
       throw input_error(std::string(o.devices.empty() ? "the default " : "") + "--devices '" + su.devices + "' names " +
                         std::to_string(run.devices.size()) + " devices, but rank " + std::to_string(o.ranks->rank()) +
                         " runs one stage on one device of its own under mpirun (name one, e.g. --devices cpu:1)");
-    if (o.partition == "auto")
-      throw input_error("--partition auto measures costs on each rank's own device, which ranks could disagree on; "
-                        "under mpirun give even or layer ranges");
     const auto world = static_cast<std::size_t>(o.ranks->size());
     if (world % o.replicas != 0)
       throw input_error("--replicas " + std::to_string(o.replicas) + " does not divide the job's " + std::to_string(world) +
@@ -228,6 +375,9 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
                   (o.replicas > 1 ? " (" + std::to_string(S) + " stages x " + std::to_string(o.replicas) + " replicas)" : "");
   } else if (o.replicas != 1) {
     throw input_error("--replicas " + std::to_string(o.replicas) + " needs a job of stages x replicas ranks under mpirun");
+  } else if (o.link_latency_us || o.link_gbps) {
+    throw input_error(std::string(o.link_latency_us ? "--link-latency-us" : "--link-gbps") +
+                      " sets the link between MPI ranks, and this run is one process (start it under mpirun)");
   }
   if (o.precision != "fp32" &&
       std::none_of(run.devices.begin(), run.devices.end(), [](const device& d) { return d.kind() == device_kind::cuda; }))
@@ -244,16 +394,16 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
     schedule = (o.chunks_given && o.chunks > 1) || su.own_cores ? pl::schedule_kind::wavefront : pl::schedule_kind::one_f_one_b;
   su.schedule = schedule;
   const std::size_t chunks = o.chunks_given ? o.chunks : schedule == pl::schedule_kind::wavefront ? default_chunks(o.seq) : 1;
-  if (o.ranks && o.partition != "even") {
+  if (o.ranks && o.partition != "even" && o.partition != "auto") {
     const auto ranges = static_cast<std::size_t>(std::count(o.partition.begin(), o.partition.end(), ',') + 1);
     if (ranges != S)
       throw input_error("--partition '" + o.partition + "' names " + std::to_string(ranges) + " stages, but the job has " +
                         std::to_string(S * o.replicas) + " ranks for " + std::to_string(o.replicas) +
                         (o.replicas == 1 ? " replica" : " replicas") + " (one stage per rank: start stages x replicas ranks)");
   }
-  pl::partition_spec part;
+  run.stages = S;
   try {
-    part = pl::parse_partition(o.partition, static_cast<int>(o.layers), static_cast<int>(S));
+    run.partition = pl::parse_partition(o.partition, static_cast<int>(o.layers), static_cast<int>(S));
   } catch (const std::exception& e) {
     throw input_error(std::string("--partition: ") + e.what());
   }
@@ -341,36 +491,6 @@ prepared_run prepare_run(const trainer_options& o, const trainer_events& events)
   if (!o.report.empty()) check_output_dir("--report", o.report);
   if (!o.trace.empty()) check_output_file("--trace", o.trace);
   if (!o.log.empty()) check_output_file("--log", o.log);
-
-  // ---- placement ---------------------------------------------------------------------------
-  std::vector<pl::device_slot> slots;
-  if (o.ranks) {
-    for (std::size_t s = 0; s < S; ++s) slots.push_back({"rank " + std::to_string(s)});
-  } else {
-    for (auto& d : run.devices) slots.push_back({d.name()});
-  }
-  // auto: per-layer costs measured on the first device (the kernels on one micro-batch, in its
-  // arena); the fixed splits only print a prediction, from FLOPs and bytes.
-  const nominal_rates rates;
-  su.costs_note = "costs estimated from FLOPs and bytes at nominal rates of " + fixed(rates.flops_per_s / 1e9, 0) +
-                  " GFLOP/s and " + fixed(rates.bytes_per_s / 1e9, 0) +
-                  " GB/s per device, so the predicted step is a rough guide; --partition auto measures the costs";
-  pl::model_costs costs;
-  if (part.kind == pl::partition_spec::kind_t::automatic) {
-    const auto t0 = std::chrono::steady_clock::now();
-    costs = measure_layer_costs(cfg, run.devices.front());
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    su.costs_note = "costs measured on " + run.devices.front().name() + " in " + fixed(ms, 0) + " ms";
-    if (events.on_costs_measured) events.on_costs_measured(costs, su.costs_note);
-  } else {
-    costs = estimate_layer_costs(cfg, rates);
-  }
-  try {
-    su.placement = pl::place_layers(costs, slots, part, {schedule, static_cast<int>(cfg.micro_batches), static_cast<int>(cfg.chunks)});
-  } catch (const std::exception& e) {
-    throw input_error(std::string("--partition: ") + e.what());
-  }
-  for (auto& st : su.placement.stages) su.layer_counts.push_back(static_cast<std::size_t>(st.lstm.last - st.lstm.first + 1));
 
   // ---- resume? -----------------------------------------------------------------------------
   if (!o.checkpoint.empty() && checkpoint_exists(o.checkpoint)) {

@@ -22,11 +22,20 @@ struct prepared_run {
   std::vector<std::int32_t> validation_ids;
   std::vector<std::int32_t> test_ids;  ///< --test (empty: none)
   std::optional<checkpoint> resume;
+  std::size_t stages = 0;                ///< of one pipeline (across ranks: ranks / replicas)
+  pipeline::partition_spec partition;   ///< --partition, parsed for `stages`
 };
 
-/// Checks `o`, reads the corpus, makes the devices and places the layers; reports the measured
-/// costs (partition auto) through `events`. Throws input_error for bad input.
-prepared_run prepare_run(const trainer_options& o, const trainer_events& events);
+/// Checks `o`, reads the corpus, makes the devices and finds the checkpoint to resume from.
+/// Throws input_error for bad input.
+prepared_run prepare_run(const trainer_options& o);
+
+/// Places the layers (setup.placement, layer_counts, costs_note; across ranks link and
+/// link_note); reports the measured costs (partition auto) through `events`. Across ranks it is
+/// collective, after `o.ranks->attach`: the link between ranks is measured (unless given) and
+/// rank 0's costs and link go to every rank, so that every rank places alike (checked).
+/// Throws input_error for a placement that does not fit, std::runtime_error when the ranks fail.
+void place_stages(prepared_run& run, const trainer_options& o, const trainer_events& events);
 
 /// The ids of the held-out file `path` (`flag` names it in errors): unknown words are <unk>;
 /// with characters, one the vocabulary lacks is an input_error naming it.

@@ -4,9 +4,11 @@
 #include <chrono>
 #include <cstdio>
 #include <cstdlib>
+#include <future>
 #include <optional>
 #include <stdexcept>
 #include <string>
+#include <vector>
 
 #include "strata/device/device_manager.hpp"
 #include "strata/kvstore_dist/store.hpp"
@@ -14,9 +16,16 @@
 #include "strata/net/endpoint.hpp"
 #include "strata/pipeline_net/spawn.hpp"
 
+// measure_link's messages: a ping's bytes there and back, and a tensor answered once it is here.
+STRATA_NET_DECLARE(std::vector<std::uint8_t>, strata::tensor);
+
 namespace strata::lm_net {
 
 namespace {
+
+using clock_type = std::chrono::steady_clock;
+
+double seconds_since(clock_type::time_point t0) { return std::chrono::duration<double>(clock_type::now() - t0).count(); }
 
 /// The first of `names` set to a whole number.
 std::optional<int> env_number(std::initializer_list<const char*> names) {
@@ -41,8 +50,8 @@ public:
                                "environment (OMPI_COMM_WORLD_RANK/SIZE, PMI_RANK/SIZE or SLURM_PROCID/NTASKS)");
     rank_ = *rank;
     size_ = *size;
-    // MPI starts only when train() attaches its system, after it has read the corpus and printed
-    // the plan: a bad STRATA_NET_* variable is refused now, before any of that.
+    // MPI starts only when train() attaches its system, after it has read the corpus (and before
+    // the plan, which needs the link between ranks): a bad STRATA_NET_* variable is refused now.
     if (auto env = net::check_environment(); !env) throw lm::input_error(env.error().message());
   }
 
@@ -72,6 +81,37 @@ public:
   }
 
   expected<void> sum(std::span<float> values) override { return endpoint().allreduce_sum(values).get(); }
+
+  expected<pipeline::link_model> measure_link(std::size_t transfer_bytes, int round_trips) override {
+    if (size_ < 2) return error(errc::invalid_argument, "a job of one rank has no link between ranks to measure");
+    constexpr int warmup_trips = 20;  // connections and buffers set up before the timed round trips
+    const char* echo_name = "lm-link-echo";
+    const char* sink_name = "lm-link-sink";
+    std::vector<actor_ref> served;  // rank 1's, stopped once rank 0 is done with them
+    expected<pipeline::link_model> link = pipeline::link_model{};
+    if (rank_ == 1) {
+      served.push_back(system_->spawn([](actor& self) -> behavior {
+        return {[&self](const std::vector<std::uint8_t>& ping) { self.send(self.current_sender(), ping); }};
+      }));
+      served.push_back(system_->spawn([](actor& self) -> behavior {
+        return {[&self](const tensor& t) {  // answers once the tensor's bytes are here
+          auto promise = self.make_response_promise<bool>();
+          t.ready_event().then([promise](std::exception_ptr e) mutable { promise.deliver(!e); });
+          return false;
+        }};
+      }));
+      for (auto [ref, name] : {std::pair{served[0], echo_name}, {served[1], sink_name}})
+        if (auto r = endpoint().publish(ref, name); !r) link = r.error();
+    } else if (rank_ == 0) {
+      link = time_link(echo_name, sink_name, transfer_bytes, warmup_trips, round_trips);
+    }
+    // Every rank waits here until rank 0 is done with rank 1's actors.
+    float nothing = 0;
+    auto met = endpoint().allreduce_sum(std::span<float>(&nothing, 1)).get();
+    for (const auto& ref : served) system_->stop(ref);
+    if (!met) return met.error();
+    return link;
+  }
 
   expected<bool> join_replicas(std::size_t stages) override {
     // The replicas of stage k (ranks k, P + k, ...) share a dist_sync_allreduce store of their own.
@@ -135,6 +175,53 @@ private:
   net::endpoint& endpoint() {
     if (!net_) throw std::logic_error("an lm_net rank group is used before attach()");
     return *net_;
+  }
+
+  /// Rank 0's half of measure_link: the round trips to rank 1's `echo`, then one transfer of
+  /// `bytes` to its `sink` after one untimed one.
+  expected<pipeline::link_model> time_link(const char* echo_name, const char* sink_name, std::size_t bytes, int warmup,
+                                           int round_trips) {
+    auto echo = endpoint().remote(1, echo_name);
+    auto sink = endpoint().remote(1, sink_name);
+    if (!echo) return echo.error();
+    if (!sink) return sink.error();
+    auto trips = std::make_shared<std::promise<double>>();  // shared: the actor may outlive a timed-out wait
+    auto round_trip_s = trips->get_future();
+    system_->spawn([echo = *echo, warmup, round_trips, trips](actor& self) -> behavior {
+      auto count = std::make_shared<int>(-warmup);
+      auto t0 = std::make_shared<clock_type::time_point>(clock_type::now());
+      self.send(echo, std::vector<std::uint8_t>(64, 1));
+      return {[&self, echo, round_trips, count, t0, trips](std::vector<std::uint8_t>& ping) {
+        if (++*count == 0) *t0 = clock_type::now();
+        if (*count == round_trips) {
+          trips->set_value(seconds_since(*t0) / round_trips);
+          self.quit();
+          return;
+        }
+        self.send(echo, std::move(ping));
+      }};
+    });
+    if (round_trip_s.wait_for(std::chrono::minutes(1)) != std::future_status::ready)
+      return error(errc::request_timeout, "rank 1 did not answer the link's round trips within a minute");
+    const double rtt = round_trip_s.get();
+    device& dev = replica_device();
+    const std::vector<std::uint8_t> host(bytes, 3);
+    const tensor data =
+        tensor::from_host<std::uint8_t>(std::span<const std::uint8_t>(host), {static_cast<std::int64_t>(bytes)}, dev, replica_stream_);
+    data.ready_event().synchronize();
+    double transfer_s = 0;
+    for (int i = 0; i < 2; ++i) {  // the first sets up the path: untimed
+      const auto t0 = clock_type::now();
+      auto ok = system_->request<bool>(*sink, std::chrono::minutes(1), data).get();
+      if (!ok) return error(errc::runtime_failure, "a transfer to rank 1 failed: " + ok.error().message());
+      if (!*ok) return error(errc::runtime_failure, "a transfer to rank 1 arrived with an error");
+      transfer_s = seconds_since(t0);
+    }
+    // strata-bench-net's figures: a transfer is a request and a reply, so it takes two
+    // latencies (one round trip) besides its bytes.
+    const double payload_s = transfer_s - rtt;
+    const double bytes_per_s = static_cast<double>(bytes) / (payload_s > 0 ? payload_s : transfer_s);
+    return pipeline::link_model{rtt / 2, bytes_per_s};
   }
 
   device& replica_device() {

@@ -6,6 +6,7 @@
 #include <chrono>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <string>
 #include <utility>
 #include <vector>
@@ -68,6 +69,12 @@ struct lm_pipeline_options {
   /// step's batch; before the gradient norm the replicas sum their gradients (one collective sum
   /// per step), so every replica applies the update of the whole batch. cpu stages only.
   std::size_t replicas = 1;
+  /// What a message between two ranks costs: `ideal` charges it on every cut between stages, each
+  /// stage on a rank of its own as with `ranks` (pipeline::with_links, with one micro-batch's
+  /// activation crossing each cut forward and its gradient back). The trainer sets it under
+  /// mpirun (measured or given: docs/lstm_lm.md, "Under mpirun"); it may be set without `ranks`
+  /// to ask what the stages would cost across ranks. Unset: the ideal step is compute only.
+  std::optional<pipeline::link_model> link;
 };
 
 /// The pipeline: spawns one stage actor per device and a driver that runs steps.
@@ -173,7 +180,8 @@ public:
   /// work item from now fails as a device error would (cpu and cuda stages).
   void inject_device_fault(std::size_t stage, std::size_t n);
 
-  /// The plan simulated with the device times of step `r`.
+  /// The plan simulated with the device times of step `r` (and lm_pipeline_options::link on every
+  /// cut between stages, when set).
   expected<ideal_step> ideal(const step_result& r) const;
 
 private:

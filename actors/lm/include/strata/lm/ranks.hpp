@@ -21,6 +21,7 @@
 #include "strata/device/tensor.hpp"
 #include "strata/error.hpp"
 #include "strata/pipeline/plan.hpp"
+#include "strata/pipeline/simulator.hpp"
 #include "strata/pipeline/stage_actor.hpp"
 
 namespace strata::lm {
@@ -45,6 +46,17 @@ public:
 
   /// Collective over every rank: sums `values` element-wise in place (also a barrier).
   virtual expected<void> sum(std::span<float> values) = 0;
+
+  /// Collective over every rank (a job of two or more): ranks 0 and 1 measure the link between
+  /// them the way strata-bench-net defines `link_latency_us` and `link_gbps`: the latency is
+  /// half the round trip of `round_trips` pings between actors on scheduler threads (as pipeline
+  /// stages are), the bandwidth `transfer_bytes` over one tensor transfer's time (a request and
+  /// its small reply) less one round trip. Rank 0 gets the link; the other ranks get a free one
+  /// (broadcast rank 0's to agree). The default answers that this group cannot measure a link.
+  virtual expected<pipeline::link_model> measure_link(std::size_t transfer_bytes, int round_trips) {
+    (void)transfer_bytes, (void)round_trips;
+    return error(errc::invalid_argument, "this rank group cannot measure the link between its ranks");
+  }
 
   /// Data parallel replicas (world = `stages` x R): called once by every rank at setup, before
   /// the stages are wired. A group that can sum one stage's gradients over that stage's replicas

@@ -22,6 +22,7 @@
 #include <cstddef>
 #include <cstdint>
 #include <functional>
+#include <limits>
 #include <memory>
 #include <optional>
 #include <stdexcept>
@@ -129,6 +130,12 @@ struct trainer_options {
   /// job's ranks must be the stages times the replicas, and batch / replicas a multiple of the
   /// micro-batches.
   std::size_t replicas = 1;
+  /// With `ranks`: the link between two ranks, in strata-bench-net's units (`link_latency_us`:
+  /// one-way microseconds per message, >= 0; `link_gbps`: 1e9 bytes per second, > 0). Unset
+  /// ones are measured at the start between ranks 0 and 1 (docs/lstm_lm.md, "Under mpirun").
+  /// The placement and the ideal step charge it on every cut between ranks. Without `ranks`
+  /// either is an input_error.
+  std::optional<double> link_latency_us, link_gbps;
   /// Stop after the step in progress (saving, when there is a checkpoint) once this reads true.
   const std::atomic<bool>* stop = nullptr;
   /// While train() runs, the first SIGINT or SIGTERM stops after the step in progress (as
@@ -155,6 +162,13 @@ struct lr_schedule {
 /// 	hrows std::invalid_argument for an unknown kind.
 double scheduled_lr(const lr_schedule& schedule, std::size_t step, double plateau_scale = 1.0);
 
+/// A link between MPI ranks in strata-bench-net's units: `pipeline::link_model::measured(latency_us,
+/// gbps)` is the link the placement and the ideal step charge.
+struct rank_link {
+  double latency_us = 0;  ///< One-way, per message.
+  double gbps = std::numeric_limits<double>::infinity();  ///< 1e9 bytes per second.
+};
+
 /// What the run is about to do, once everything is checked and before the first step.
 struct training_setup {
   std::string source;               ///< the corpus file read
@@ -177,6 +191,11 @@ struct training_setup {
   pipeline::placement placement;
   std::vector<std::size_t> layer_counts;  ///< LSTM layers per stage
   std::size_t ranks = 1, replicas = 1;    ///< MPI ranks (one stage each) and data parallel replicas
+  /// Across ranks with more than one stage: the link between ranks (rank 0's, on every rank) that
+  /// the placement and the ideal step charge on every cut, and where it came from (measured or
+  /// given).
+  std::optional<rank_link> link;
+  std::string link_note;
 };
 
 /// One finished step.
@@ -190,7 +209,8 @@ struct step_progress {
 
 /// Called as the run goes; any may be empty.
 struct trainer_events {
-  /// --partition auto: the measured per-layer costs, as soon as they are known.
+  /// --partition auto: the measured per-layer costs, as soon as they are known (across ranks,
+  /// rank 0's, which every rank places with).
   std::function<void(const pipeline::model_costs&, const std::string& note)> on_costs_measured;
   std::function<void(const training_setup&)> on_start;
   std::function<void(const step_progress&)> on_step;
