@@ -1,9 +1,9 @@
 # Runs samples/kvstore_dist under mpirun and checks MXNet's dist_sync replay whole: exit status 0,
 # and exactly one line `rank W round R: [[v, v, v], [v, v, v]]` for every rank W < NP and round
 # R < 3, v = NP(NP+1)/2, and no other line on standard output.
-# Arguments: -DCMD=<;-list: the mpirun command> -DNP=<ranks>
-execute_process(COMMAND ${CMD} RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 200)
-if(NOT rc EQUAL 0)
+# Arguments: -DCMD=<;-list: the mpirun command> -DNP=<ranks> [-DTIMEOUT=60]
+include(${CMAKE_CURRENT_LIST_DIR}/../cmake/run_command.cmake)
+if(NOT rc STREQUAL "0")
   message(FATAL_ERROR "the job exited with '${rc}' (expected 0)\n${out}\n${err}")
 endif()
 math(EXPR v "${NP} * (${NP} + 1) / 2")
