@@ -2,10 +2,11 @@
 # exits non-zero with the sentence EXPECT (a regex) on stderr.
 #   cmake -DSOURCE_DIR=<tree> -DWORK_DIR=<empty dir> -DARGS="-DNAME=value;..." -DEXPECT=regex -P expect_configure_failure.cmake
 file(REMOVE_RECURSE ${WORK_DIR})
-execute_process(COMMAND ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR} ${ARGS}
-                RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
+set(CMD ${CMAKE_COMMAND} -S ${SOURCE_DIR} -B ${WORK_DIR} ${ARGS})
+set(TIMEOUT 120)
+include(${CMAKE_CURRENT_LIST_DIR}/run_command.cmake)
 file(REMOVE_RECURSE ${WORK_DIR})
-if(rc EQUAL 0)
+if(rc STREQUAL "0")
   message(FATAL_ERROR "configuring with ${ARGS} succeeded; it must fail\n${out}")
 endif()
 string(REGEX REPLACE "[ \n]+" " " flat "${err}")
