@@ -11,7 +11,7 @@
 // knows them before main.
 STRATA_NET_DECLARE(strata::pipeline::begin_step, strata::pipeline::stage_activation, strata::pipeline::stage_gradient,
                    strata::pipeline::stage_computed, strata::pipeline::stage_update, strata::pipeline::stage_updated,
-                   strata::pipeline::stage_failed, strata::pipeline::restart_stage);
+                   strata::pipeline::stage_failed, strata::pipeline::stage_started, strata::pipeline::restart_stage);
 
 namespace strata::pipeline_net {
 

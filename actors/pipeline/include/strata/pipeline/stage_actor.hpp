@@ -60,6 +60,15 @@ namespace strata::pipeline {
 /// - `end_compute(s)` and `std::vector<double> report()`: after the last compute `end_compute`
 ///   submits what the driver needs (a loss, a gradient norm); `report()` is read once that work has
 ///   completed and goes to the driver's update rule.
+/// - `abandon_step(step, s)`: after a step failed (every stage restarted), called once on each
+///   stage's fresh stream at the start of the next step, before `begin_step`: drop what the failed
+///   step left behind (half-accumulated gradients, carried state). A model whose backward
+///   accumulates gradients across a step needs it: without it, the failed step's partial gradients
+///   join the next update.
+/// - `set_chunks(n)` / `std::size_t chunks() const`: the plan's time-chunk count is passed to
+///   `set_chunks` (which may throw std::invalid_argument to refuse it) and compared with `chunks()`
+///   when spawn_pipeline builds the stages; a mismatch is refused in one sentence, never an index
+///   out of bounds later.
 /// - `update(args, s)`: applies the step's update locally (e.g. SGD on the stage's weights), with
 ///   the `args` the driver's update rule computed from every stage's report.
 /// - or `exchange(args, s)` returning a request message for the stage's store, the reply type
@@ -93,9 +102,11 @@ struct stage_activation {
 struct stage_gradient {
   stage_tensor t;
 };
-/// Driver -> stages: run the plan's actions of step `step`.
+/// Driver -> stages: run the plan's actions of step `step`. `abandoned`: the step that failed just
+/// before this one (0: none); each stage's fresh instance calls its model's abandon_step for it.
 struct begin_step {
   std::uint64_t step = 0;
+  std::uint64_t abandoned = 0;
 };
 /// Stage -> driver: the stage's computes of `step` are done; `report` from the model's report().
 struct stage_computed {
@@ -113,20 +124,33 @@ struct stage_updated {
   int stage = 0;
   std::uint64_t step = 0;
 };
-/// Stage -> driver: the stage failed during `step` (then it throws; its supervisor decides).
+/// Stage -> driver: the stage failed during `step`. `inherited_from` is -1 when the failure started
+/// on this stage (its model threw, its own device work failed, its update was refused), else the
+/// neighbour stage whose activation or gradient carried the error into this stage's stream. The
+/// stage then waits, doing nothing, until the driver restarts it (restart_stage).
 struct stage_failed {
   int stage = 0;
   std::uint64_t step = 0;
   std::string reason;
+  int inherited_from = -1;
+};
+/// Stage -> driver: a restarted instance of stage `stage` (its `instance`-th) is running.
+struct stage_started {
+  int stage = 0;
+  std::uint64_t instance = 0;
 };
 /// Runs `run` on the stage's actor with its compute stream, between steps (reading or writing a
 /// model's parameters, resetting its state). Answered with what `run` returns.
 struct stage_task {
   std::function<expected<void>(stream&)> run;
 };
-/// Makes a stage fail on purpose, so that its all-for-one supervisor restarts every stage (after
-/// a step that timed out, when no stage failed but the step's work must be abandoned).
-struct restart_stage {};
+/// Makes a stage fail on purpose, so that its all-for-one supervisor restarts every stage: sent by
+/// the driver to one stage of each supervisor's group once a step has failed (the group restarts
+/// once per failed step, however many of its stages failed), or by an owner after a step that
+/// timed out. `reason` becomes the failure the supervisor sees.
+struct restart_stage {
+  std::string reason;
+};
 /// Owner -> driver: run one step. Answered with `step_outcome`, or the error of the stage that
 /// failed ("pipeline stage 1 failed during step 3: ...").
 struct run_step {};
@@ -154,7 +178,7 @@ void serialize(A& a, stage_gradient& m) {
 }
 template <class A>
 void serialize(A& a, begin_step& m) {
-  a(m.step);
+  a(m.step, m.abandoned);
 }
 template <class A>
 void serialize(A& a, stage_computed& m) {
@@ -170,10 +194,16 @@ void serialize(A& a, stage_updated& m) {
 }
 template <class A>
 void serialize(A& a, stage_failed& m) {
-  a(m.stage, m.step, m.reason);
+  a(m.stage, m.step, m.reason, m.inherited_from);
 }
 template <class A>
-void serialize(A&, restart_stage&) {}
+void serialize(A& a, stage_started& m) {
+  a(m.stage, m.instance);
+}
+template <class A>
+void serialize(A& a, restart_stage& m) {
+  a(m.reason);
+}
 
 // ---- where a stage runs -----------------------------------------------------------------------
 
@@ -194,6 +224,9 @@ public:
   stream copies() const;
   /// How many actor instances have run this stage (1 + restarts).
   std::size_t instances() const;
+  /// Streams of earlier instances not yet taken (a restarted instance waits for them to finish
+  /// their queued work before it reports to the driver).
+  std::vector<stream> retired() const;
   /// Streams of earlier instances, handed to the caller (drain them before reusing the model).
   std::vector<stream> take_retired();
 
@@ -211,7 +244,8 @@ public:
   void set_store(actor_ref store);
 
   /// Called by each new actor instance: the first keeps the streams, later ones renew them.
-  void claim_instance();
+  /// Returns the instance's number (1 for the first).
+  std::size_t claim_instance();
 
 private:
   int index_;
@@ -231,8 +265,16 @@ private:
 /// update, pull_weights waits for the update's work, then the stage reports stage_updated.
 /// Nothing blocks: the stream waits for events, the actor for messages.
 ///
-/// A failure (device work that failed, a model that throws, an update the store refused) is sent to
-/// the driver as stage_failed and thrown, for the supervisor to decide.
+/// A failure (device work that failed, a model that throws, an update the store refused) is sent
+/// to the driver as stage_failed, saying whether it started here or reached this stage's stream
+/// through a neighbour's tensor; the stage then idles until the driver restarts the group
+/// (restart_stage), so that one failed step costs one restart. A stage without a driver throws
+/// instead, for its supervisor to decide. Completions of an earlier instance's streams never
+/// reach a restarted one.
+///
+/// With tracing on, every unit of the model's device work is recorded on the stage's device track
+/// (1000000000 + stage) as "forward mb M chunk C", "backward mb M chunk C" or "update", and the
+/// actor's tags "pipeline.stage" and "pipeline.device" say where it runs (docs/trace-format.md).
 class basic_stage_actor : public actor {
 public:
   explicit basic_stage_actor(std::shared_ptr<stage_context> context);
@@ -247,12 +289,18 @@ protected:
   std::uint64_t current_step() const noexcept { return step_; }
   /// The update's work has been submitted: pull_weights can complete.
   void update_finished();
-  /// Reports `what` ("stage 1 could not ...") to the driver, then throws it.
+  /// Reports `what` ("stage 1 could not ...") to the driver, then throws it (guarded() stops it
+  /// there when the stage has a driver to restart it).
   [[noreturn]] void fail(const std::string& what);
-  /// Runs `f`, reporting an exception to the driver (unless fail() did) before it propagates.
+  /// Runs `f`, reporting an exception to the driver (unless fail() did); the stage then waits for
+  /// its restart. Without a driver the exception propagates to the supervisor.
   void guarded(const std::function<void()>& f);
+  /// Runs `submit` (which submits device work to the compute stream) and, when tracing, records
+  /// that work as one slice named `name` on the stage's device track.
+  void traced(const char* name, std::size_t mb, std::size_t ch, const std::function<void()>& submit);
 
   virtual void model_begin_step(std::uint64_t step) = 0;
+  virtual void model_abandon_step(std::uint64_t step) = 0;
   virtual void model_forward(std::size_t mb, std::size_t ch) = 0;
   virtual void model_backward(std::size_t mb, std::size_t ch) = 0;
   virtual tensor model_output(std::size_t mb, std::size_t ch) const = 0;
@@ -265,8 +313,21 @@ protected:
   virtual void model_update(const std::vector<double>& args) = 0;
 
 private:
-  enum class phase : std::uint8_t { idle, running, awaiting_compute, awaiting_update, updating, finishing };
-  void report_failure(const std::string& what);
+  enum class phase : std::uint8_t { idle, running, awaiting_compute, awaiting_update, updating, finishing, failed };
+  /// A tensor received (`from`: the neighbour) or sent (`from` -1) this step, in stream order: to
+  /// tell where a failure started.
+  struct traffic {
+    event ready;
+    int from;
+  };
+  void report_failure(const std::string& what, int inherited_from = -1);
+  bool restarts_by_driver() const;
+  int inherited_from(const std::exception_ptr& error) const;
+  template <class T>
+  void notify_when_done(stream& on, T msg);
+  void announce_when_drained();
+  void on_begin_step(const begin_step& b);
+  void on_stream_failure(std::uint64_t step, std::size_t instance, const std::exception_ptr& error);
   void advance();
   void send_output(const action& a, tensor t, bool forward);
   std::size_t unit(int mb, int ch) const noexcept;
@@ -274,6 +335,7 @@ private:
   std::shared_ptr<stage_context> context_;
   stage_context::links links_;
   stream compute_;
+  std::size_t instance_ = 0;
   transport transport_;
   bool wired_ = false;
   std::uint64_t step_ = 0;
@@ -281,6 +343,8 @@ private:
   phase phase_ = phase::idle;
   bool update_done_ = false;
   std::map<std::pair<std::uint64_t, std::size_t>, tensor> activations_, gradients_;
+  std::vector<traffic> traffic_;
+  std::size_t undrained_ = 0;  ///< A restarted instance: retired streams still running.
 };
 
 namespace detail {
@@ -302,6 +366,28 @@ template <class M>
 concept has_exchange_name = requires(const M& m) {
   { m.exchange_name() } -> std::convertible_to<std::string>;
 };
+template <class M>
+concept has_abandon_step = requires(M& m, stream& s) { m.abandon_step(std::uint64_t{}, s); };
+template <class M>
+concept has_set_chunks = requires(M& m) { m.set_chunks(std::size_t{}); };
+template <class M>
+concept has_chunks = requires(const M& m) {
+  { m.chunks() } -> std::convertible_to<std::size_t>;
+};
+
+/// Passes the plan's chunk count to stage `s`'s model and checks it (see stage_model).
+/// \throws std::invalid_argument on a mismatch, naming the stage and both counts.
+template <class M>
+void check_model_chunks(M& model, int plan_chunks, std::size_t s) {
+  const auto n = static_cast<std::size_t>(plan_chunks);
+  if constexpr (has_set_chunks<M>) model.set_chunks(n);
+  if constexpr (has_chunks<M>) {
+    const std::size_t has = model.chunks();
+    if (has != n)
+      throw std::invalid_argument("stage " + std::to_string(s) + "'s model works in " + std::to_string(has) +
+                                  " time chunks, but the plan has " + std::to_string(n));
+  }
+}
 }  // namespace detail
 
 /// The stage actor of a model `M` (see stage_model); spawned by spawn_pipeline.
@@ -314,6 +400,9 @@ public:
 protected:
   void model_begin_step(std::uint64_t step) override {
     if constexpr (detail::has_begin_step<M>) model_->begin_step(step, compute_stream());
+  }
+  void model_abandon_step(std::uint64_t step) override {
+    if constexpr (detail::has_abandon_step<M>) model_->abandon_step(step, compute_stream());
   }
   void model_forward(std::size_t mb, std::size_t ch) override { model_->forward(mb, ch, compute_stream()); }
   void model_backward(std::size_t mb, std::size_t ch) override { model_->backward(mb, ch, compute_stream()); }
@@ -338,7 +427,7 @@ protected:
           .then(
               [this](typename M::exchange_reply& reply) {
                 guarded([&] {
-                  model_->exchanged(reply, compute_stream());
+                  traced("update", 0, 0, [&] { model_->exchanged(reply, compute_stream()); });
                   update_finished();
                 });
               },
@@ -346,7 +435,7 @@ protected:
                 std::string what = "update its weights";
                 if constexpr (detail::has_exchange_name<M>)
                   what = std::string(model_->exchange_name()) + " during step " + std::to_string(current_step());
-                fail("stage " + std::to_string(index()) + " could not " + what + ": " + e.message());
+                guarded([&] { fail("stage " + std::to_string(index()) + " could not " + what + ": " + e.message()); });
               });
     } else {
       if constexpr (detail::has_local_update<M>) model_->update(args, compute_stream());
@@ -364,37 +453,54 @@ private:
 using update_rule = std::function<std::vector<double>(const std::vector<std::vector<double>>& reports)>;
 
 /// Runs steps (run_step): starts every stage, collects their reports, sends the update, answers
-/// when every stage has updated. A stage that fails fails the step; the stages' all-for-one
-/// supervisor has restarted them, so the next step runs on fresh instances. A supervisor that
-/// gives up fails this and every later step.
+/// when every stage has updated.
+///
+/// A failed step: the driver waits for the stage where the failure started (a stage whose stream
+/// inherited the error from a neighbour's tensor reports that, and is not blamed), tells one stage
+/// of each supervisor's group to restart (restart_stage: every stage restarts once, on fresh
+/// streams), waits until every stage's new instance runs (stage_started), and only then answers
+/// "pipeline stage S failed during step N: ..." naming the stage where it started. The next step
+/// therefore finds every stage fresh, and its begin_step names the abandoned step. A supervisor
+/// that gives up fails this and every later step.
 ///
 /// Stages under several supervisors (a pipeline across ranks: one all-for-one supervisor per
-/// rank) are told apart by `groups`: `groups[s]` names stage s's supervisor. When a stage fails,
-/// the driver tells one stage of every other group to restart (restart_stage), so that every
-/// stage still restarts, and it monitors every stage: a stage that goes down (its rank left, its
-/// supervisor gave up) fails this and every later step, naming the stage. Empty `groups`: every
-/// stage is under `supervisor` (one process).
+/// rank) are told apart by `groups`: `groups[s]` names stage s's supervisor, and the driver
+/// monitors every stage: a stage that goes down (its rank left, its supervisor gave up) fails this
+/// and every later step, naming the stage. Empty `groups`: every stage is under `supervisor` (one
+/// process).
 class step_driver final : public actor {
 public:
   step_driver(std::vector<actor_ref> stages, actor_ref supervisor, update_rule rule, std::vector<int> groups = {});
   behavior make_behavior() override;
 
 private:
+  void on_stage_failed(const stage_failed& f);
+  void on_stage_started(const stage_started& s);
+  void blame(int stage, const std::string& reason);
+  void blame_when_all_reported();
+  void answer_once_restarted();
   void fail_step(error e);
-  void restart_other_groups(int failed_stage);
 
   std::vector<actor_ref> stages_;
   actor_ref supervisor_;
   update_rule rule_;
   std::vector<int> groups_;
-  std::vector<int> restarted_groups_;  ///< Groups restarted during the current step.
   response_promise<step_outcome> promise_;
   error fatal_;
   std::uint64_t step_ = 0;
+  std::uint64_t abandoned_ = 0;  ///< The last failed step, for the next begin_step.
   std::chrono::steady_clock::time_point start_;
   std::vector<std::vector<double>> reports_;
   std::vector<double> args_;
   std::size_t computed_ = 0, updated_ = 0;
+  // A failing step: what each stage reported, whom the driver blamed, the restarts it awaits.
+  std::vector<int> failed_;                ///< Per stage: -2 none, -1 started here, else inherited from.
+  std::vector<std::string> failure_text_;  ///< Per stage: its reason.
+  std::vector<bool> computed_ok_;          ///< Per stage: reported stage_computed this step.
+  int blamed_ = -1;
+  std::string blamed_reason_;
+  std::vector<std::uint64_t> instance_;       ///< Per stage: the newest instance that said it runs.
+  std::vector<std::uint64_t> need_instance_;  ///< Per stage: the instance a restart must reach.
 };
 
 /// How spawn_pipeline builds a pipeline.
@@ -434,6 +540,7 @@ pipeline_actors spawn_pipeline(actor_system& system, const plan& p,
     throw std::invalid_argument("a pipeline of " + std::to_string(p.stages.size()) + " plan stages needs as many contexts and models; got " +
                                 std::to_string(contexts.size()) + " and " + std::to_string(models.size()));
   pipeline_actors out;
+  for (std::size_t s = 0; s < models.size(); ++s) detail::check_model_chunks(*models[s], p.chunks, s);
   out.supervisor = system.spawn_supervisor(options.restarts, spawn_options{.name = options.stage_name + "-supervisor"});
   for (std::size_t s = 0; s < contexts.size(); ++s)
     out.stages.push_back(system.spawn_child<stage_actor<M>>(

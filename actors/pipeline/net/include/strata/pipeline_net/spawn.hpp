@@ -98,6 +98,8 @@ pipeline::pipeline_actors spawn_pipeline(actor_system& system, net::endpoint& ne
   for (std::size_t s = 0; s < built.size(); ++s)
     built[s] = s < contexts.size() && s < models.size() && contexts[s] && models[s];
   detail::check_local_stages(p, ranks, net, contexts.size(), models.size(), built);
+  for (std::size_t s = 0; s < built.size(); ++s)
+    if (ranks[s] == net.rank()) pipeline::detail::check_model_chunks(*models[s], p.chunks, s);
   std::vector<actor_ref> local(p.stages.size());
   actor_ref supervisor;
   for (std::size_t s = 0; s < local.size(); ++s) {
