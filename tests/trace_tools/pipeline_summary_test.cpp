@@ -142,6 +142,22 @@ tt::trace_file four_stages(const std::vector<std::optional<std::uint32_t>>& keys
 const std::vector<std::optional<std::uint32_t>> two_devices = {cuda0, cuda1, cuda0, cuda1};
 constexpr double one_device_per_stage_bubble = 1.0 - 2300.0 / (4.0 * 1200.0);
 
+/// The LM's traces before the names carried micro-batches: two stages, no pipeline.device tags.
+///   stage 0: forward [0,100) [100,200), backward [400,500) [500,600), update [600,650)   busy 450
+///   stage 1: forward [100,200) [200,300), backward [300,400) [400,500), update [600,640) busy 440
+/// Wall 0 .. 650; bubble 1 - 890 / (2 x 650).
+tt::trace_file lm_plain_names() {
+  trace_builder b;
+  b.stage(10, 0, std::nullopt);
+  b.stage(11, 1, std::nullopt);
+  for (auto [s, begin, end, name] : std::vector<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, const char*>>{
+           {0, 0, 100, "forward"},     {0, 100, 200, "forward"},   {0, 400, 500, "backward"}, {0, 500, 600, "backward"},
+           {0, 600, 650, "update"},    {1, 100, 200, "forward"},   {1, 200, 300, "forward"},  {1, 300, 400, "backward"},
+           {1, 400, 500, "backward"},  {1, 600, 640, "update"}})
+    b.work(s, begin, end, name);
+  return b.file();
+}
+
 json pipeline_of(const tt::trace_file& f) { return tt::summary_json(tt::build_model(f))["pipeline"]; }
 
 std::string text_of(const tt::trace_file& f) {
@@ -271,7 +287,7 @@ BOOST_AUTO_TEST_CASE(one_device_per_stage_gives_the_old_bubble_tagged_or_not) {
   };
   for (std::size_t i = 0; i < cases.size(); ++i) {
     const auto p = pipeline_of(four_stages(cases[i]));
-    BOOST_TEST_CONTEXT(i == 0 ? "no pipeline.device tags" : "four device keys") {
+    BOOST_TEST_CONTEXT((i == 0 ? "no pipeline.device tags" : "four device keys")) {
       BOOST_TEST(p["devices"].get<int>() == 4);
       BOOST_TEST(p["bubble_denominator"] == "4 stages on 4 devices");
       BOOST_TEST(p["device_busy_ns"].get<std::uint64_t>() == p["busy_ns"].get<std::uint64_t>());
@@ -279,7 +295,7 @@ BOOST_AUTO_TEST_CASE(one_device_per_stage_gives_the_old_bubble_tagged_or_not) {
     }
   }
   const auto untagged = pipeline_of(four_stages(cases[0]));
-  BOOST_TEST(untagged["per_stage"][1]["on_device"] == "stage 1's own");
+  BOOST_TEST(untagged["per_stage"][1]["on_device"] == "stage 1's own device");
   BOOST_TEST(untagged["per_stage"][1]["device_key"].is_null());
 }
 
@@ -317,22 +333,6 @@ BOOST_AUTO_TEST_CASE(stages_on_different_ranks_with_the_same_device_key_are_diff
 BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(older_traces)
-
-/// The LM's traces before the names carried micro-batches: two stages, no pipeline.device tags.
-///   stage 0: forward [0,100) [100,200), backward [400,500) [500,600), update [600,650)   busy 450
-///   stage 1: forward [100,200) [200,300), backward [300,400) [400,500), update [600,640) busy 440
-/// Wall 0 .. 650; bubble 1 - 890 / (2 x 650).
-tt::trace_file lm_plain_names() {
-  trace_builder b;
-  b.stage(10, 0, std::nullopt);
-  b.stage(11, 1, std::nullopt);
-  for (auto [s, begin, end, name] : std::vector<std::tuple<std::uint32_t, std::uint64_t, std::uint64_t, const char*>>{
-           {0, 0, 100, "forward"},     {0, 100, 200, "forward"},   {0, 400, 500, "backward"}, {0, 500, 600, "backward"},
-           {0, 600, 650, "update"},    {1, 100, 200, "forward"},   {1, 200, 300, "forward"},  {1, 300, 400, "backward"},
-           {1, 400, 500, "backward"},  {1, 600, 640, "update"}})
-    b.work(s, begin, end, name);
-  return b.file();
-}
 
 BOOST_AUTO_TEST_CASE(a_trace_with_the_lms_plain_work_names_still_gives_its_phases_and_bubble) {
   const auto p = pipeline_of(lm_plain_names());

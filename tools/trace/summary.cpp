@@ -199,7 +199,7 @@ struct device_group {
   auto order() const { return std::make_tuple(own, rank, key, stage); }
   bool operator<(const device_group& o) const { return order() < o.order(); }
   std::string name() const {
-    if (own) return "stage " + std::to_string(stage) + "'s own";
+    if (own) return "stage " + std::to_string(stage) + "'s own device";
     return device_key_name(key) + (rank >= 0 ? "@r" + std::to_string(rank) : std::string());
   }
 };
@@ -264,8 +264,8 @@ json pipeline_from_devices(const trace_model& m, const stage_actors& actors, std
   std::int64_t named_max_mb = -1;
   json per_stage = json::array();
   for (const auto& [stage, work] : stage_work) {
-    std::uint64_t count[5] = {0, 0, 0, 0, 0};  // by work_phase
-    std::vector<const device_slice*> of_phase[5];
+    std::uint64_t count[work_phases] = {};  // by work_phase
+    std::vector<const device_slice*> of_phase[work_phases];
     for (const auto* w : work) {
       wall_begin = std::min(wall_begin, w->begin);
       wall_end = std::max(wall_end, w->end);

@@ -12,6 +12,7 @@
 ///     marks that handler slice as forward / backward work of that micro-batch;
 ///   - `pipeline.ideal_bubble_ppm`, value = the schedule's ideal bubble in millionths.
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
@@ -43,6 +44,7 @@ struct handler_slice {
 /// What a piece of stage device work is, read from its name (docs/trace-format.md, "Device
 /// work of pipeline stages"): `weight` is a deferred weight gradient, `other` a name of no phase.
 enum class work_phase : std::uint8_t { other, forward, backward, weight, update };
+inline constexpr std::size_t work_phases = 5;
 /// "forward", "backward", "weight", "update" or "other".
 const char* work_phase_name(work_phase p);
 
@@ -147,7 +149,8 @@ struct drop_record {
 };
 
 /// Device tracks of pipeline stages (docs/trace-tools.md): the device work of stage s is
-/// recorded on device id `stage_device_base + s` (what actors/lm/src/pipeline.cpp records).
+/// recorded on device id `stage_device_base + s` (what the pipeline stage actor and
+/// actors/lm/src/pipeline.cpp record), named as parse_work_name reads.
 inline constexpr std::uint64_t stage_device_base = 1'000'000'000;
 /// Stage index of a device track id, or -1 when the id is not a stage's device track.
 /// In a merged trace a device id carries its rank in the high 32 bits (docs/trace-format.md).
