@@ -221,6 +221,13 @@ json chrome_trace(const trace_model& m) {
       meta("process_name", device_pid, 0, {{"name", "strata devices"}});
       meta("process_sort_index", device_pid, 0, {{"sort_index", 2}});
     }
+    // " on cuda:0" when the stage's actor (on the track's rank) said where its work runs.
+    auto stage_device_name = [&](std::int64_t rank, std::int64_t stage) -> std::string {
+      const actor_info* found = nullptr;
+      for (const auto& [id, a] : m.actors)
+        if (a.pipeline_stage == stage && a.device_key && (found == nullptr || a.rank == rank)) found = &a;
+      return found != nullptr ? " on " + device_key_name(*found->device_key) : std::string();
+    };
     // In a merged trace device tracks sit below the rank's actors (tids past every actor id).
     std::uint64_t tid = merged ? std::uint64_t{1} << 40 : 0;
     for (const auto& [key, slices] : m.streams) {
@@ -230,7 +237,7 @@ json chrome_trace(const trace_model& m) {
       const std::int64_t stage = stage_of_device(key.first);
       meta("thread_name", pid, tid,
            {{"name", stage >= 0 ? "stage " + std::to_string(stage) + " device #" + std::to_string(device) + " stream " +
-                                      std::to_string(key.second)
+                                      std::to_string(key.second) + stage_device_name(m.device_rank(key.first), stage)
                                 : "device " + std::to_string(device) + " stream " + std::to_string(key.second)}});
       meta("thread_sort_index", pid, tid, {{"sort_index", tid}});
       std::vector<span> spans;
@@ -238,6 +245,9 @@ json chrome_trace(const trace_model& m) {
         json args = {{"work", s.work}};
         if (s.unfinished) args["unfinished"] = true;
         if (stage >= 0) args["pipeline_stage"] = stage;
+        if (s.phase != work_phase::other) args["phase"] = work_phase_name(s.phase);
+        if (s.micro_batch >= 0) args["micro_batch"] = s.micro_batch;
+        if (s.chunk >= 0) args["chunk"] = s.chunk;
         const auto& wname = f.string_at(s.name);
         spans.push_back({s.begin, s.end, {{"name", wname.empty() ? "work" : wname}, {"cat", "device"}, {"args", args}}});
       }

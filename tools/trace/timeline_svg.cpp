@@ -32,6 +32,8 @@ constexpr std::size_t palette_size = sizeof(palette) / sizeof(palette[0]);
 // Pipeline work: forward in blues, backward in oranges, micro-batches alternate through four shades.
 const char* const forward_shades[] = {"#1f4e9c", "#3a72c8", "#6396e0", "#9bbcee"};
 const char* const backward_shades[] = {"#b34700", "#e0640f", "#f58f45", "#f9b98a"};
+// A deferred weight gradient ("weight mb M chunk C"): apart from both.
+const char* const weight_shade = "#6a3d9a";
 
 std::string escape(const std::string& s) {
   std::string out;
@@ -144,7 +146,7 @@ std::string timeline_svg(const trace_model& m, const timeline_options& opts) {
 
   // Device streams; a stage's device track (device 1e9 + s) is drawn right below the stage's
   // actor, its forward and backward work in the pipeline hues.
-  bool device_forward_seen = false, device_backward_seen = false;
+  bool device_forward_seen = false, device_backward_seen = false, device_weight_seen = false;
   std::map<std::int64_t, std::vector<row>> stage_device_rows;
   std::vector<row> device_rows;
   for (const auto& [key, slices] : m.streams) {
@@ -161,12 +163,20 @@ std::string timeline_svg(const trace_model& m, const timeline_options& opts) {
       if (name.empty()) name = "work";
       busy += s.end - s.begin;
       std::string colour;
-      if (stage >= 0 && name == "forward") {
-        colour = forward_shades[1];
-        device_forward_seen = true;
-      } else if (stage >= 0 && name == "backward") {
-        colour = backward_shades[1];
-        device_backward_seen = true;
+      // Named by micro-batch ("forward mb 2 chunk 0"): its micro-batch's shade, as tagged
+      // handler slices are; the plain names of older traces: one shade and a legend entry.
+      const bool has_mb = s.micro_batch >= 0;
+      const auto shade = static_cast<std::size_t>(has_mb ? s.micro_batch % 4 : 1);
+      if (has_mb) max_micro_batch = std::max(max_micro_batch, s.micro_batch);
+      if (stage >= 0 && s.phase == work_phase::forward) {
+        colour = forward_shades[shade];
+        (has_mb ? forward_seen : device_forward_seen) = true;
+      } else if (stage >= 0 && s.phase == work_phase::backward) {
+        colour = backward_shades[shade];
+        (has_mb ? backward_seen : device_backward_seen) = true;
+      } else if (stage >= 0 && s.phase == work_phase::weight) {
+        colour = weight_shade;
+        device_weight_seen = true;
       } else {
         colour = colour_for("work: " + name);
       }
@@ -235,6 +245,7 @@ std::string timeline_svg(const trace_model& m, const timeline_options& opts) {
     for (int i = 0; i < shades; ++i) legend.push_back({backward_shades[i], shade_text("backward", i)});
   if (device_forward_seen) legend.push_back({forward_shades[1], "forward (stage device work)"});
   if (device_backward_seen) legend.push_back({backward_shades[1], "backward (stage device work)"});
+  if (device_weight_seen) legend.push_back({weight_shade, "weight gradient (stage device work)"});
   for (const auto& t : type_order) legend.push_back({type_colour[t], t});
   const int legend_cols = std::max(1, (width - 40) / 300);
   const int legend_rows = static_cast<int>((legend.size() + static_cast<std::size_t>(legend_cols) - 1) / static_cast<std::size_t>(legend_cols));

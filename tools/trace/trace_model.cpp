@@ -1,6 +1,7 @@
 #include "trace_model.hpp"
 
 #include <algorithm>
+#include <charconv>
 #include <cmath>
 #include <unordered_map>
 #include <tuple>
@@ -32,6 +33,64 @@ std::string transfer_name(trace::transfer what) {
     case trace::transfer::allreduce: return "allreduce";
   }
   return "transfer " + std::to_string(static_cast<unsigned>(what));
+}
+
+const char* work_phase_name(work_phase p) {
+  switch (p) {
+    case work_phase::forward: return "forward";
+    case work_phase::backward: return "backward";
+    case work_phase::weight: return "weight";
+    case work_phase::update: return "update";
+    case work_phase::other: break;
+  }
+  return "other";
+}
+
+namespace {
+
+/// Takes `word` and one space (or the end) off the front of `s`.
+bool take_word(std::string_view& s, std::string_view word) {
+  if (s.substr(0, word.size()) != word) return false;
+  if (s.size() > word.size() && s[word.size()] != ' ') return false;
+  s.remove_prefix(std::min(s.size(), word.size() + 1));
+  return true;
+}
+
+/// Takes a decimal number and one space (or the end) off the front of `s`.
+bool take_number(std::string_view& s, std::int64_t& value) {
+  auto [end, ec] = std::from_chars(s.data(), s.data() + s.size(), value);
+  if (ec != std::errc{} || end == s.data() || value < 0) return false;
+  const auto used = static_cast<std::size_t>(end - s.data());
+  if (used < s.size() && s[used] != ' ') return false;
+  s.remove_prefix(std::min(s.size(), used + 1));
+  return true;
+}
+
+}  // namespace
+
+work_name_parts parse_work_name(std::string_view name) {
+  work_name_parts parts;
+  for (auto phase : {work_phase::forward, work_phase::backward, work_phase::weight, work_phase::update})
+    if (take_word(name, work_phase_name(phase))) {
+      parts.phase = phase;
+      break;
+    }
+  if (parts.phase == work_phase::other) return {};
+  std::int64_t mb = -1, chunk = -1;
+  if (!name.empty()) {
+    if (!take_word(name, "mb") || !take_number(name, mb)) return {};
+    if (!name.empty() && (!take_word(name, "chunk") || !take_number(name, chunk))) return {};
+    if (!name.empty()) return {};
+  }
+  parts.micro_batch = mb;
+  parts.chunk = chunk;
+  return parts;
+}
+
+std::string device_key_name(std::uint32_t key) {
+  const std::uint32_t kind = key >> 16, ordinal = key & 0xffffu;
+  static const char* const kinds[] = {"cpu", "cuda", "sim"};
+  return (kind < 3 ? std::string(kinds[kind]) : "kind " + std::to_string(kind)) + ":" + std::to_string(ordinal);
 }
 
 std::uint64_t percentile(std::vector<std::uint64_t>& values, double p) {
@@ -192,6 +251,10 @@ trace_model build_model(const trace_file& file) {
         s.begin = s.end = e.ts_ns;
         s.work = e.msg;
         s.name = e.arg32;
+        const auto parts = parse_work_name(file.string_at(e.arg32));
+        s.phase = parts.phase;
+        s.micro_batch = parts.micro_batch;
+        s.chunk = parts.chunk;
         auto key = std::make_tuple(e.actor, e.peer, e.msg);
         auto [it, inserted] = open_work.try_emplace(key, s);
         if (!inserted) {  // the same work id began twice: the first never ended
@@ -239,6 +302,8 @@ trace_model build_model(const trace_file& file) {
         tag_record t{e.ts_ns, e.actor, file.string_at(e.msg), e.arg32};
         if (t.name == "pipeline.stage" && e.actor != 0) {
           actor(e.actor, e.ts_ns).pipeline_stage = e.arg32;
+        } else if (t.name == "pipeline.device" && e.actor != 0) {
+          actor(e.actor, e.ts_ns).device_key = e.arg32;
         } else if (t.name == "pipeline.forward" || t.name == "pipeline.backward") {
           auto st = state.find(e.actor);
           if (st != state.end() && st->second.open_slice) {

@@ -6,14 +6,18 @@
 ///
 /// Pipeline tag convention (docs/trace-tools.md): a `tag` event named
 ///   - `pipeline.stage`, value = stage index: marks the recording actor as a pipeline stage;
+///   - `pipeline.device`, value = device key ((kind << 16) | ordinal): the device the stage
+///     actor's work runs on; stages with the same key (on one rank) share that device;
 ///   - `pipeline.forward` / `pipeline.backward`, value = micro-batch: recorded inside a handler,
 ///     marks that handler slice as forward / backward work of that micro-batch;
 ///   - `pipeline.ideal_bubble_ppm`, value = the schedule's ideal bubble in millionths.
 
+#include <cstddef>
 #include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <string_view>
 #include <utility>
 #include <vector>
 
@@ -37,6 +41,24 @@ struct handler_slice {
   std::int64_t micro_batch = -1;
 };
 
+/// What a piece of stage device work is, read from its name (docs/trace-format.md, "Device
+/// work of pipeline stages"): `weight` is a deferred weight gradient, `other` a name of no phase.
+enum class work_phase : std::uint8_t { other, forward, backward, weight, update };
+inline constexpr std::size_t work_phases = 5;
+/// "forward", "backward", "weight", "update" or "other".
+const char* work_phase_name(work_phase p);
+
+/// A device work name taken apart: "forward mb 3 chunk 1" is forward work of micro-batch 3,
+/// time chunk 1; the plain "forward" (the LM's older traces) has no micro-batch or chunk (-1).
+struct work_name_parts {
+  work_phase phase = work_phase::other;
+  std::int64_t micro_batch = -1;
+  std::int64_t chunk = -1;
+};
+/// Parses "PHASE", "PHASE mb M" or "PHASE mb M chunk C" (PHASE one of forward, backward,
+/// weight, update; M and C decimal); any other name is phase `other` with no micro-batch.
+work_name_parts parse_work_name(std::string_view name);
+
 /// One piece of device work on a stream: device_begin .. device_end.
 struct device_slice {
   std::uint64_t begin = 0;
@@ -44,6 +66,9 @@ struct device_slice {
   std::uint64_t work = 0;
   std::uint32_t name = 0;  ///< String id of the work name.
   bool unfinished = false;
+  work_phase phase = work_phase::other;  ///< From the name (parse_work_name).
+  std::int64_t micro_batch = -1;         ///< From the name; -1: not named.
+  std::int64_t chunk = -1;               ///< From the name; -1: not named.
 };
 
 /// One side of a transfer between ranks: transfer_begin .. transfer_end (docs/trace-format.md).
@@ -82,6 +107,7 @@ struct actor_info {
   std::uint64_t sent = 0;                 ///< Messages it sent.
   std::uint64_t unhandled = 0;            ///< Messages it had no handler for.
   std::int64_t pipeline_stage = -1;       ///< From a `pipeline.stage` tag.
+  std::optional<std::uint32_t> device_key;  ///< From a `pipeline.device` tag: (kind << 16) | ordinal.
   std::int64_t rank = -1;                 ///< From a `placement` event (merged traces); -1: unknown.
   std::uint64_t lifetime_end(std::uint64_t trace_end) const { return exit_ts ? *exit_ts : trace_end; }
 };
@@ -123,7 +149,8 @@ struct drop_record {
 };
 
 /// Device tracks of pipeline stages (docs/trace-tools.md): the device work of stage s is
-/// recorded on device id `stage_device_base + s` (what actors/lm/src/pipeline.cpp records).
+/// recorded on device id `stage_device_base + s` (what the pipeline stage actor and
+/// actors/lm/src/pipeline.cpp record), named as parse_work_name reads.
 inline constexpr std::uint64_t stage_device_base = 1'000'000'000;
 /// Stage index of a device track id, or -1 when the id is not a stage's device track.
 /// In a merged trace a device id carries its rank in the high 32 bits (docs/trace-format.md).
@@ -133,6 +160,10 @@ inline std::int64_t stage_of_device(std::uint64_t device) {
              ? static_cast<std::int64_t>(device - stage_device_base)
              : -1;
 }
+
+/// The name of a `pipeline.device` key: "cpu:0", "cuda:1", "sim:0" ("kind K:N" for a kind
+/// this version does not know).
+std::string device_key_name(std::uint32_t key);
 
 struct trace_model {
   const trace_file* file = nullptr;
