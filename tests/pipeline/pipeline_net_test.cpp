@@ -8,6 +8,7 @@
 #include <atomic>
 #include <chrono>
 #include <cmath>
+#include <functional>
 #include <memory>
 #include <random>
 #include <stdexcept>
@@ -61,11 +62,22 @@ public:
     in_.resize(units);
   }
   std::atomic<int> throw_at{0};
+  /// The `device_fault_at`-th forward (backward when `fault_in_backward`) kernel throws (0: never).
+  std::atomic<int> device_fault_at{0};
+  std::atomic<bool> fault_in_backward{false};
   bool last() const { return index_ + 1 == stages; }
+
+  /// After a failed step: the gradients it had accumulated go.
+  void abandon_step(std::uint64_t, strata::stream& s) {
+    s.launch({.name = "zero-grad", .cpu = [this] { std::fill(gw_.begin(), gw_.end(), 0.0f); }});
+  }
+  std::size_t chunks() const { return chunks_; }
 
   void forward(std::size_t mb, std::size_t ch, strata::stream& s) {
     if (++forwards_ == throw_at.load()) throw std::runtime_error("dense_stage forward " + std::to_string(forwards_) + " failed on purpose");
-    s.launch({.name = "forward", .cpu = [this, u = unit(mb, ch)] {
+    const bool fault = !fault_in_backward && forwards_ == device_fault_at.load();
+    s.launch({.name = "forward", .cpu = [this, u = unit(mb, ch), fault] {
+                if (fault) throw std::runtime_error("dense_stage " + std::to_string(index_) + " forward kernel failed on purpose");
                 const float* x = index_ == 0 ? data_.data() + offset(u) : x_[u].data<float>();
                 in_[u].assign(x, x + unit_rows_ * width);
                 float* y = y_[u].data<float>();
@@ -78,7 +90,9 @@ public:
               }});
   }
   void backward(std::size_t mb, std::size_t ch, strata::stream& s) {
-    s.launch({.name = "backward", .cpu = [this, u = unit(mb, ch)] {
+    const bool fault = fault_in_backward && ++backwards_ == device_fault_at.load();
+    s.launch({.name = "backward", .cpu = [this, u = unit(mb, ch), fault] {
+                if (fault) throw std::runtime_error("dense_stage " + std::to_string(index_) + " backward kernel failed on purpose");
                 const float* y = y_[u].data<float>();
                 std::vector<float> d(unit_rows_ * width);
                 for (std::size_t k = 0; k < d.size(); ++k)
@@ -127,7 +141,7 @@ private:
   std::size_t offset(std::size_t u) const { return u * unit_rows_ * width; }  // units tile the data in order
 
   std::size_t index_, chunks_, unit_rows_;
-  int forwards_ = 0;
+  int forwards_ = 0, backwards_ = 0;
   std::vector<float> w_, gw_, data_, targets_;
   std::vector<strata::tensor> y_, dx_, x_, dy_;
   std::vector<std::vector<float>> in_;
@@ -205,14 +219,19 @@ struct rank_part {
   sp::pipeline_actors actors;
   strata::actor_ref probe, control;
 
-  rank_part(const sp::plan& p, const std::string& tag, int throw_on_rank1_at = 0) {
+  rank_part(const sp::plan& p, const std::string& tag, int throw_on_rank1_at = 0)
+      : rank_part(p, tag, [throw_on_rank1_at](std::size_t s, dense_stage& m) {
+          if (s == 1) m.throw_at = throw_on_rank1_at;
+        }) {}
+  /// `arm(stage, model)` sets this rank's model's faults.
+  rank_part(const sp::plan& p, const std::string& tag, const std::function<void(std::size_t, dense_stage&)>& arm) {
     auto& w = *the_world;
     const auto s = static_cast<std::size_t>(w.net.rank());
     if (s < stages) {
       contexts[s] = std::make_shared<sp::stage_context>(static_cast<int>(s), w.cpu);
       auto compute = contexts[s]->compute();
       models[s] = std::make_shared<dense_stage>(s, w.cpu, compute, static_cast<std::size_t>(p.chunks));
-      if (s == 1) models[s]->throw_at = throw_on_rank1_at;
+      arm(s, *models[s]);
     }
     sp::pipeline_options o;
     o.stage_name = tag + "-stage";
@@ -345,6 +364,53 @@ BOOST_AUTO_TEST_CASE(a_stage_that_fails_on_rank_1_fails_the_step_on_rank_0_by_na
     BOOST_TEST(part.contexts[0]->instances() == 2u);
   }
   part.end();
+}
+
+BOOST_AUTO_TEST_CASE(one_fault_on_either_rank_fails_exactly_its_step_by_its_stage_and_the_next_update_is_clean) {
+  // Every schedule x stage x kind of fault (in the actor, a forward kernel, a backward kernel), in
+  // step 2 of 3: step 2 fails naming the stage where the fault was, step 3 runs, and the weights
+  // are those of a run in one process without step 2 (the models drop the failed step's gradients
+  // in abandon_step), bit for bit.
+  auto& w = *the_world;
+  enum class kind { actor, forward_kernel, backward_kernel };
+  for (auto schedule : {sp::schedule_kind::gpipe, sp::schedule_kind::one_f_one_b, sp::schedule_kind::wavefront}) {
+    const int chunks = schedule == sp::schedule_kind::wavefront ? 3 : 1;
+    const auto p = sp::make_plan(schedule, stages, micro_batches, chunks);
+    const int per_step = static_cast<int>(micro_batches) * chunks;
+    one_process_run reference;
+    if (w.net.rank() == 0) reference = run_in_one_process(p, 2);
+    for (std::size_t stage = 0; stage < stages; ++stage)
+      for (auto k : {kind::actor, kind::forward_kernel, kind::backward_kernel}) {
+        const std::string tag = std::string("fault-") + sp::to_string(schedule) + "-" + std::to_string(stage) + "-" +
+                                std::to_string(static_cast<int>(k));
+        rank_part part(p, tag, [&](std::size_t s, dense_stage& m) {
+          if (s != stage) return;
+          const int at = per_step + 2;  // the second unit of step 2
+          if (k == kind::actor) m.throw_at = at;
+          else m.device_fault_at = at;
+          m.fault_in_backward = k == kind::backward_kernel;
+        });
+        if (w.net.rank() == 0) {
+          BOOST_TEST_CONTEXT(tag) {
+            auto step = [&] { return w.sys.request<sp::step_outcome>(part.actors.driver, 60s, sp::run_step{}).get(); };
+            auto first = step();
+            BOOST_REQUIRE_MESSAGE(first.has_value(), (first ? std::string() : first.error().message()));
+            auto failed = step();
+            BOOST_REQUIRE(!failed.has_value());
+            const auto& m = failed.error().message();
+            BOOST_TEST(m.find("pipeline stage " + std::to_string(stage) + " failed during step 2: ") == 0u, m);
+            BOOST_TEST(m.find("failed on purpose") != std::string::npos, m);
+            auto next = step();
+            BOOST_REQUIRE_MESSAGE(next.has_value(), (next ? std::string() : next.error().message()));
+            BOOST_TEST(next->step == 3u);
+            const auto across = part.gather_weights(tag);
+            for (std::size_t s = 0; s < stages; ++s)
+              BOOST_TEST(across[s] == reference.weights[s], boost::test_tools::per_element());
+          }
+        }
+        part.end();
+      }
+  }
 }
 
 BOOST_AUTO_TEST_CASE(a_stage_that_goes_down_on_rank_1_fails_every_later_step_on_rank_0_by_name) {

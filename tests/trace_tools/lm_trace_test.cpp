@@ -136,8 +136,11 @@ BOOST_AUTO_TEST_CASE(the_export_and_timeline_show_forward_and_backward_work_on_s
       const int stage = std::stoi(name.substr(6));
       stages_seen.insert(stage);
       BOOST_TEST(name.find("device #" + std::to_string(tt::stage_device_base + static_cast<std::uint64_t>(stage))) != std::string::npos);
-      BOOST_TEST(work_names[tid].count("forward") == 1u);
-      BOOST_TEST(work_names[tid].count("backward") == 1u);
+      // The stage actor names each unit of work by its micro-batch and chunk.
+      BOOST_TEST(work_names[tid].count("forward mb 0 chunk 0") == 1u);
+      BOOST_TEST(work_names[tid].count("backward mb 0 chunk 0") == 1u);
+      for (const auto& n : work_names[tid])
+        BOOST_TEST((n.rfind("forward mb ", 0) == 0 || n.rfind("backward mb ", 0) == 0 || n == "update"), n);
     }
   }
   BOOST_TEST((stages_seen == std::set<int>{0, 1}));
@@ -145,8 +148,8 @@ BOOST_AUTO_TEST_CASE(the_export_and_timeline_show_forward_and_backward_work_on_s
   const std::string svg = tt::timeline_svg(m);
   BOOST_TEST(svg.find("stage 0 device, stream") != std::string::npos);
   BOOST_TEST(svg.find("stage 1 device, stream") != std::string::npos);
-  BOOST_TEST(svg.find("forward (stage device work)") != std::string::npos);
-  BOOST_TEST(svg.find("backward (stage device work)") != std::string::npos);
+  BOOST_TEST(svg.find("forward, micro-batch 0") != std::string::npos);
+  BOOST_TEST(svg.find("backward, micro-batch 0") != std::string::npos);
   // Stage rows come in stage order: stage 0's device row before stage 1's.
   BOOST_TEST(svg.find("stage 0 device, stream") < svg.find("stage 1 device, stream"));
 }

@@ -15,7 +15,6 @@
 
 #include "pipeline_state.hpp"
 #include "strata/lm/costs.hpp"
-#include "strata/trace.hpp"
 
 namespace strata::lm {
 
@@ -96,18 +95,13 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
     auto clock = std::make_shared<stage_clock>();
     clock->copy_stream = st.contexts[s]->copies().id();
     st.clocks.push_back(clock);
-    std::uint32_t fwd_name = 0, bwd_name = 0, other_name = 0;
-    if (trace::enabled()) {
-      fwd_name = trace::intern("forward");
-      bwd_name = trace::intern("backward");
-      other_name = trace::intern("update");
-    }
-    const std::uint64_t device_track = 1'000'000'000ull + s;  // trace id of the device track
-    st.devices[s].set_work_observer([clock, fwd_name, bwd_name, other_name, device_track](const work_record& r) {
+    // Busy time per kind of work for the log; the trace's stage device tracks are written by the
+    // stage actor (one slice per micro-batch and chunk, strata/pipeline/stage_actor.hpp).
+    st.devices[s].set_work_observer([clock](const work_record& r) {
       const auto ns = (r.end - r.start).count();
       const std::string& name = *r.name;
       if (r.stream_id == clock->copy_stream.load(std::memory_order_relaxed)) {
-        // an incoming activation or gradient (traced below, not busy time)
+        // an incoming activation or gradient: not busy time
       } else if (name == "forward") {
         clock->forward_ns += ns;
         ++clock->forward_items;
@@ -116,15 +110,6 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
         ++clock->backward_items;
       } else {
         clock->other_ns += ns;
-      }
-      if (trace::enabled() && !r.modelled) {  // cpu: real steady-clock times; sim times are modelled
-        static std::atomic<std::uint64_t> work_ids{1};
-        const std::uint64_t work = work_ids.fetch_add(1, std::memory_order_relaxed);
-        const std::uint32_t id = name == "forward" ? fwd_name : name == "backward" ? bwd_name : other_name;
-        const std::chrono::steady_clock::time_point start{std::chrono::duration_cast<std::chrono::steady_clock::duration>(r.start)};
-        const std::chrono::steady_clock::time_point end{std::chrono::duration_cast<std::chrono::steady_clock::duration>(r.end)};
-        trace::emit_at(start, trace::event_kind::device_begin, device_track, r.stream_id, work, 0, id);
-        trace::emit_at(end, trace::event_kind::device_end, device_track, r.stream_id, work, 0, id);
       }
     });
   }

@@ -73,6 +73,10 @@ public:
     for (std::size_t mb = 0; mb < tokens_.size(); ++mb) stage_->set_tokens(mb, tokens_[mb], s);
     for (std::size_t mb = 0; mb < targets_.size(); ++mb) stage_->set_targets(mb, targets_[mb], s);
   }
+  /// After a failed step (every stage restarted on fresh streams): the gradients the step had
+  /// accumulated go, so the next update is that of a run without the failed step. (The weights come
+  /// back from the store in lm_pipeline::state::restart.)
+  void abandon_step(std::uint64_t, stream& s) { s.launch(stage_->zero_grad_work()); }
   void forward(std::size_t mb, std::size_t ch, stream& s) { s.launch(stage_->forward_work(mb, ch)); }
   void backward(std::size_t mb, std::size_t ch, stream& s) { s.launch(stage_->backward_work(mb, ch)); }
   tensor output(std::size_t mb, std::size_t ch) const { return stage_->output(mb, ch); }
@@ -256,8 +260,7 @@ struct lm_pipeline::state {
       streams.push_back(contexts[s]->compute());
       clocks[s]->copy_stream = contexts[s]->copies().id();
       models[s]->fail_after(0);
-      streams[s].launch(models[s]->zero_grad_work());
-      streams[s].launch(models[s]->zero_state_work());
+      streams[s].launch(models[s]->zero_state_work());  // the gradients: lstm_stage_model::abandon_step
     }
     if (store && !store_stale) {
       kvstore::client client(*system, store, std::chrono::seconds(30));

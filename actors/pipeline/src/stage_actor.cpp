@@ -459,8 +459,12 @@ void step_driver::answer_once_restarted() {
   for (std::size_t s = 0; s < stages_.size(); ++s)
     if (instance_[s] < need_instance_[s]) return;
   abandoned_ = step_;
-  fail_step(error(errc::runtime_failure, "pipeline stage " + std::to_string(blamed_) + " failed during step " +
-                                             std::to_string(step_) + ": " + blamed_reason_));
+  fail_step(blamed_error());
+}
+
+error step_driver::blamed_error() const {
+  return error(errc::runtime_failure, "pipeline stage " + std::to_string(blamed_) + " failed during step " +
+                                          std::to_string(step_) + ": " + blamed_reason_);
 }
 
 behavior step_driver::make_behavior() {
@@ -526,7 +530,9 @@ behavior step_driver::make_behavior() {
                                                     " went down during step " + std::to_string(step_) + ": " +
                                                     d.reason.message());
         }
-        fail_step(fatal_);
+        // A supervisor that gave up on the restarts of a failed step: that step fails with its
+        // own cause, every later one with this.
+        fail_step(blamed_ >= 0 ? blamed_error() : fatal_);
       },
   };
 }

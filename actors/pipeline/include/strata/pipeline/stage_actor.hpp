@@ -479,6 +479,7 @@ private:
   void blame(int stage, const std::string& reason);
   void blame_when_all_reported();
   void answer_once_restarted();
+  error blamed_error() const;
   void fail_step(error e);
 
   std::vector<actor_ref> stages_;
