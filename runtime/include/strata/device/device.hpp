@@ -60,15 +60,15 @@ class [[nodiscard]] work_observer_handle {
 /// What a device is and can do. Fixed at creation.
 struct device_properties {
   device_kind kind = device_kind::cpu;
-  int index = 0;                  ///< position in the device set it was created with
-  std::string name;               ///< "cpu:0", "sim:3", "cuda:1", or "cuda:0#2" for shares of a GPU
-  std::size_t total_memory = 0;   ///< cpu: physical host memory; cuda: the GPU's; sim: the profile's
-  int concurrency = 1;            ///< cpu: arena threads; cuda: SM count; sim: 1
-  int gpu_ordinal = -1;           ///< cuda: CUDA device ordinal
-  int share_index = 0;            ///< cuda: which share of the GPU this device is
-  int share_count = 1;            ///< cuda: how many devices share the GPU
-  std::string hardware;           ///< cuda: the GPU's name; cpu: "host"; sim: the profile's name
-  std::optional<sim_profile> sim; ///< sim: the rates in force
+  int index = 0;                     ///< position in the device set it was created with
+  std::string name{};                ///< "cpu:0", "sim:3", "cuda:1", or "cuda:0#2" for shares of a GPU
+  std::size_t total_memory = 0;      ///< cpu: physical host memory; cuda: the GPU's; sim: the profile's
+  int concurrency = 1;               ///< cpu: arena threads; cuda: SM count; sim: 1
+  int gpu_ordinal = -1;              ///< cuda: CUDA device ordinal
+  int share_index = 0;               ///< cuda: which share of the GPU this device is
+  int share_count = 1;               ///< cuda: how many devices share the GPU
+  std::string hardware{};            ///< cuda: the GPU's name; cpu: "host"; sim: the profile's name
+  std::optional<sim_profile> sim{};  ///< sim: the rates in force
 };
 
 /// A compute device: creates streams and events, owns a stream-ordered memory pool and copies
