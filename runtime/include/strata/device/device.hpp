@@ -28,7 +28,8 @@ class device_impl;
 /// Once `remove()` (or the destructor) returns, the observer is not running and is never called
 /// again, so it may capture what dies right after the handle. remove() therefore waits for a call
 /// in progress on another thread: do not remove an observer while holding something it waits for.
-/// An observer may remove itself (that call is not waited for). Thread-safe.
+/// An observer may remove itself (that call is not waited for). The device's threads may call the
+/// observer while another thread removes it; one handle object is used by one thread at a time.
 ///
 ///     std::atomic<std::int64_t> busy_ns{0};
 ///     auto timing = dev.add_work_observer([&](const strata::work_record& r) { busy_ns += (r.end - r.start).count(); });
