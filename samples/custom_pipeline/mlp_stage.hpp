@@ -4,7 +4,9 @@
 #include <algorithm>
 #include <cmath>
 #include <cstddef>
+#include <cstdint>
 #include <random>
+#include <span>
 #include <utility>
 #include <vector>
 
@@ -28,8 +30,8 @@ public:
       std::vector<float> w(widths[l] * widths[l + 1]);
       for (auto& v : w) v = init(rng);
       if (l < first_ || l >= last_) continue;
-      w_.push_back(w);
-      gw_.emplace_back(w.size(), 0.0f);
+      w_.push_back(matrix_of(w, widths[l], widths[l + 1], s));
+      gw_.push_back(matrix_of(std::vector<float>(w.size(), 0.0f), widths[l], widths[l + 1], s));
     }
     for (std::size_t mb = 0; mb < micro_batches; ++mb) {
       y_.push_back(tensor_of(widths[last_], s));
@@ -48,7 +50,7 @@ public:
                 auto& a = act_[mb];
                 a[0].assign(input(mb), input(mb) + rows * widths[first_]);
                 for (std::size_t l = first_; l < last_; ++l) {
-                  a[l - first_ + 1] = dense(a[l - first_], w_[l - first_], widths[l], widths[l + 1]);
+                  a[l - first_ + 1] = dense(a[l - first_], w_[l - first_].data<float>(), widths[l], widths[l + 1]);
                   if (l + 2 < widths.size()) for (auto& v : a[l - first_ + 1]) v = std::tanh(v);
                 }
                 std::copy(a.back().begin(), a.back().end(), y_[mb].data<float>());
@@ -64,12 +66,13 @@ public:
                   const std::size_t n = widths[l], m = widths[l + 1];
                   if (l + 2 < widths.size())
                     for (std::size_t i = 0; i < d.size(); ++i) d[i] *= 1 - a[l - first_ + 1][i] * a[l - first_ + 1][i];
-                  auto& w = w_[l - first_];
+                  const float* w = w_[l - first_].data<float>();
+                  float* gw = gw_[l - first_].data<float>();
                   std::vector<float> dn(rows * n, 0.0f);
                   for (std::size_t r = 0; r < rows; ++r)
                     for (std::size_t i = 0; i < n; ++i)
                       for (std::size_t j = 0; j < m; ++j) {
-                        gw_[l - first_][i * m + j] += a[l - first_][r * n + i] * d[r * m + j];
+                        gw[i * m + j] += a[l - first_][r * n + i] * d[r * m + j];
                         dn[r * n + i] += w[i * m + j] * d[r * m + j];
                       }
                   d = std::move(dn);
@@ -96,14 +99,30 @@ public:
   std::vector<double> report() const { return {loss_}; }
   void update(const std::vector<double>&, strata::stream& s) {
     s.launch({.name = "sgd", .cpu = [this] {
-                for (std::size_t l = 0; l < w_.size(); ++l)
-                  for (std::size_t i = 0; i < w_[l].size(); ++i) w_[l][i] -= lr * std::exchange(gw_[l][i], 0.0f);
+                for (std::size_t l = 0; l < w_.size(); ++l) {
+                  float* w = w_[l].data<float>();
+                  float* gw = gw_[l].data<float>();
+                  for (std::int64_t i = 0; i < w_[l].numel(); ++i) w[i] -= lr * std::exchange(gw[i], 0.0f);
+                }
               }});
   }
   std::vector<float> weights() const {  // read after the stream has completed
     std::vector<float> all;
-    for (const auto& w : w_) all.insert(all.end(), w.begin(), w.end());
+    for (const auto& w : w_) all.insert(all.end(), w.data<float>(), w.data<float>() + w.numel());
     return all;
+  }
+
+protected:
+  // For a stage that updates elsewhere (mlp_store_stage.hpp): the layers it owns, each layer's
+  // weights and accumulated gradients ([inputs, outputs] tensors on the stage's device).
+  std::size_t first_layer() const { return first_; }
+  std::size_t layer_count() const { return last_ - first_; }
+  const strata::tensor& weight(std::size_t k) const { return w_[k]; }
+  const strata::tensor& gradient(std::size_t k) const { return gw_[k]; }
+  void zero_gradients(strata::stream& s) {
+    s.launch({.name = "zero gradients", .cpu = [this] {
+                for (auto& g : gw_) std::fill(g.data<float>(), g.data<float>() + g.numel(), 0.0f);
+              }});
   }
 
 private:
@@ -114,7 +133,11 @@ private:
   const float* input(std::size_t mb) const {
     return first_ == 0 ? data_.data() + mb * rows * widths[0] : x_[mb].data<float>();
   }
-  static std::vector<float> dense(const std::vector<float>& x, const std::vector<float>& w, std::size_t n, std::size_t m) {
+  strata::tensor matrix_of(const std::vector<float>& values, std::size_t n, std::size_t m, strata::stream& s) {
+    return strata::tensor::from_host<float>(std::span<const float>(values),
+                                            {static_cast<std::int64_t>(n), static_cast<std::int64_t>(m)}, dev_, s);
+  }
+  static std::vector<float> dense(const std::vector<float>& x, const float* w, std::size_t n, std::size_t m) {
     std::vector<float> y(rows * m, 0.0f);
     for (std::size_t r = 0; r < rows; ++r)
       for (std::size_t i = 0; i < n; ++i)
@@ -124,7 +147,7 @@ private:
 
   std::size_t first_, last_;
   strata::device dev_;
-  std::vector<std::vector<float>> w_, gw_;
+  std::vector<strata::tensor> w_, gw_;  // per layer: weights, accumulated gradients
   std::vector<strata::tensor> y_, dx_, x_, dy_;
   std::vector<std::vector<std::vector<float>>> act_;  // per micro-batch: each layer's input, then the output
   std::vector<float> data_, targets_;

@@ -31,7 +31,7 @@ struct system_config {
   std::size_t throughput = 128;
   /// Trace file to record into; empty means: the STRATA_TRACE environment variable if set,
   /// else no tracing.
-  std::string trace_file;
+  std::string trace_file{};
   /// Upper bound on recorded events (0: unbounded); events past it are counted as dropped.
   std::size_t trace_event_limit = 0;
   /// How long `shutdown(shutdown_mode::drain)` waits for mailboxes to empty.
@@ -64,7 +64,7 @@ inline constexpr std::size_t unbounded_mailbox = static_cast<std::size_t>(-1);
 
 /// How one actor is placed and fed.
 struct spawn_options {
-  std::string name;                    ///< For traces and error texts (default: "actor-<id>").
+  std::string name{};                  ///< For traces and error texts (default: "actor-<id>").
   bool dedicated_thread = false;       ///< Run on a thread of its own (e.g. a GPU owner keeps its CUDA context there).
   /// At most this many queued messages; 0: the system's default (`system_config::mailbox_capacity`
   /// and `mailbox_overflow`, unbounded unless configured); `strata::unbounded_mailbox`: unbounded.
@@ -110,11 +110,11 @@ struct shutdown_report {
   std::uint64_t messages_discarded = 0; ///< Queued messages dropped by the stop.
   std::uint64_t timers_cancelled = 0;
   bool drain_timed_out = false;
-  system_stats stats;                   ///< Final counts.
-  std::string trace_file;               ///< Written trace, if tracing was on.
+  system_stats stats{};                 ///< Final counts.
+  std::string trace_file{};             ///< Written trace, if tracing was on.
   std::size_t trace_events = 0;
   std::size_t trace_events_dropped = 0;
-  std::string trace_error;              ///< Why the trace could not be written, if it could not.
+  std::string trace_error{};            ///< Why the trace could not be written, if it could not.
 };
 
 

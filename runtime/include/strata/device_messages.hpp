@@ -15,7 +15,7 @@ namespace strata {
 
 /// Delivered instead of the completion message when work on the stream failed.
 struct device_failure {
-  std::string what;  ///< The failed work item's error text.
+  std::string what{};  ///< The failed work item's error text.
 };
 
 /// Sends `msg` to `to` once all work submitted to `s` so far has completed; if that work failed,

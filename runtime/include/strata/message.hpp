@@ -16,28 +16,28 @@ namespace strata {
 
 /// Delivered to a monitoring actor when the monitored actor terminates.
 struct down_msg {
-  actor_ref source;  ///< The actor that terminated.
-  error reason;      ///< Why (`normal_exit` when it quit on its own).
+  actor_ref source{};  ///< The actor that terminated.
+  error reason{};      ///< Why (`normal_exit` when it quit on its own).
 };
 
 /// Delivered to a linked actor when its link partner terminates. Actors that do not trap exits
 /// terminate too (reason `linked_exit`) unless the partner's reason is normal.
 struct exit_msg {
-  actor_ref source;
-  error reason;
+  actor_ref source{};
+  error reason{};
 };
 
 /// A message that could not be delivered or handled, offered to the actors subscribed with
 /// `actor_system::subscribe_dead_letters`. The payload itself is not kept.
 struct dead_letter {
-  std::string type_name;  ///< The message's C++ type, e.g. "app::ping".
-  actor_ref sender;       ///< Its sender (empty for anonymous sends).
-  actor_ref receiver;     ///< The intended receiver (empty when sent to an empty handle).
+  std::string type_name{};  ///< The message's C++ type, e.g. "app::ping".
+  actor_ref sender{};       ///< Its sender (empty for anonymous sends).
+  actor_ref receiver{};     ///< The intended receiver (empty when sent to an empty handle).
   /// Why: `target_terminated` (sent to a terminated actor, or still queued when it terminated),
   /// `invalid_argument` (empty handle), `mailbox_full` (refused or dropped by a bounded mailbox),
   /// `unhandled_message` (the receiver has no handler for the type); the text says which.
-  error reason;
-  bool request = false;   ///< True if it was a request (its requester received `reason` as well).
+  error reason{};
+  bool request = false;     ///< True if it was a request (its requester received `reason` as well).
 };
 
 /// The reply of a request whose handler returns nothing.

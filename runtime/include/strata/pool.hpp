@@ -45,7 +45,7 @@ routing_key hash_key(F key) {
 struct pool_options {
   std::size_t size = 4;                ///< Workers at start (at least 1).
   routing strategy = routing::round_robin;
-  routing_key key;                     ///< Required for `routing::consistent_hash`.
+  routing_key key{};                   ///< Required for `routing::consistent_hash`.
   restart_policy restarts{};           ///< How the pool's supervisor restarts failed workers.
   std::string name = "pool";           ///< The router's name; workers are "<name>-worker-<i>".
 };
@@ -54,7 +54,7 @@ struct pool_options {
 /// workers; shrinking retires the newest ones after they handled what they had queued. As a
 /// request it is answered with the new size, or an error for 0.
 struct pool_resize {
-  std::size_t workers;
+  std::size_t workers{};
 };
 
 /// Request from a pool's handle: answered with its number of workers (`std::size_t`).

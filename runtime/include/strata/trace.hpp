@@ -152,7 +152,7 @@ job_info job();
 
 /// Options for one recording session.
 struct options {
-  std::string file;              ///< Where `stop()` writes the trace.
+  std::string file{};            ///< Where `stop()` writes the trace.
   std::size_t event_limit = 0;   ///< 0: unbounded; otherwise events past the limit are dropped and counted.
 };
 
@@ -161,11 +161,11 @@ struct options {
 bool start(const options& opts);
 /// What `stop()` wrote.
 struct summary {
-  std::string file;
+  std::string file{};
   std::size_t events = 0;
   std::size_t dropped = 0;  ///< Events lost to the event limit.
   bool written = false;
-  std::string error;        ///< Non-empty when the file could not be written.
+  std::string error{};      ///< Non-empty when the file could not be written.
 };
 /// Stops recording and writes the file (`FILE.rank<r>` for a rank of a world of more than one,
 /// see `job_info`). Call only when no thread records any more (the actor

@@ -1,6 +1,8 @@
 #include "strata/device/device.hpp"
 
+#include <algorithm>
 #include <string>
+#include <utility>
 
 #include "device/impl.hpp"
 #include "strata/device/error.hpp"
@@ -18,27 +20,96 @@ allocation::~allocation() {
   stream->device->release(ptr, bytes, capacity, std::move(streams));
 }
 
-void device_impl::set_observer(work_observer o) {
-  std::shared_ptr<const work_observer> p;
-  if (o) p = std::make_shared<const work_observer>(std::move(o));
+namespace {
+/// The observer calls in progress on this thread, innermost first (an observer may cause another
+/// observed item to complete on its own thread: a cpu arena thread that waits runs other work).
+struct observer_frame {
+  const void* entry;
+  const observer_frame* outer;
+};
+thread_local const observer_frame* current_observer_calls = nullptr;
+}  // namespace
+
+void device_impl::observer_entry::call(const work_record& r) const {
+  running.fetch_add(1);
+  if (!removed.load()) {
+    const observer_frame frame{this, current_observer_calls};
+    current_observer_calls = &frame;
+    try {
+      fn(r);
+    } catch (...) {
+      // Observers must not throw (work.hpp). One that does loses this record, as on every backend,
+      // instead of taking the arena or sim clock thread (or the other observers' record) with it.
+    }
+    current_observer_calls = frame.outer;
+  }
+  if (running.fetch_sub(1) == 1 && removed.load()) running.notify_all();
+}
+
+void device_impl::observer_entry::retire() noexcept {
+  removed.store(true);
+  int own = 0;  // calls of this observer on this thread (it removes itself): not waited for
+  for (auto f = current_observer_calls; f; f = f->outer) own += f->entry == this ? 1 : 0;
+  for (int n = running.load(); n > own; n = running.load()) running.wait(n);
+}
+
+void device_impl::publish(observer_list list) {
+  observed_.store(!list.empty(), std::memory_order_relaxed);
+  observers_ = std::make_shared<const observer_list>(std::move(list));
+}
+
+std::uint64_t device_impl::add_observer(work_observer o) {
+  auto e = std::make_shared<observer_entry>();
+  e->fn = std::move(o);
   std::lock_guard lk(observer_mu_);
-  observer_ = std::move(p);
-  observed_.store(observer_ != nullptr, std::memory_order_relaxed);
+  e->id = next_observer_id_++;
+  observer_list list = *observers_;
+  list.push_back(e);
+  publish(std::move(list));
+  return e->id;
+}
+
+void device_impl::remove_observer(std::uint64_t id) noexcept {
+  std::shared_ptr<observer_entry> gone;
+  {
+    std::lock_guard lk(observer_mu_);
+    observer_list list = *observers_;
+    auto it = std::find_if(list.begin(), list.end(), [id](const auto& e) { return e->id == id; });
+    if (it == list.end()) return;
+    gone = std::move(*it);
+    list.erase(it);
+    publish(std::move(list));
+  }
+  gone->retire();  // outside the lock: the observer may be adding or removing observers itself
+}
+
+void device_impl::set_observer(work_observer o) {
+  std::shared_ptr<observer_entry> fresh;
+  if (o) {
+    fresh = std::make_shared<observer_entry>();
+    fresh->fn = std::move(o);  // id 0: the set slot
+  }
+  std::shared_ptr<observer_entry> gone;
+  {
+    std::lock_guard lk(observer_mu_);
+    observer_list list = *observers_;
+    if (!list.empty() && list.front()->id == 0) {
+      gone = std::move(list.front());
+      list.erase(list.begin());
+    }
+    if (fresh) list.insert(list.begin(), std::move(fresh));
+    publish(std::move(list));
+  }
+  if (gone) gone->retire();
 }
 
 void device_impl::notify(const work_record& r) const {
-  std::shared_ptr<const work_observer> o;
+  std::shared_ptr<const observer_list> list;
   {
     std::lock_guard lk(observer_mu_);
-    o = observer_;
+    list = observers_;
   }
-  if (!o) return;
-  try {
-    (*o)(r);
-  } catch (...) {
-    // Observers must not throw (work.hpp). One that does loses this record, as on every backend,
-    // instead of taking the arena or sim clock thread down with it.
-  }
+  for (const auto& e : *list) e->call(r);
 }
 
 void after_all(const std::vector<std::shared_ptr<stream_impl>>& streams, std::function<void()> done) {
@@ -108,6 +179,35 @@ void device::copy(const buffer& dst, const buffer& src, const stream& s, std::si
 memory_stats device::memory() const { return checked(impl_).memory(); }
 void device::trim_memory() { checked(impl_).trim(); }
 void device::set_work_observer(work_observer observer) { checked(impl_).set_observer(std::move(observer)); }
+
+work_observer_handle device::add_work_observer(work_observer observer) {
+  auto& d = checked(impl_);
+  if (!observer) device_detail::throw_invalid("device::add_work_observer on " + d.props.name + ": the observer is empty");
+  return work_observer_handle(impl_, d.add_observer(std::move(observer)));
+}
+
+// ---- work_observer_handle -----------------------------------------------------------------------
+
+work_observer_handle::work_observer_handle(work_observer_handle&& other) noexcept
+    : device_(std::move(other.device_)), id_(std::exchange(other.id_, 0)) {}
+
+work_observer_handle& work_observer_handle::operator=(work_observer_handle&& other) noexcept {
+  if (this != &other) {
+    remove();
+    device_ = std::move(other.device_);
+    id_ = std::exchange(other.id_, 0);
+  }
+  return *this;
+}
+
+work_observer_handle::~work_observer_handle() { remove(); }
+
+void work_observer_handle::remove() noexcept {
+  if (id_ == 0) return;
+  if (auto d = device_.lock()) d->remove_observer(id_);
+  device_.reset();
+  id_ = 0;
+}
 
 // ---- buffer -------------------------------------------------------------------------------------
 

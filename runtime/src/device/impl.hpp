@@ -144,16 +144,38 @@ class device_impl : public std::enable_shared_from_this<device_impl> {
   virtual memory_stats memory() const = 0;
   virtual void trim() {}
 
+  /// Adds an observer; returns its id (> 0) for remove_observer.
+  std::uint64_t add_observer(work_observer o);
+  /// Removes observer `id` (unknown ids: nothing), waiting for its calls on other threads.
+  void remove_observer(std::uint64_t id) noexcept;
+  /// Replaces the set_work_observer slot (id 0); an empty `o` empties it.
   void set_observer(work_observer o);
   bool observed() const noexcept { return observed_.load(std::memory_order_relaxed); }
+  /// Gives `r` to every observer, in the order they were installed (the set slot first).
   void notify(const work_record& r) const;
 
   const device_properties props;
 
  private:
+  /// One installed observer. `running` counts its calls in progress; once `removed` is set no
+  /// call starts, and retire() waits for the running ones (seq_cst on both: a call either sees
+  /// `removed` or is counted before retire() reads `running`).
+  struct observer_entry {
+    std::uint64_t id = 0;
+    work_observer fn;
+    mutable std::atomic<int> running{0};
+    std::atomic<bool> removed{false};
+    void call(const work_record& r) const;
+    void retire() noexcept;
+  };
+  using observer_list = std::vector<std::shared_ptr<observer_entry>>;
+  /// Publishes `list` (copy on write: notify reads a snapshot without holding the lock).
+  void publish(observer_list list);
+
   std::atomic<bool> observed_{false};
   mutable std::mutex observer_mu_;
-  std::shared_ptr<const work_observer> observer_;
+  std::shared_ptr<const observer_list> observers_ = std::make_shared<const observer_list>();
+  std::uint64_t next_observer_id_ = 1;
 };
 
 /// Runs `done` once every stream in `streams` has completed the work submitted so far (through

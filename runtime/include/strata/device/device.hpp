@@ -3,6 +3,7 @@
 /// device: one compute device (a cpu arena, a GPU or a share of one, or a modelled device).
 
 #include <cstddef>
+#include <cstdint>
 #include <memory>
 #include <optional>
 #include <string>
@@ -20,18 +21,55 @@ namespace device_detail {
 class device_impl;
 }
 
+/// Keeps a work observer added by `device::add_work_observer` installed: destroying the handle,
+/// assigning to it or calling `remove()` removes that observer and leaves the device's others.
+/// Movable, not copyable; a handle that outlives its device removes nothing.
+///
+/// Once `remove()` (or the destructor) returns, the observer is not running and is never called
+/// again, so it may capture what dies right after the handle. remove() therefore waits for a call
+/// in progress on another thread: do not remove an observer while holding something it waits for.
+/// An observer may remove itself (that call is not waited for). The device's threads may call the
+/// observer while another thread removes it; one handle object is used by one thread at a time.
+///
+///     std::atomic<std::int64_t> busy_ns{0};
+///     auto timing = dev.add_work_observer([&](const strata::work_record& r) { busy_ns += (r.end - r.start).count(); });
+///     ...  // work on dev's streams
+///     timing.remove();  // or let it go out of scope before busy_ns does
+class [[nodiscard]] work_observer_handle {
+ public:
+  work_observer_handle() noexcept = default;
+  work_observer_handle(work_observer_handle&& other) noexcept;
+  work_observer_handle& operator=(work_observer_handle&& other) noexcept;
+  work_observer_handle(const work_observer_handle&) = delete;
+  work_observer_handle& operator=(const work_observer_handle&) = delete;
+  ~work_observer_handle();
+
+  /// Removes the observer (waiting for a call in progress on another thread); then a no-op.
+  void remove() noexcept;
+  /// True while the handle holds an observer (not removed, moved from or default-constructed).
+  bool active() const noexcept { return id_ != 0; }
+
+ private:
+  friend class device;
+  work_observer_handle(std::weak_ptr<device_detail::device_impl> device, std::uint64_t id) noexcept
+      : device_(std::move(device)), id_(id) {}
+
+  std::weak_ptr<device_detail::device_impl> device_;
+  std::uint64_t id_ = 0;
+};
+
 /// What a device is and can do. Fixed at creation.
 struct device_properties {
   device_kind kind = device_kind::cpu;
-  int index = 0;                  ///< position in the device set it was created with
-  std::string name;               ///< "cpu:0", "sim:3", "cuda:1", or "cuda:0#2" for shares of a GPU
-  std::size_t total_memory = 0;   ///< cpu: physical host memory; cuda: the GPU's; sim: the profile's
-  int concurrency = 1;            ///< cpu: arena threads; cuda: SM count; sim: 1
-  int gpu_ordinal = -1;           ///< cuda: CUDA device ordinal
-  int share_index = 0;            ///< cuda: which share of the GPU this device is
-  int share_count = 1;            ///< cuda: how many devices share the GPU
-  std::string hardware;           ///< cuda: the GPU's name; cpu: "host"; sim: the profile's name
-  std::optional<sim_profile> sim; ///< sim: the rates in force
+  int index = 0;                     ///< position in the device set it was created with
+  std::string name{};                ///< "cpu:0", "sim:3", "cuda:1", or "cuda:0#2" for shares of a GPU
+  std::size_t total_memory = 0;      ///< cpu: physical host memory; cuda: the GPU's; sim: the profile's
+  int concurrency = 1;               ///< cpu: arena threads; cuda: SM count; sim: 1
+  int gpu_ordinal = -1;              ///< cuda: CUDA device ordinal
+  int share_index = 0;               ///< cuda: which share of the GPU this device is
+  int share_count = 1;               ///< cuda: how many devices share the GPU
+  std::string hardware{};            ///< cuda: the GPU's name; cpu: "host"; sim: the profile's name
+  std::optional<sim_profile> sim{};  ///< sim: the rates in force
 };
 
 /// A compute device: creates streams and events, owns a stream-ordered memory pool and copies
@@ -79,7 +117,20 @@ class device {
   /// Returns cached free blocks to the system (cpu) or trims the pool (cuda).
   void trim_memory();
 
-  /// Installs (or, with an empty function, removes) the hook called for every completed work item.
+  /// Adds a hook called for every completed work item, beside the device's other observers (a
+  /// tracer and a per-stage clock can both watch one device). It stays installed until the handle
+  /// is removed or destroyed. Observers run on the device's threads (work.hpp: the arena thread
+  /// that ran the item, the sim clock thread, the cuda reporter thread), each record going to
+  /// every observer one after another, possibly on several threads at once for several streams:
+  /// an observer must be quick, thread-safe and must not throw (one that throws loses that record;
+  /// the others still get it).
+  /// \throws device_error (invalid_argument) on an empty device handle or an empty `observer`.
+  work_observer_handle add_work_observer(work_observer observer);
+
+  /// Installs the device's one "set" observer, replacing (or, with an empty function, removing)
+  /// the one installed by the previous call; observers added with add_work_observer stay. A
+  /// replaced observer is treated as by work_observer_handle::remove(): when this returns it is not
+  /// running and is never called again.
   void set_work_observer(work_observer observer);
 
   bool valid() const noexcept { return impl_ != nullptr; }

@@ -25,7 +25,7 @@ struct device_options {
   /// modelled times depend only on costs and waits (deterministic; used by tests).
   bool sim_follow_host_clock = true;
   /// sim: extra profiles usable by name in specs; a name equal to a built-in one replaces it.
-  std::vector<sim_profile> sim_profiles;
+  std::vector<sim_profile> sim_profiles{};
 };
 
 /// Creates devices from specs and owns what they share: the sim clock thread (one Asio

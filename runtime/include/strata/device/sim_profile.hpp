@@ -22,7 +22,7 @@ namespace strata {
 ///
 /// Users may define their own profile and pass it in device_options::sim_profiles.
 struct sim_profile {
-  std::string name;                   ///< name used in specs, e.g. "h200" in "sim:4:h200"
+  std::string name{};                 ///< name used in specs, e.g. "h200" in "sim:4:h200"
   double matmul_flops = 0;            ///< FLOP/s for GEMM-like work (work_kind::matmul)
   double vector_flops = 0;            ///< FLOP/s for pointwise / reduction work
   double memory_bandwidth = 0;        ///< bytes/s between the device and its own memory

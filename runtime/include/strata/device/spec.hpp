@@ -32,9 +32,9 @@ struct gpu_share {
 struct device_spec {
   device_kind kind = device_kind::cpu;
   int count = 1;                  ///< cpu/sim: number of devices
-  std::vector<gpu_share> gpus;    ///< cuda: GPUs and their shares
-  std::string profile;            ///< sim: profile name
-  std::string text;               ///< the input this was parsed from
+  std::vector<gpu_share> gpus{};  ///< cuda: GPUs and their shares
+  std::string profile{};          ///< sim: profile name
+  std::string text{};             ///< the input this was parsed from
 
   /// Number of strata devices the spec creates.
   int device_count() const noexcept;

@@ -41,12 +41,12 @@ struct cuda_launch_context {
 /// - sim streams run neither; they model `max(flops / rate, bytes / bandwidth) + latency`.
 /// Exceptions thrown by `cpu` are captured by the stream (see stream::error()).
 struct kernel_work {
-  std::string name;              ///< for traces and error messages
+  std::string name{};            ///< for traces and error messages
   work_kind kind = work_kind::pointwise;
   double flops = 0;              ///< floating point operations (sim cost model)
   double bytes = 0;              ///< bytes read plus written in device memory (sim cost model)
-  std::function<void()> cpu;     ///< host implementation
-  std::function<void(const cuda_launch_context&)> cuda;  ///< CUDA launcher
+  std::function<void()> cpu{};   ///< host implementation
+  std::function<void(const cuda_launch_context&)> cuda{};  ///< CUDA launcher
 };
 
 /// Start and end of one completed work item, given to a device's work observer (for tracing).

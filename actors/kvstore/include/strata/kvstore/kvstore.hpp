@@ -83,7 +83,7 @@ enum class init_existing : std::uint8_t {
 struct options {
   kvstore::kind kind = kvstore::kind::local;
   /// For `kvstore::kind::device`: the device that merges and keeps the values.
-  device merge_device;
+  device merge_device{};
   /// Synchronous mode when > 0: a key expects this many pushed values per version; the update
   /// applies when all have arrived (values pushed beyond that start the next version). 0: every
   /// push call applies its own update at once (asynchronous mode).
@@ -102,7 +102,7 @@ struct options {
   std::size_t chunk_bytes = std::size_t{4} << 20;
   /// Sharded stores only: shard i merges on `shard_devices[i % size]` (cpu, sim or cuda devices of
   /// one kind). Empty: every shard is a store of `kind` (local: its own one-thread cpu device).
-  std::vector<device> shard_devices;
+  std::vector<device> shard_devices{};
   /// Requests the store hands to its stream at a time (>= 1). The others wait in the store's
   /// ready queue, ordered by priority: 1 gives priority its full effect; more keeps the stream
   /// busy between requests at the cost of serving those already handed over first.
@@ -112,7 +112,7 @@ struct options {
   /// What `store_type` answers. Empty: "local" or "device" by `kind`. `kvstore::create` sets it
   /// to the name it was called with, so a store made by name reports that name (MXNet's
   /// `kv.type`), including a user's registered type whose factory passes the options on.
-  std::string type_name;
+  std::string type_name{};
 };
 
 // ---- messages (use them with `actor::request` inside actors) --------------------------------
@@ -124,15 +124,15 @@ struct options {
 /// Fails if a key repeats, a value has another dtype, or a key exists (unless the store's
 /// `options::init_existing` is `keep_first`: then that key is left as it is).
 struct init {
-  std::vector<kvstore::key> keys;
-  std::vector<tensor> values;
+  std::vector<kvstore::key> keys{};
+  std::vector<tensor> values{};
 };
 /// Pushes `values[i]` to `keys[i]`; values of the same key are summed, then the updater runs.
 /// Reply: `unit` once the update has been applied (in synchronous mode: once the values are
 /// accumulated).
 struct push {
-  std::vector<kvstore::key> keys;
-  std::vector<tensor> values;
+  std::vector<kvstore::key> keys{};
+  std::vector<tensor> values{};
   /// Requests waiting for a busy store are served highest priority first (equal priorities in
   /// arrival order). A request never overtakes an earlier one that uses one of its tensors (of
   /// any sender: MXNet's issue order per array), nor an earlier one of the same sender that names
@@ -143,8 +143,8 @@ struct push {
 /// devices). Reply: `std::vector<tensor>`, the outputs with their ready events, once the copies
 /// are done. With `min_version` > 0 the reply waits until every key has had that many updates.
 struct pull {
-  std::vector<kvstore::key> keys;
-  std::vector<tensor> outs;
+  std::vector<kvstore::key> keys{};
+  std::vector<tensor> outs{};
   std::uint64_t min_version = 0;
   int priority = 0;  ///< As `kvstore::push::priority`.
 };
@@ -153,15 +153,15 @@ struct pull {
 /// the version the push contributes to and answers with that merged, updated value (MXNet's
 /// dist_sync pushpull), so every contributor of a round gets the same value. Reply as pull.
 struct pushpull {
-  kvstore::push push;
-  kvstore::pull pull;
+  kvstore::push push{};
+  kvstore::pull pull{};
   int priority = 0;  ///< As `kvstore::push::priority` (those of `push` and `pull` are ignored).
 };
 /// MXNet's `pushpull(key, value)` without outputs: pushes `values[i]` to `keys[i]`, then pulls
 /// each key's updated value back into the pushed tensors themselves. Reply as pull (the values).
 struct pushpull_in_place {
-  std::vector<kvstore::key> keys;
-  std::vector<tensor> values;
+  std::vector<kvstore::key> keys{};
+  std::vector<tensor> values{};
   int priority = 0;  ///< As `kvstore::push::priority`.
 };
 /// MXNet's push of `row_sparse` values: `values[i]` to `keys[i]`, a key held dense with the
@@ -178,8 +178,8 @@ struct pushpull_in_place {
 /// ...]`, sim stores, compressed stores (as MXNet), and, in synchronous mode, a version that has
 /// dense values already. Reply: `unit` (in synchronous mode: once the values are accumulated).
 struct push_row_sparse {
-  std::vector<kvstore::key> keys;
-  std::vector<kvstore::row_sparse> values;
+  std::vector<kvstore::key> keys{};
+  std::vector<kvstore::row_sparse> values{};
   int priority = 0;  ///< As `kvstore::push::priority`.
 };
 /// MXNet's `row_sparse_pull(key, out, row_ids)`: copies rows `row_ids[i]` of the value of
@@ -187,9 +187,9 @@ struct push_row_sparse {
 /// shape[1], ...]` (cpu tensors). With `min_version` > 0 the reply waits until every key has
 /// had that many updates, as `kvstore::pull`'s. Reply as pull.
 struct row_sparse_pull {
-  std::vector<kvstore::key> keys;
-  std::vector<std::vector<std::int64_t>> row_ids;
-  std::vector<tensor> outs;
+  std::vector<kvstore::key> keys{};
+  std::vector<std::vector<std::int64_t>> row_ids{};
+  std::vector<tensor> outs{};
   std::uint64_t min_version = 0;
   int priority = 0;  ///< As `kvstore::push::priority`.
 };
@@ -198,13 +198,13 @@ struct row_sparse_pull {
 /// same sender comes between). The request is checked whole first: the pull may name the keys
 /// the init creates. Reply as pull.
 struct broadcast {
-  kvstore::init init;
-  kvstore::pull pull;  ///< Its `min_version` and `priority` are ignored.
+  kvstore::init init{};
+  kvstore::pull pull{};  ///< Its `min_version` and `priority` are ignored.
 };
 
 /// Replaces the update rule (an empty function restores the default: assign). Reply: `unit`.
 struct set_updater {
-  kvstore::updater updater;
+  kvstore::updater updater{};
 };
 /// Installs SGD (momentum, weight decay) or Adam/AdamW as the update rule, with per-key state
 /// created at a key's first update (`merged` is the gradient). Hyper-parameters follow
@@ -212,13 +212,13 @@ struct set_updater {
 /// [0, 1), Nesterov only with a momentum); one outside them, or a bad scheduler, fails the request
 /// with one sentence naming the field and leaves the rule as it was. Reply: `unit`.
 struct set_optimizer {
-  std::variant<kernels::sgd_options, kernels::adam_options> options;
+  std::variant<kernels::sgd_options, kernels::adam_options> options{};
   /// MXNet's `lr_scheduler`: when set, each update of a key uses `learning_rate(scheduler, n)`
   /// instead of the options' lr, n being the key's update count after that update (its version,
   /// 1 at its first; after `load_optimizer_states`, the count that file saved). A scheduler
   /// whose `base_lr` is unset starts from the options' lr (MXNet's `Optimizer` sets its
   /// scheduler's base_lr so).
-  kvstore::lr_scheduler scheduler;
+  kvstore::lr_scheduler scheduler{};
   /// MXNet's `Optimizer(multi_precision=True)`, for float16 and bfloat16 keys: such a key keeps a
   /// float32 master copy (made from its value at its first update under this optimizer); the
   /// optimizer updates the master and the key's value becomes the master rounded to its dtype, so
@@ -239,7 +239,7 @@ struct set_learning_rate {
 };
 /// The number of updates applied to `key` so far. Reply: `std::uint64_t`.
 struct version {
-  kvstore::key key;
+  kvstore::key key;  // no default: every request names its key
 };
 
 /// MXNet's name of the store's type: `options::type_name` (the name `kvstore::create` made it by),
@@ -252,7 +252,7 @@ struct store_type {};
 /// optimizer inside the store; true for every strata store). Reply: `bool`; an unknown
 /// capability fails with one sentence listing the known ones.
 struct is_capable {
-  std::string capability;
+  std::string capability{};
 };
 
 /// Writes every key's value, version and optimizer state to `path`, after the work queued before
@@ -261,7 +261,7 @@ struct is_capable {
 /// tensors are copied to the host first), sharded or not: the file is the same whatever the
 /// shard count, so any store loads it. sim stores hold no data and fail. Reply: `unit`.
 struct save {
-  std::string path;
+  std::string path{};
 };
 /// Replaces the store's keys with those of a checkpoint written by `kvstore::save` (by a store of
 /// any shard count and device). The whole file is read and checked (format, size, checksum)
@@ -270,7 +270,7 @@ struct save {
 /// when all have it, so a shard that fails (e.g. out of memory) leaves every shard unchanged too.
 /// Reply: `unit`.
 struct load {
-  std::string path;
+  std::string path{};
 };
 
 /// MXNet's `save_optimizer_states(fname, dump_optimizer=True)`: writes the optimizer installed by
@@ -281,7 +281,7 @@ struct load {
 /// store cannot see) fails with one sentence. Any store, whatever its shard count, loads the
 /// file. Reply: `unit`.
 struct save_optimizer_states {
-  std::string path;
+  std::string path{};
 };
 /// MXNet's `load_optimizer_states`: installs the file's optimizer and scheduler and gives each key
 /// of the file its saved state. The file is read and checked whole first; a key it names must
@@ -290,7 +290,7 @@ struct save_optimizer_states {
 /// untouched (the values live in `save` checkpoints), and a scheduler's update count continues
 /// from the file's (MXNet's pickled optimizer keeps its `num_update`). Reply: `unit`.
 struct load_optimizer_states {
-  std::string path;
+  std::string path{};
 };
 
 /// Spawns a store (with `options.shards` > 1: the shards and the router in front of them; the

@@ -35,24 +35,24 @@ struct factor_scheduler {
   std::int64_t step = 1;  ///< >= 1
   double factor = 1.0;    ///< in (0, 1]
   double stop_factor_lr = 1e-8;     ///< >= 0
-  std::optional<double> base_lr;   ///< >= 0; unset: the optimizer's lr (alone: MXNet's 0.01)
-  lr_warmup warmup;
+  std::optional<double> base_lr{};  ///< >= 0; unset: the optimizer's lr (alone: MXNet's 0.01)
+  lr_warmup warmup{};
 };
 
 /// base_lr times `factor` for each of `steps` (increasing, each >= 1) that n has passed.
 struct multi_factor_scheduler {
-  std::vector<std::int64_t> steps;
+  std::vector<std::int64_t> steps{};
   double factor = 1.0;  ///< in (0, 1]
-  std::optional<double> base_lr;  ///< >= 0; unset: the optimizer's lr (alone: MXNet's 0.01)
-  lr_warmup warmup;
+  std::optional<double> base_lr{};  ///< >= 0; unset: the optimizer's lr (alone: MXNet's 0.01)
+  lr_warmup warmup{};
 };
 
 /// Half a cosine from base_lr (after warmup) down to final_lr at `max_update`, then final_lr.
 struct cosine_scheduler {
-  std::int64_t max_update = 1;  ///< > warmup.steps
-  std::optional<double> base_lr;  ///< > final_lr; unset: the optimizer's lr (alone: MXNet's 0.01)
-  double final_lr = 0.0;          ///< >= 0 and below base_lr (MXNet: "Base lr has to be higher than final lr")
-  lr_warmup warmup;
+  std::int64_t max_update = 1;      ///< > warmup.steps
+  std::optional<double> base_lr{};  ///< > final_lr; unset: the optimizer's lr (alone: MXNet's 0.01)
+  double final_lr = 0.0;            ///< >= 0 and below base_lr (MXNet: "Base lr has to be higher than final lr")
+  lr_warmup warmup{};
 };
 
 /// No schedule (the optimizer's own lr), or one of MXNet's schedulers.

@@ -19,9 +19,9 @@ class key;
 /// shape[1], ...]`); every other row is zero. Ids are in `[0, shape[0])`; a push may repeat one
 /// (its rows are summed).
 struct row_sparse {
-  tensor rows;
-  std::vector<std::int64_t> row_ids;
-  std::vector<std::int64_t> shape;
+  tensor rows{};
+  std::vector<std::int64_t> row_ids{};
+  std::vector<std::int64_t> shape{};
 };
 
 }  // namespace strata::kvstore

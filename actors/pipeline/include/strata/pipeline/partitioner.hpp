@@ -42,14 +42,14 @@ struct layer_cost {
 
 /// The model's layers in pipeline order: embedding, lstm[0..L-1], decoder + loss.
 struct model_costs {
-  layer_cost embedding;
-  std::vector<layer_cost> lstm;
-  layer_cost decoder;
+  layer_cost embedding{};
+  std::vector<layer_cost> lstm{};
+  layer_cost decoder{};
 };
 
 /// A device the partitioner may place a stage on.
 struct device_slot {
-  std::string name;  ///< "cpu:0", "cuda:1": for printing only.
+  std::string name{};  ///< "cpu:0", "cuda:1": for printing only.
   std::uint64_t memory_limit = std::numeric_limits<std::uint64_t>::max();  ///< Bytes available.
 };
 
@@ -64,7 +64,7 @@ struct layer_range {
 struct partition_spec {
   enum class kind_t : std::uint8_t { automatic, even, explicit_ranges } kind = kind_t::automatic;
   /// One range per device, covering 0..L-1 in order; empty for `automatic`.
-  std::vector<layer_range> ranges;
+  std::vector<layer_range> ranges{};
 };
 
 /// Parses `--partition auto|even|0-3,4-7` for a model of `lstm_layers` LSTM layers on `devices`
@@ -88,16 +88,16 @@ struct pipeline_shape {
 /// last LSTM layer before the cut, `layer_cost::output_bytes`) forward and its gradient back
 /// over the link; cuts inside a rank stay free. Empty `placement.ranks`: every device on one rank.
 struct cross_rank_links {
-  rank_placement placement;  ///< placement.ranks[d]: the rank of devices[d].
-  link_model link;
+  rank_placement placement{};  ///< placement.ranks[d]: the rank of devices[d].
+  link_model link{};
 };
 
 /// One device's stage in a placement.
 struct stage_placement {
   int device = 0;
-  std::string device_name;
+  std::string device_name{};
   bool has_embedding = false;  ///< True for the first stage.
-  layer_range lstm;            ///< Its LSTM layers.
+  layer_range lstm{};          ///< Its LSTM layers.
   bool has_decoder = false;    ///< True for the last stage.
   double forward_s = 0;        ///< Per micro-batch.
   double backward_s = 0;       ///< Per micro-batch.
@@ -113,8 +113,8 @@ struct stage_placement {
 
 /// Where the layers go and what that is predicted to cost.
 struct placement {
-  std::vector<stage_placement> stages;
-  pipeline_shape shape;
+  std::vector<stage_placement> stages{};
+  pipeline_shape shape{};
   int slowest_stage = 0;         ///< The stage with the largest forward + backward.
   double predicted_step_s = 0;   ///< The simulator's makespan for the shape's schedule.
   double predicted_bubble = 0;   ///< The simulator's ideal bubble.

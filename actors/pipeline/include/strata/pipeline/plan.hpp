@@ -73,7 +73,7 @@ struct plan {
   int num_stages = 0;
   int micro_batches = 0;
   int chunks = 1;
-  std::vector<std::vector<action>> stages;
+  std::vector<std::vector<action>> stages{};
 
   /// The plan's computes, one stage per line ("stage 0: F0 F1 B1 B0"; "F0.2" is micro-batch 0,
   /// chunk 2 when chunks > 1), for logs and tests.

@@ -30,21 +30,21 @@ namespace strata::pipeline {
 /// LSTM's time is linear in the timesteps. One cost model thus compares schedules with
 /// different chunk counts fairly.
 struct cost_model {
-  std::vector<double> forward;   ///< Per stage: forward time of one micro-batch.
-  std::vector<double> backward;  ///< Per stage: backward time of one micro-batch.
-  double send_latency = 0;       ///< Per message: from the send until the receiver can use it.
-  double transfer = 0;           ///< Per micro-batch's worth of data (1/C of it per chunk message).
-  double push_gradients = 0;     ///< Per stage, once per step.
-  double pull_weights = 0;       ///< Per stage, once per step.
+  std::vector<double> forward{};   ///< Per stage: forward time of one micro-batch.
+  std::vector<double> backward{};  ///< Per stage: backward time of one micro-batch.
+  double send_latency = 0;         ///< Per message: from the send until the receiver can use it.
+  double transfer = 0;             ///< Per micro-batch's worth of data (1/C of it per chunk message).
+  double push_gradients = 0;       ///< Per stage, once per step.
+  double pull_weights = 0;         ///< Per stage, once per step.
   /// Per boundary b (between stages b and b + 1), or empty for none: what each message across
   /// it pays on top of `send_latency` and `transfer`, in both directions (`with_links` fills
   /// these from a rank placement and a measured link).
-  std::vector<double> link_latency;
+  std::vector<double> link_latency{};
   /// Per boundary b, or empty for none: how long one micro-batch's message (1/C of it per chunk
   /// message) occupies the link. Unlike `transfer`, the link is a resource: messages in one
   /// direction of one boundary cross it one after another, in the order they were sent, so a
   /// slow link limits the throughput and not only the latency. Each direction is separate.
-  std::vector<double> link_transfer;
+  std::vector<double> link_transfer{};
 
   /// Every stage takes `forward` and `backward` per micro-batch.
   static cost_model uniform(int num_stages, double forward, double backward, double send_latency = 0);
@@ -75,7 +75,7 @@ error check_link(const link_model& link);
 /// Consecutive stages on one rank talk for free (the cost model's own `send_latency` and
 /// `transfer` only); a boundary between two ranks pays the link.
 struct rank_placement {
-  std::vector<int> ranks;  ///< One entry per stage, each in [0, num_ranks).
+  std::vector<int> ranks{};  ///< One entry per stage, each in [0, num_ranks).
   int num_ranks = 1;
 };
 
@@ -108,34 +108,34 @@ struct timeline_entry {
 
 /// What a plan costs when executed with a cost model.
 struct simulation {
-  double makespan = 0;       ///< The plan's ideal step time: the last action's end.
-  std::vector<double> busy;  ///< Per stage: time spent in forward, backward, push and pull.
-  double bubble = 0;         ///< 1 - sum(busy) / (S * makespan).
+  double makespan = 0;         ///< The plan's ideal step time: the last action's end.
+  std::vector<double> busy{};  ///< Per stage: time spent in forward, backward, push and pull.
+  double bubble = 0;           ///< 1 - sum(busy) / (S * makespan).
   /// Per stage: the most (micro-batch, chunk) units whose activations are held for a backward
   /// at once (forwards done minus backwards done, at its peak).
-  std::vector<int> peak_in_flight_units;
+  std::vector<int> peak_in_flight_units{};
   /// Per stage: `peak_in_flight_units / chunks`, in micro-batches' worth of activations
   /// (1F1B: S - s; GPipe: M; wavefront: (S - s + C - 1) / C).
-  std::vector<double> peak_in_flight_micro_batches;
+  std::vector<double> peak_in_flight_micro_batches{};
   /// Every forward, backward, push_gradients and pull_weights, ordered by stage, then start.
-  std::vector<timeline_entry> timeline;
+  std::vector<timeline_entry> timeline{};
 };
 
 /// A stage that cannot go on: it waits at `action_index` for a message.
 struct stuck_stage {
   int stage = 0;
   std::size_t action_index = 0;
-  action waiting_for;
+  action waiting_for{};
   int sender = -1;          ///< The stage that would send it (-1: no stage can, e.g. stage 0's activation).
   bool never_sent = false;  ///< True when the sender's remaining plan holds no matching send.
 };
 
 /// Why a plan cannot finish.
 struct deadlock {
-  std::vector<stuck_stage> stuck;  ///< Every unfinished stage, by stage index.
+  std::vector<stuck_stage> stuck{};  ///< Every unfinished stage, by stage index.
   /// The stages of one wait-for cycle in order (each waits for the next, the last for the
   /// first); empty when the stall is a receive with no matching send instead.
-  std::vector<int> cycle;
+  std::vector<int> cycle{};
 
   /// One sentence naming the stuck stages and the actions they wait at, e.g. "plan deadlocks:
   /// stage 1 waits at action 7 (recv_gradient mb 0 chunk 0) for stage 2, which waits at action
