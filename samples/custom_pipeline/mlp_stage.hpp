@@ -97,6 +97,9 @@ public:
               }});
   }
   std::vector<double> report() const { return {loss_}; }
+  /// After a failed step (the stage actor restarted every stage): the gradients it accumulated go,
+  /// so that the next update is that of a run without the failed step.
+  void abandon_step(std::uint64_t, strata::stream& s) { zero_gradients(s); }
   void update(const std::vector<double>&, strata::stream& s) {
     s.launch({.name = "sgd", .cpu = [this] {
                 for (std::size_t l = 0; l < w_.size(); ++l) {

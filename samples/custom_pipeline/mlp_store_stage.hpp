@@ -25,7 +25,7 @@ public:
   using mlp_stage::mlp_stage;
   using mlp_stage::forward, mlp_stage::backward, mlp_stage::output, mlp_stage::input_grad, mlp_stage::accept_input,
       mlp_stage::accept_output_grad, mlp_stage::end_compute, mlp_stage::report, mlp_stage::set_data,
-      mlp_stage::weights;
+      mlp_stage::weights, mlp_stage::abandon_step;
 
   /// The store's initial values: this stage's layers as built (send before the first step).
   strata::kvstore::init initial_weights() const {

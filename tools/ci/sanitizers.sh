@@ -19,7 +19,8 @@
 #                 there; ASan runs it
 #   public_headers_compile_alone, typed_send_*, installed_package_builds_a_consumer:
 #                 compiler/installer checks that run no strata code (release CI covers them)
-# Benchmarks are not built (-DSTRATA_BUILD_BENCH=OFF): their tests are release CI's.
+# Benchmarks are not built (-DSTRATA_BUILD_BENCH=OFF): their tests are release CI's. Of the rest,
+# only the targets the selected tests run are built (not the header checks or the load tests).
 #   mpi_bundle:   a packaging check of tools/mpi-bundle.sh (copies Open MPI); release CI runs it
 #   label "mpi" runs in a second ctest pass (strata::net is built when MPI is found, as in
 #   release): Debian's Open MPI is not built with sanitizers, and LSan can name its leaks only
@@ -69,13 +70,23 @@ run_one() {
     -DCMAKE_CXX_FLAGS="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" -DCMAKE_MODULE_LINKER_FLAGS="$flags" \
     -DSTRATA_CUDA=OFF -DSTRATA_MPI=AUTO -DSTRATA_BUILD_BENCH=OFF -DSTRATA_WERROR=$werror >/dev/null
-  cmake --build "$dir" -j"$jobs" || { echo "sanitizers.sh: the $kind build failed"; return 1; }
-  local t1=$SECONDS
-  local rc=0
   local skip="$exclude"
   # TSan: the kernels suite runs on one thread there (no oneTBB under TSan, see tsan.supp) and
   # takes > 10 min; ASan+UBSan runs it.
   if [[ "$kind" == tsan ]]; then skip="${exclude%)\$}|kernels)\$"; fi
+  # Build only what the two passes below run: the targets whose files their test commands name
+  # (test executables, samples, tools; what those start by themselves is a declared dependency),
+  # not the header checks, load tests or suites that are skipped here.
+  local named known targets
+  named=$(ctest --test-dir "$dir" --show-only=json-v1 -LE load -E "$skip" |
+          grep -oE "$root/$dir/[^\"[:space:];]+" | xargs -r -n1 basename | sort -u)
+  known=$(cmake --build "$dir" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p' | sort -u)
+  targets=$(comm -12 <(echo "$named") <(echo "$known") | tr '\n' ' ')
+  if [[ -z "$targets" ]]; then echo "sanitizers.sh: found no test targets to build in $dir"; return 1; fi
+  # shellcheck disable=SC2086
+  cmake --build "$dir" -j"$jobs" --target $targets || { echo "sanitizers.sh: the $kind build failed"; return 1; }
+  local t1=$SECONDS
+  local rc=0
   # shellcheck disable=SC2086
   ctest --test-dir "$dir" --output-on-failure -LE 'load|mpi' -E "$skip" -j"$jobs" ${STRATA_SAN_CTEST_ARGS:-} || rc=$?
   local t2=$SECONDS

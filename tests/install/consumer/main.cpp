@@ -14,7 +14,9 @@ int main() {
   auto supervisor = sys.spawn_supervisor(strata::restart_policy{.max_restarts = 2, .within = std::chrono::seconds(1)},
                                          strata::spawn_options{.name = "consumer-supervisor"});
   sys.stop(supervisor);
+#ifndef STRATA_CONSUMER_RUNTIME_ONLY
   if (!pipeline_kvstore_and_simulator_work(sys)) return 1;
   std::printf("consumer: a pipeline step, a kvstore update and a simulated plan ran\n");
+#endif
   return 0;
 }

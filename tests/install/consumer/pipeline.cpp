@@ -78,12 +78,10 @@ bool a_pipeline_steps(strata::actor_system& sys, std::vector<strata::device>& de
     auto compute = contexts.back()->compute();
     models.push_back(std::make_shared<add_stage>(float(s + 1), s == 1, devices[static_cast<std::size_t>(s)], compute));
   }
-  // pipeline_options{.stage_name = ...} would warn in GCC 12 until its members `store` and `rule`
-  // get default member initialisers (stage_actor.hpp); until then, set its fields one by one.
-  sp::pipeline_options options;
-  options.stage_name = "consumer-stage";
-  options.driver_name = "consumer-driver";
-  options.restarts = strata::restart_policy{.max_restarts = 1, .strategy = strata::restart_strategy::all_for_one};
+  const sp::pipeline_options options{
+      .stage_name = "consumer-stage",
+      .driver_name = "consumer-driver",
+      .restarts = strata::restart_policy{.max_restarts = 1, .strategy = strata::restart_strategy::all_for_one}};
   auto p = sp::spawn_pipeline(sys, plan, contexts, models, options);
   auto outcome = sys.request<sp::step_outcome>(p.driver, std::chrono::seconds(30), sp::run_step{}).get();
   sys.stop(p.driver);

@@ -71,7 +71,7 @@ namespace strata::pipeline {
 ///   out of bounds later.
 /// - `update(args, s)`: applies the step's update locally (e.g. SGD on the stage's weights), with
 ///   the `args` the driver's update rule computed from every stage's report.
-/// - or `exchange(args, s)` returning a request message for the stage's store, the reply type
+/// - or `exchange(args, s)` (used instead of `update` when a model has both) returning a request message for the stage's store, the reply type
 ///   `exchange_reply`, and `exchanged(reply, s)`: push gradients, pull weights through a parameter
 ///   server (the LSTM LM's kvstore). With `std::string exchange_name() const` ("push to the
 ///   kvstore") a refused exchange fails the stage as "stage S could not <name> during step N: ...";
@@ -94,13 +94,13 @@ struct stage_tensor {
   std::uint64_t step = 0;
   int micro_batch = 0;
   int chunk = 0;
-  tensor data;  ///< Invalid on sim devices (no data); its ready_event() is still the ordering point.
+  tensor data{};  ///< Invalid on sim devices (no data); its ready_event() is still the ordering point.
 };
 struct stage_activation {
-  stage_tensor t;
+  stage_tensor t{};
 };
 struct stage_gradient {
-  stage_tensor t;
+  stage_tensor t{};
 };
 /// Driver -> stages: run the plan's actions of step `step`. `abandoned`: the step that failed just
 /// before this one (0: none); each stage's fresh instance calls its model's abandon_step for it.
@@ -112,12 +112,12 @@ struct begin_step {
 struct stage_computed {
   int stage = 0;
   std::uint64_t step = 0;
-  std::vector<double> report;
+  std::vector<double> report{};
 };
 /// Driver -> stages: push and pull with `args` (from the driver's update rule).
 struct stage_update {
   std::uint64_t step = 0;
-  std::vector<double> args;
+  std::vector<double> args{};
 };
 /// Stage -> driver: the update of `step` has completed on the stage's device.
 struct stage_updated {
@@ -131,7 +131,7 @@ struct stage_updated {
 struct stage_failed {
   int stage = 0;
   std::uint64_t step = 0;
-  std::string reason;
+  std::string reason{};
   int inherited_from = -1;
 };
 /// Stage -> driver: a restarted instance of stage `stage` (its `instance`-th) is running.
@@ -142,22 +142,22 @@ struct stage_started {
 /// Runs `run` on the stage's actor with its compute stream, between steps (reading or writing a
 /// model's parameters, resetting its state). Answered with what `run` returns.
 struct stage_task {
-  std::function<expected<void>(stream&)> run;
+  std::function<expected<void>(stream&)> run{};
 };
 /// Makes a stage fail on purpose, so that its all-for-one supervisor restarts every stage: sent by
 /// the driver to one stage of each supervisor's group once a step has failed (the group restarts
 /// once per failed step, however many of its stages failed), or by an owner after a step that
 /// timed out. `reason` becomes the failure the supervisor sees.
 struct restart_stage {
-  std::string reason;
+  std::string reason{};
 };
 /// Owner -> driver: run one step. Answered with `step_outcome`, or the error of the stage that
 /// failed ("pipeline stage 1 failed during step 3: ...").
 struct run_step {};
 struct step_outcome {
   std::uint64_t step = 0;
-  std::vector<std::vector<double>> reports;  ///< Per stage: its model's report().
-  std::vector<double> args;                  ///< What the update rule made of them.
+  std::vector<std::vector<double>> reports{};  ///< Per stage: its model's report().
+  std::vector<double> args{};                ///< What the update rule made of them.
   double step_ms = 0;                        ///< From begin_step to the last stage_updated.
 };
 
@@ -232,8 +232,8 @@ public:
 
   /// Set by spawn_pipeline before the first step.
   struct links {
-    actor_ref prev, next, driver, store;
-    std::vector<action> actions;
+    actor_ref prev{}, next{}, driver{}, store{};
+    std::vector<action> actions{};
     std::size_t chunks = 1;
     bool copy_always = false;
     std::chrono::milliseconds update_timeout{std::chrono::minutes(5)};
@@ -510,9 +510,9 @@ struct pipeline_options {
   std::string stage_name = "stage";
   std::string driver_name = "pipeline-driver";
   /// Where models with `exchange` push and pull (may be set later: stage_context::set_links).
-  actor_ref store;
+  actor_ref store{};
   /// From the stages' reports to the update's arguments (default: no arguments).
-  update_rule rule;
+  update_rule rule{};
   /// The stages' supervisor: all for one (the in-flight work of a step dies with any stage);
   /// by default it never gives up (every failed step is answered as an error, the next one runs).
   restart_policy restarts{.max_restarts = std::numeric_limits<std::size_t>::max(),
@@ -525,9 +525,9 @@ struct pipeline_options {
 
 /// The actors of a pipeline. Stopping `supervisor` stops the stages.
 struct pipeline_actors {
-  actor_ref supervisor;
-  std::vector<actor_ref> stages;
-  actor_ref driver;
+  actor_ref supervisor{};
+  std::vector<actor_ref> stages{};
+  actor_ref driver{};
 };
 
 /// Spawns stage s of `p` as stage_actor<M>(contexts[s], models[s]) under one all-for-one
