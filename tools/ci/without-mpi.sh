@@ -2,7 +2,7 @@
 # CI: builds the library and the samples with STRATA_MPI=OFF (no strata::net, no MPI anywhere),
 # warnings as errors, and runs the samples that differ without it: a program that does not use
 # the optional target must build and run unchanged (docs/build.md). CUDA, tests and benchmarks
-# stay off to keep it short (about 5 minutes on 2 cores).
+# stay off, and it builds unoptimised, to keep it short.
 #
 #   tools/ci/without-mpi.sh
 #
@@ -12,7 +12,9 @@ set -euo pipefail
 cd "$(dirname "$0")/../.."
 work=build-nompi
 mkdir -p "$work"
-cmake -S . -B "$work" -DCMAKE_BUILD_TYPE=Release -DSTRATA_MPI=OFF -DSTRATA_CUDA=OFF -DSTRATA_WERROR=ON \
+# -O0: this pass checks that the build holds no MPI and that the samples run; the release pass
+# already builds the same sources optimised with warnings as errors (-O0: about a third less compile time).
+cmake -S . -B "$work" -DCMAKE_BUILD_TYPE=None -DCMAKE_CXX_FLAGS=-O0 -DSTRATA_MPI=OFF -DSTRATA_CUDA=OFF -DSTRATA_WERROR=ON \
       -DSTRATA_BUILD_TESTS=OFF -DSTRATA_BUILD_BENCH=OFF -DSTRATA_BUILD_SAMPLES=ON >"$work/configure.log" 2>&1 ||
   { cat "$work/configure.log"; echo "without-mpi: the configure step failed" >&2; exit 1; }
 grep -q "strata::net (STRATA_MPI=OFF): OFF" "$work/configure.log" ||
