@@ -4,6 +4,7 @@
 
 #include <exception>
 #include <string>
+#include <type_traits>
 #include <utility>
 
 #include "strata/actor.hpp"
@@ -44,6 +45,25 @@ void send_on_complete(stream& s, const actor_ref& to, T msg) {
       } catch (...) {
       }
       e = new detail::typed_envelope<device_failure>(device_failure{std::move(what)});
+    }
+    e->msg_id = detail::next_message_id();
+    (void)detail::deliver(to.cell(), e);
+  });
+}
+
+/// Like send_on_complete, but a failure is sent as `on_failure(error)`: a message of the caller's
+/// own type built from the stream's error itself (e.g. to tell whose error it is, or which step and
+/// instance it belongs to). `on_failure` runs on the completion thread and must not block.
+template <class T, class F>
+  requires std::is_invocable_v<F&, std::exception_ptr>
+void send_on_complete(stream& s, const actor_ref& to, T msg, F on_failure) {
+  s.on_complete([to, msg = std::move(msg), on_failure = std::move(on_failure)](std::exception_ptr failure) mutable {
+    detail::envelope* e = nullptr;
+    if (!failure) {
+      e = new detail::typed_envelope<T>(std::move(msg));
+    } else {
+      using failed_t = std::decay_t<std::invoke_result_t<F&, std::exception_ptr>>;
+      e = new detail::typed_envelope<failed_t>(on_failure(std::move(failure)));
     }
     e->msg_id = detail::next_message_id();
     (void)detail::deliver(to.cell(), e);
