@@ -203,4 +203,45 @@ BOOST_AUTO_TEST_CASE(a_refused_exchange_fails_the_step_under_the_models_name_for
   BOOST_TEST(m.find(" could not swap weights with the store during step 1: ") != std::string::npos, m);
 }
 
+namespace {
+/// Pushes a gradient that its exchange's own device work writes, without setting its ready event
+/// (a mistake users make): the store must still read it complete.
+struct late_push {
+  strata::tensor g;
+};
+class late_writer_stage : public scale_stage {
+public:
+  using exchange_reply = float;
+  late_writer_stage(float w, bool first, bool last, strata::device dev, strata::stream& s, std::size_t micro_batches)
+      : scale_stage(w, first, last, dev, s, micro_batches), g_(strata::tensor::empty({1}, strata::dtype::float32, dev, s)) {
+    s.launch({.name = "zero", .cpu = [g = g_] { g.data<float>()[0] = 0.0f; }});
+  }
+  late_push exchange(const std::vector<double>&, strata::stream& s) {
+    s.launch({.name = "slow gradient", .cpu = [g = g_] {
+                volatile double acc = 0;  // long enough that a store reading at once would see 0
+                for (int i = 0; i < 20'000'000; ++i) acc = acc + 1e-9;
+                g.data<float>()[0] = 42.0f;
+              }});
+    return late_push{g_};  // no ready event set
+  }
+  void exchanged(float& v, strata::stream&) { seen = v; }
+  float seen = -1;
+
+private:
+  strata::tensor g_;
+};
+}  // namespace
+
+BOOST_AUTO_TEST_CASE(an_exchange_leaves_only_once_the_work_it_submitted_is_done_even_without_a_ready_event) {
+  fixture f;
+  sp::pipeline_options o;
+  o.store = f.sys.spawn([](strata::actor&) -> strata::behavior {
+    return {[](const late_push& p) -> float { return p.g.data<float>()[0]; }};  // reads at once
+  });
+  auto actors = f.build<late_writer_stage>(sp::make_plan(sp::schedule_kind::gpipe, 2, 2), o);
+  auto r = f.step(actors);
+  BOOST_REQUIRE_MESSAGE(r.has_value(), (r ? std::string() : r.error().message()));
+  for (auto& m : f.models) BOOST_TEST(static_cast<late_writer_stage*>(m.get())->seen == 42.0f);
+}
+
 BOOST_AUTO_TEST_SUITE_END()

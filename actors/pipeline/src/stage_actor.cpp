@@ -32,6 +32,12 @@ struct stream_failure {
   std::exception_ptr error;
 };
 
+/// The stream has done the work an exchange submitted: its request may leave.
+struct exchange_ready {
+  std::uint64_t step;
+  std::size_t instance;
+};
+
 /// One of a restarted instance's retired streams has finished its queued work (failed or not).
 struct retired_drained {
   std::size_t instance;
@@ -111,6 +117,10 @@ behavior basic_stage_actor::make_behavior() {
         send(links_.driver, stage_updated{index(), step_});
       },
       [this](const stream_failure& f) { on_stream_failure(f.step, f.instance, f.error); },
+      [this](const exchange_ready& r) {
+        if (r.instance != instance_ || r.step != step_ || phase_ == phase::failed) return;
+        guarded([&] { model_send_exchange(); });
+      },
       [this](const retired_drained& d) {
         if (d.instance == instance_ && --undrained_ == 0)
           if (auto driver = context_->get_links().driver) send(driver, stage_started{index(), instance_});
@@ -192,6 +202,8 @@ void basic_stage_actor::guarded(const std::function<void()>& f) {
     if (!restarts_by_driver()) throw;
   }
 }
+
+void basic_stage_actor::send_when_stream_done() { notify_when_done(compute_, exchange_ready{step_, instance_}); }
 
 void basic_stage_actor::update_finished() {
   update_done_ = true;

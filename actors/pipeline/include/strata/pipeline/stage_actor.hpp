@@ -31,6 +31,8 @@
 #include <limits>
 #include <map>
 #include <memory>
+#include <optional>
+#include <type_traits>
 #include <stdexcept>
 #include <string>
 #include <utility>
@@ -102,6 +104,10 @@ protected:
   virtual std::vector<double> model_report() = 0;
   /// Starts the update; calls update_finished() once its work is submitted.
   virtual void model_update(const std::vector<double>& args) = 0;
+  /// Sends the exchange request model_update prepared (send_when_stream_done's answer).
+  virtual void model_send_exchange() {}
+  /// Calls model_send_exchange() once the compute stream has done the work submitted so far.
+  void send_when_stream_done();
 
 private:
   enum class phase : std::uint8_t { idle, running, awaiting_compute, awaiting_update, updating, finishing, failed };
@@ -170,7 +176,22 @@ protected:
   }
   void model_update(const std::vector<double>& args) override {
     if constexpr (detail::has_exchange<M>) {
-      request<typename M::exchange_reply>(store(), update_timeout(), model_->exchange(args, compute_stream()))
+      // The request leaves once the stream has done the work exchange() submitted (and everything
+      // before it): the store reads pushed tensors complete even where a model forgot their ready
+      // event. A failure of that work fails the stage instead.
+      pending_exchange_.emplace(model_->exchange(args, compute_stream()));
+      send_when_stream_done();
+    } else {
+      if constexpr (detail::has_local_update<M>) model_->update(args, compute_stream());
+      update_finished();
+    }
+  }
+  void model_send_exchange() override {
+    if constexpr (detail::has_exchange<M>) {
+      if (!pending_exchange_) return;
+      auto message = std::move(*pending_exchange_);
+      pending_exchange_.reset();
+      request<typename M::exchange_reply>(store(), update_timeout(), std::move(message))
           .then(
               [this](typename M::exchange_reply& reply) {
                 guarded([&] {
@@ -184,14 +205,23 @@ protected:
                   what = std::string(model_->exchange_name()) + " during step " + std::to_string(current_step());
                 guarded([&] { fail("stage " + std::to_string(index()) + " could not " + what + ": " + e.message()); });
               });
-    } else {
-      if constexpr (detail::has_local_update<M>) model_->update(args, compute_stream());
-      update_finished();
     }
   }
 
 private:
+  template <class T>
+  struct exchange_of {
+    using type = int;
+  };
+  template <class T>
+    requires detail::has_exchange<T>
+  struct exchange_of<T> {
+    using type = std::decay_t<decltype(std::declval<T&>().exchange(std::declval<const std::vector<double>&>(),
+                                                                    std::declval<stream&>()))>;
+  };
+
   std::shared_ptr<M> model_;
+  std::optional<typename exchange_of<M>::type> pending_exchange_;  ///< Waits for the stream.
 };
 
 struct pipeline_options {
