@@ -4,7 +4,7 @@
 // of one (micro-batch, chunk) unit as device work items. One implementation of the math serves
 // cpu devices (strata::kernels::cpu on host memory) and cuda devices (strata::kernels::cuda on
 // device memory, cuBLAS on the stream's handle); sim devices get the work's cost only.
-// Private to strata::actors.
+// Private to strata::lm (actors/lm/src).
 
 #include <atomic>
 #include <cstdint>
