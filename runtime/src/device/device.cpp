@@ -173,7 +173,7 @@ buffer device::allocate(std::size_t bytes, const stream& s) {
   auto& d = checked(impl_);
   if (!detail::impl_of(s) || detail::impl_of(s)->device != impl_)
     detail::throw_invalid("device::allocate on " + d.props.name +
-                                 ": the stream must be one of this device's streams");
+                          ": the stream must be one of this device's streams");
   return detail::handle_of(d.allocate(bytes, detail::impl_of(s)));
 }
 

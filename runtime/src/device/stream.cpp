@@ -61,7 +61,7 @@ void stream::copy(const buffer& dst, const buffer& src, std::size_t bytes) {
   if (bytes == SIZE_MAX) bytes = s->bytes;
   if (bytes > s->bytes || bytes > d->bytes)
     detail::throw_invalid("stream::copy: " + std::to_string(bytes) + " bytes do not fit (source has " +
-                                 std::to_string(s->bytes) + ", destination " + std::to_string(d->bytes) + ")");
+                          std::to_string(s->bytes) + ", destination " + std::to_string(d->bytes) + ")");
   if (bytes == 0) return;
   checked(impl_).copy(d, s, bytes);
 }
@@ -70,7 +70,7 @@ void stream::copy_from_host(const buffer& dst, const void* src, std::size_t byte
   auto& d = checked(dst, "destination");
   if (bytes > d->bytes)
     detail::throw_invalid("stream::copy_from_host: " + std::to_string(bytes) +
-                                 " bytes do not fit the destination of " + std::to_string(d->bytes));
+                          " bytes do not fit the destination of " + std::to_string(d->bytes));
   if (bytes == 0) return;
   if (!src) detail::throw_invalid("stream::copy_from_host: the host source pointer is null");
   checked(impl_).copy_from_host(d, src, bytes);
@@ -80,7 +80,7 @@ void stream::copy_to_host(void* dst, const buffer& src, std::size_t bytes) {
   auto& s = checked(src, "source");
   if (bytes > s->bytes)
     detail::throw_invalid("stream::copy_to_host: " + std::to_string(bytes) +
-                                 " bytes exceed the source's " + std::to_string(s->bytes));
+                          " bytes exceed the source's " + std::to_string(s->bytes));
   if (bytes == 0) return;
   if (!dst) detail::throw_invalid("stream::copy_to_host: the host destination pointer is null");
   checked(impl_).copy_to_host(dst, s, bytes);
