@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "cell.hpp"
+#include "strata/extension/transport.hpp"
 #include "supervisor_msgs.hpp"
 #include "system_impl.hpp"
 #include "strata/trace.hpp"

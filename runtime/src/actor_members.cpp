@@ -7,6 +7,7 @@
 #include <utility>
 
 #include "cell.hpp"
+#include "strata/extension/transport.hpp"
 #include "system_impl.hpp"
 
 namespace strata {

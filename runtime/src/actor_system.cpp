@@ -7,6 +7,7 @@
 #include <thread>
 
 #include "cell.hpp"
+#include "strata/extension/transport.hpp"
 #include "supervisor_msgs.hpp"
 #include "system_impl.hpp"
 #include "strata/trace.hpp"

@@ -8,6 +8,7 @@
 #include <vector>
 
 #include "cell.hpp"
+#include "strata/extension/transport.hpp"
 #include "supervisor_msgs.hpp"
 #include "system_impl.hpp"
 #include "strata/actor_system.hpp"

@@ -3,6 +3,7 @@
 #include <utility>
 
 #include "cell.hpp"
+#include "strata/extension/transport.hpp"
 #include "strata/message.hpp"
 
 namespace strata {

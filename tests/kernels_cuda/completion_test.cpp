@@ -24,7 +24,7 @@
 namespace cb = strata::cuda_backend;
 using strata::device_errc;
 using strata::device_error;
-using strata::device_detail::event_point;
+using strata::detail::event_point;
 using namespace std::chrono_literals;
 
 namespace {

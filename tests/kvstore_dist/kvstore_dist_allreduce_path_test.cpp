@@ -23,7 +23,7 @@
 #include "strata/net/endpoint.hpp"
 
 namespace kd = strata::kvstore_dist;
-namespace ki = strata::kvstore_dist::internal;
+namespace ki = strata::kvstore_dist::detail;
 using strata::device_kind;
 
 namespace {

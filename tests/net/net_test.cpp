@@ -18,6 +18,7 @@
 #include "messages.hpp"
 #include "strata/actor_system.hpp"
 #include "strata/device/all.hpp"
+#include "strata/extension/transport.hpp"  // inline_runs_here
 #include "strata/net/endpoint.hpp"
 
 using namespace std::chrono_literals;

@@ -9,6 +9,7 @@
 #include <thread>
 #include <utility>
 
+#include "strata/extension/transport.hpp"  // the inline-run hooks strata::net uses
 #include "strata/strata.hpp"
 #include "strata/test_coordinator.hpp"
 #include "test_support.hpp"

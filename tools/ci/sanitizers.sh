@@ -37,7 +37,7 @@ export STRATA_TEST_SCALE="${STRATA_TEST_SCALE:-0.1}"
 # warnings (-Wmaybe-uninitialized in <regex>, <functional>) misfire under -fsanitize at -O1.
 werror=OFF
 
-exclude='^(public_headers_compile_alone|net_public_headers_compile_alone|typed_send_of_.*|typed_reply_control_compiles|.*_does_not_compile|net_remote_protocol_with_serialization_compiles|installed_package_builds_a_consumer|mpi_bundle)$'
+exclude='^(public_headers_compile_alone|net_public_headers_compile_alone|typed_send_of_.*|typed_reply_control_compiles|device_impl_control_compiles|actor_deliver_hook_control_compiles|.*_does_not_compile|net_remote_protocol_with_serialization_compiles|installed_package_builds_a_consumer|mpi_bundle)$'
 
 run_one() {
   local kind=$1 dir flags

@@ -47,7 +47,7 @@ bool share_one(const std::vector<T>& a, const std::vector<T>& b) {
 
 }  // namespace
 
-const void* allocation_of(const tensor& t) noexcept { return t.storage().impl().get(); }
+const void* allocation_of(const tensor& t) noexcept { return t.storage().identity(); }
 
 // Init, set_updater, set_optimizer, set_learning_rate, save and load (and their shard forms) are barriers.
 admission_ticket ticket_of(const kvstore::init& m) { return {"init", 0, true, m.keys, {}, {}}; }

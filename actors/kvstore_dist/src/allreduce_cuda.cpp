@@ -19,7 +19,7 @@
 #include "strata/nccl/communicator.hpp"
 #endif
 
-namespace strata::kvstore_dist::internal {
+namespace strata::kvstore_dist::detail {
 
 struct sum_link {
   mutable std::mutex mu;
@@ -303,4 +303,4 @@ expected<std::vector<tensor>> cuda_pushpull(worker_state& w, const std::vector<k
   return replica_step(w, keys, *plan, unpack(w.replica_dev, w.rs, packed, *plan, shapes));
 }
 
-}  // namespace strata::kvstore_dist::internal
+}  // namespace strata::kvstore_dist::detail

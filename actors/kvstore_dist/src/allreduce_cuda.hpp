@@ -11,7 +11,7 @@
 
 #include "allreduce_path.hpp"
 
-namespace strata::kvstore_dist::internal {
+namespace strata::kvstore_dist::detail {
 
 struct worker_state;
 
@@ -72,4 +72,4 @@ expected<std::vector<tensor>> cuda_pushpull(worker_state& w, const std::vector<k
 expected<std::vector<tensor>> replica_step(worker_state& w, const std::vector<kvstore::key>& keys, const pack_plan& plan,
                                            std::vector<tensor> merged);
 
-}  // namespace strata::kvstore_dist::internal
+}  // namespace strata::kvstore_dist::detail

@@ -9,7 +9,7 @@
 #include "strata/kernels/elementwise.hpp"
 #include "strata/kernels/on_stream.hpp"
 
-namespace strata::kvstore_dist::internal {
+namespace strata::kvstore_dist::detail {
 
 const char* to_string(sum_path p) {
   switch (p) {
@@ -216,4 +216,4 @@ std::vector<tensor> unpack(device& dev, stream& s, const tensor& packed, const p
   return outs;
 }
 
-}  // namespace strata::kvstore_dist::internal
+}  // namespace strata::kvstore_dist::detail

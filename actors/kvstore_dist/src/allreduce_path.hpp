@@ -16,7 +16,7 @@
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/kvstore_dist/store.hpp"
 
-namespace strata::kvstore_dist::internal {
+namespace strata::kvstore_dist::detail {
 
 /// How the sums of an allreduce store cross the ranks.
 enum class sum_path : std::uint8_t {
@@ -101,4 +101,4 @@ tensor pack_sums(device& dev, stream& s, const pack_plan& plan, const std::vecto
 std::vector<tensor> unpack(device& dev, stream& s, const tensor& packed, const pack_plan& plan,
                            const std::vector<std::vector<std::int64_t>>& shapes);
 
-}  // namespace strata::kvstore_dist::internal
+}  // namespace strata::kvstore_dist::detail

@@ -15,7 +15,7 @@
 #include "strata/kvstore_dist/store.hpp"
 #include "strata/net/serialize.hpp"
 
-namespace strata::kvstore_dist::internal {
+namespace strata::kvstore_dist::detail {
 
 /// The name each rank publishes its server shard under.
 inline constexpr const char* server_name = "strata.kvstore_dist.server";
@@ -192,4 +192,4 @@ tensor rounded(const std::vector<float>& values, const std::vector<std::int64_t>
 actor_ref spawn_server(actor_system& system, int rank, int world, kvstore_dist::mode mode,
                        std::chrono::nanoseconds timeout, device device);
 
-}  // namespace strata::kvstore_dist::internal
+}  // namespace strata::kvstore_dist::detail

@@ -16,7 +16,7 @@
 #include "strata/device/shape.hpp"
 #include "strata/kernels/half.hpp"
 
-namespace strata::kvstore_dist::internal {
+namespace strata::kvstore_dist::detail {
 
 wire_key to_wire(const kvstore::key& key) {
   wire_key w;
@@ -659,10 +659,10 @@ actor_ref spawn_server(actor_system& system, int rank, int world, kvstore_dist::
                                    std::move(dev));
 }
 
-}  // namespace strata::kvstore_dist::internal
+}  // namespace strata::kvstore_dist::detail
 
-STRATA_NET_DECLARE(strata::kvstore_dist::internal::init_msg, strata::kvstore_dist::internal::push_msg,
-                   strata::kvstore_dist::internal::compressed_push_msg,
-                   strata::kvstore_dist::internal::pull_msg, strata::kvstore_dist::internal::barrier_msg,
+STRATA_NET_DECLARE(strata::kvstore_dist::detail::init_msg, strata::kvstore_dist::detail::push_msg,
+                   strata::kvstore_dist::detail::compressed_push_msg,
+                   strata::kvstore_dist::detail::pull_msg, strata::kvstore_dist::detail::barrier_msg,
                    strata::tensor);
-STRATA_NET_DECLARE(strata::kvstore_dist::internal::sparse_push_msg, strata::kvstore_dist::internal::sparse_pull_msg);
+STRATA_NET_DECLARE(strata::kvstore_dist::detail::sparse_push_msg, strata::kvstore_dist::detail::sparse_pull_msg);

@@ -5,7 +5,7 @@
 #include <algorithm>
 #include <utility>
 
-namespace strata::kvstore_dist::internal {
+namespace strata::kvstore_dist::detail {
 
 std::optional<split_layout> split_of(const std::vector<std::int64_t>& shape, std::int64_t bound, int world) {
   std::int64_t n = 1;
@@ -46,4 +46,4 @@ kvstore::checkpoint_entry cut_part(const kvstore::checkpoint_entry& whole, const
   return e;
 }
 
-}  // namespace strata::kvstore_dist::internal
+}  // namespace strata::kvstore_dist::detail

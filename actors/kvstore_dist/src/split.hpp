@@ -8,7 +8,7 @@
 
 #include "strata/kvstore/checkpoint.hpp"
 
-namespace strata::kvstore_dist::internal {
+namespace strata::kvstore_dist::detail {
 
 /// A key cut along its flattened elements into contiguous parts whose sizes differ by at most one
 /// element (the first `numel % parts` parts one larger); part i lives on rank i under the key's
@@ -32,4 +32,4 @@ kvstore::checkpoint_entry join_parts(std::vector<kvstore::checkpoint_entry> part
 /// Part `part` of the whole key's entry `whole` (shape {size}).
 kvstore::checkpoint_entry cut_part(const kvstore::checkpoint_entry& whole, const split_layout& layout, int part);
 
-}  // namespace strata::kvstore_dist::internal
+}  // namespace strata::kvstore_dist::detail

@@ -33,7 +33,7 @@ expected<void> done(expected<unit_t> r) {
 
 }  // namespace
 
-namespace internal {
+namespace detail {
 
 /// A cpu tensor's elements as host floats: float32 as they are, float16 and bfloat16 widened
 /// (exactly).
@@ -72,7 +72,7 @@ expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key,
   return sum;
 }
 
-}  // namespace internal
+}  // namespace detail
 
 namespace {
 
@@ -89,7 +89,7 @@ std::string mode_name(mode m) {
 }  // namespace
 
 store::store(actor_system& system, net::endpoint& endpoint, store_options options)
-    : state_(std::make_unique<internal::worker_state>()) {
+    : state_(std::make_unique<detail::worker_state>()) {
   auto& w = *state_;
   w.sys = &system;
   w.net = &endpoint;
@@ -114,19 +114,19 @@ store::store(actor_system& system, net::endpoint& endpoint, store_options option
                                 "; expected 0 or more elements (keys with more elements than it are split over the ranks).");
   w.s = w.dev.create_stream();
   const device& given = w.options.replica_device;
-  auto path = internal::choose_sum_path(w.options.mode, given ? std::optional<device_kind>(given.kind()) : std::nullopt,
-                                        given ? given.name() : std::string(), w.options.cuda_sum, internal::nccl_built());
+  auto path = detail::choose_sum_path(w.options.mode, given ? std::optional<device_kind>(given.kind()) : std::nullopt,
+                                        given ? given.name() : std::string(), w.options.cuda_sum, detail::nccl_built());
   if (!path) throw std::invalid_argument(path.error().message());
   w.path = *path;
   if (w.options.mode == mode::allreduce) {
-    w.replica_dev = w.path == internal::sum_path::host_mpi ? w.dev : given;
+    w.replica_dev = w.path == detail::sum_path::host_mpi ? w.dev : given;
     w.rs = w.replica_dev.create_stream();
     kvstore::options replica{.name = "kvstore_dist.replica"};
-    if (w.path != internal::sum_path::host_mpi) {
+    if (w.path != detail::sum_path::host_mpi) {
       replica.kind = kvstore::kind::device;
       replica.merge_device = w.replica_dev;
     }
-    internal::open_sum_link(w);
+    detail::open_sum_link(w);
     // The replica (a kvstore actor) has a thread of its own, and so has the client's requester:
     // a caller that blocks a scheduler thread in a step (an actor, e.g. a pipeline stage summing
     // its gradients over the replicas) never waits for a thread it holds.
@@ -134,11 +134,11 @@ store::store(actor_system& system, net::endpoint& endpoint, store_options option
                                                   spawn_options{.name = "kvstore_dist.client", .dedicated_thread = true});
     return;
   }
-  w.server = internal::spawn_server(system, w.rank, w.world, w.options.mode, w.options.timeout, w.dev);
+  w.server = detail::spawn_server(system, w.rank, w.world, w.options.mode, w.options.timeout, w.dev);
   // Stores are collectives, made in the same order on every rank: the n-th store of each rank
   // publishes its shard under the same name.
   static std::atomic<int> stores_made{0};
-  w.name = std::string(internal::server_name) + "/" + std::to_string(stores_made.fetch_add(1));
+  w.name = std::string(detail::server_name) + "/" + std::to_string(stores_made.fetch_add(1));
   auto published = endpoint.publish(w.server, w.name);
   if (!published) {
     system.stop(w.server);
@@ -150,7 +150,7 @@ store::store(actor_system& system, net::endpoint& endpoint, store_options option
     w.servers.push_back(std::move(*ref));
   }
   // The shard monitors the others: a rank that leaves fails what waits for it at once.
-  (void)system.send(w.server, internal::peers_msg{w.servers});
+  (void)system.send(w.server, detail::peers_msg{w.servers});
 }
 
 store::~store() {
@@ -159,7 +159,7 @@ store::~store() {
     actor_ref replica = state_->replica->store();
     state_->replica.reset();
     state_->sys->stop(replica);
-    internal::close_sum_link(*state_);
+    detail::close_sum_link(*state_);
   }
   if (state_->server) state_->sys->stop(state_->server);
 }
@@ -168,7 +168,7 @@ std::string store::type() const { return mode_name(state_->options.mode); }
 int store::rank() const noexcept { return state_->rank; }
 int store::num_workers() const noexcept { return state_->world; }
 
-namespace internal {
+namespace detail {
 
 expected<std::vector<tensor>> replica_step(worker_state& w, const std::vector<kvstore::key>& keys, const pack_plan& plan,
                                            std::vector<tensor> merged) {
@@ -186,7 +186,7 @@ expected<std::vector<tensor>> replica_step(worker_state& w, const std::vector<kv
   return result;
 }
 
-}  // namespace internal
+}  // namespace detail
 
 namespace {
 
@@ -217,18 +217,18 @@ namespace {
 /// Sums `host` over the store's ranks in place (one allreduce). An allreduce store waits as its
 /// steps do: when a rank leaves or closes its store, or no sum comes within the store's timeout,
 /// the call fails at once with `what` and why (the buffer then stays with the posted allreduce).
-expected<void> allreduce(internal::worker_state& w, std::vector<float>& host, const std::string& what = "kvstore dist: ") {
+expected<void> allreduce(detail::worker_state& w, std::vector<float>& host, const std::string& what = "kvstore dist: ") {
   if (!w.link) return w.net->allreduce_sum(std::span<float>(host), w.group).get();
-  if (error f = internal::sum_link_failure(*w.link)) return error(f.code(), what + f.message());
+  if (error f = detail::sum_link_failure(*w.link)) return error(f.code(), what + f.message());
   auto buffer = std::make_shared<std::vector<float>>(std::move(host));
   auto summed = w.net->allreduce_sum(std::span<float>(*buffer), w.group);
-  if (auto ok = internal::await_host_sum(*w.link, summed, buffer, w.options.timeout, what); !ok) return ok;
+  if (auto ok = detail::await_host_sum(*w.link, summed, buffer, w.options.timeout, what); !ok) return ok;
   host = std::move(*buffer);
   return {};
 }
 
 /// Collective: true on every rank when `ok` on every rank (an allreduce of the failures).
-bool all_ok(internal::worker_state& w, bool ok) {
+bool all_ok(detail::worker_state& w, bool ok) {
   std::vector<float> failures{ok ? 0.0f : 1.0f};
   auto summed = allreduce(w, failures);
   return summed && failures[0] == 0.0f;
@@ -237,7 +237,7 @@ bool all_ok(internal::worker_state& w, bool ok) {
 /// Collective: rank 0's `shape` on every rank when `ok` on rank 0, else none (the other ranks'
 /// arguments are ignored), and rank 0's `*type` in `*type`. An allreduce to which the others add
 /// zeros; each dimension travels as four 16-bit pieces, exact in float.
-expected<std::optional<std::vector<std::int64_t>>> shape_of_rank0(internal::worker_state& w, bool ok,
+expected<std::optional<std::vector<std::int64_t>>> shape_of_rank0(detail::worker_state& w, bool ok,
                                                                   const std::vector<std::int64_t>& shape, dtype* type) {
   std::vector<float> head{0.0f, 0.0f, 0.0f};
   if (w.rank == 0) head = {ok ? 1.0f : 0.0f, static_cast<float>(shape.size()), static_cast<float>(static_cast<int>(*type))};
@@ -260,8 +260,8 @@ expected<std::optional<std::vector<std::int64_t>>> shape_of_rank0(internal::work
 /// dist_sync_allreduce, host path: `sums[i]` (this worker's value of `keys[i]`, a key of the
 /// replica) summed over the ranks by one allreduce, packed in key order (`plan`); then the same
 /// update on every replica. Answers the replica's values, in the order of `keys`.
-expected<std::vector<tensor>> fused_pushpull(internal::worker_state& w, const std::vector<kvstore::key>& keys,
-                                             std::vector<std::vector<float>> sums, const internal::pack_plan* plan) {
+expected<std::vector<tensor>> fused_pushpull(detail::worker_state& w, const std::vector<kvstore::key>& keys,
+                                             std::vector<std::vector<float>> sums, const detail::pack_plan* plan) {
   std::vector<float> packed;
   packed.reserve(plan->total);
   for (std::size_t i : plan->order) packed.insert(packed.end(), sums[i].begin(), sums[i].end());
@@ -273,50 +273,50 @@ expected<std::vector<tensor>> fused_pushpull(internal::worker_state& w, const st
   for (std::size_t j = 0; j < plan->order.size(); ++j)
     merged.push_back(tensor::from_host<float>(std::span<const float>(packed.data() + plan->offsets[j], sums[plan->order[j]].size()),
                                               w.shapes[keys[plan->order[j]]], w.dev, w.s));
-  return internal::replica_step(w, keys, *plan, std::move(merged));
+  return detail::replica_step(w, keys, *plan, std::move(merged));
 }
 
 /// dist_sync_allreduce: one step of `values[i]` for `keys[i]` (`counted`: the caller's check of
 /// the counts). Every rank checks its values, then the ranks agree, so that a refusal on any rank
 /// fails the step on every rank before any data crosses (and no replica changes).
-expected<std::vector<tensor>> allreduce_step(internal::worker_state& w, const std::vector<kvstore::key>& keys,
+expected<std::vector<tensor>> allreduce_step(detail::worker_state& w, const std::vector<kvstore::key>& keys,
                                              const std::vector<std::vector<tensor>>& values, expected<void> counted) {
   expected<void> mine = std::move(counted);
-  auto reason = mine ? internal::step_refusal::none : internal::step_refusal::bad_keys;
+  auto reason = mine ? detail::step_refusal::none : detail::step_refusal::bad_keys;
   for (std::size_t i = 0; i < keys.size() && mine; ++i)
     if (w.shapes.count(keys[i]) == 0) {
       mine = never_initialised("pushpull", keys[i]);
-      reason = internal::step_refusal::unknown_key;
+      reason = detail::step_refusal::unknown_key;
     }
-  if (w.path != internal::sum_path::host_mpi) return internal::cuda_pushpull(w, keys, values, std::move(mine), reason);
+  if (w.path != detail::sum_path::host_mpi) return detail::cuda_pushpull(w, keys, values, std::move(mine), reason);
   std::vector<std::vector<float>> sums;
   for (std::size_t i = 0; i < keys.size() && mine; ++i) {
     auto shape = w.shapes.find(keys[i]);
-    auto host = internal::local_sum(w, keys[i], values[i], &shape->second);
+    auto host = detail::local_sum(w, keys[i], values[i], &shape->second);
     if (!host) {
       mine = host.error();
-      reason = internal::step_refusal::bad_value;
+      reason = detail::step_refusal::bad_value;
       break;
     }
     sums.push_back(std::move(*host));
   }
-  expected<internal::pack_plan> plan = internal::pack_plan{};
+  expected<detail::pack_plan> plan = detail::pack_plan{};
   if (mine) {
     std::vector<std::size_t> sizes;
     for (const auto& one : sums) sizes.push_back(one.size());
-    plan = internal::plan_packing(keys, sizes);
+    plan = detail::plan_packing(keys, sizes);
     if (!plan) {
       mine = plan.error();
-      reason = internal::step_refusal::bad_keys;
+      reason = detail::step_refusal::bad_keys;
     }
   }
-  if (auto agreed = internal::agree_on_step(w, mine, reason, keys); !agreed) return agreed.error();
+  if (auto agreed = detail::agree_on_step(w, mine, reason, keys); !agreed) return agreed.error();
   return fused_pushpull(w, keys, std::move(sums), &*plan);
 }
 
 }  // namespace
 
-namespace internal {
+namespace detail {
 
 expected<void> agree_on_step(worker_state& w, const expected<void>& mine, step_refusal reason,
                              const std::vector<kvstore::key>& keys) {
@@ -344,7 +344,7 @@ expected<void> agree_on_step(worker_state& w, const expected<void>& mine, step_r
   return step_verdict(*slots, mine);
 }
 
-}  // namespace internal
+}  // namespace detail
 
 expected<void> store::barrier() {
   auto& w = *state_;
@@ -353,7 +353,7 @@ expected<void> store::barrier() {
     return allreduce(w, token, "kvstore dist barrier: ");
   }
   ++w.barriers;
-  return done(ask<unit_t>(w, w.servers[0], internal::barrier_msg{w.rank, w.barriers}));
+  return done(ask<unit_t>(w, w.servers[0], detail::barrier_msg{w.rank, w.barriers}));
 }
 
 expected<void> store::init(const kvstore::key& key, const tensor& value) {
@@ -397,7 +397,7 @@ expected<void> store::init(const kvstore::key& key, const tensor& value) {
   if (w.rank == 0) {
     if (!value.valid())
       mine = error(errc::invalid_argument, "kvstore dist init: the value for key " + key.to_string() + " is no tensor.");
-    else if (internal::split_of(value.shape(), w.options.big_array_bound, w.world) &&
+    else if (detail::split_of(value.shape(), w.options.big_array_bound, w.world) &&
              ((value.dtype() != dtype::float32 && !kernels::is_half(value.dtype())) ||
               value.get_device().kind() != device_kind::cpu))
       mine = error(errc::invalid_argument, "kvstore dist init: key " + key.to_string() + " has " +
@@ -415,18 +415,18 @@ expected<void> store::init(const kvstore::key& key, const tensor& value) {
     if (!mine) return mine;
     return error(errc::invalid_argument, "kvstore dist init of key " + key.to_string() + ": rank 0's value was refused; nothing was stored.");
   }
-  auto layout = internal::split_of(**shape, w.options.big_array_bound, w.world);
+  auto layout = detail::split_of(**shape, w.options.big_array_bound, w.world);
   if (w.rank == 0) {
     if (!layout) {
       mine = done(ask<unit_t>(w, w.servers[static_cast<std::size_t>(home_of(key, w.world))],
-                              internal::init_msg{internal::to_wire(key), net::tensor_slice{value, 0, value.shape()}}));
+                              detail::init_msg{detail::to_wire(key), net::tensor_slice{value, 0, value.shape()}}));
     } else {
       std::vector<std::future<expected<unit_t>>> replies;
       for (int p = 0; p < layout->parts(); ++p)
         replies.push_back(w.sys->request<unit_t>(
             w.servers[static_cast<std::size_t>(p)], w.options.timeout,
-            internal::init_msg{internal::to_wire(key), net::tensor_slice{value, layout->offset(p), {layout->size(p)}}}));
-      mine = internal::all_replies(replies);
+            detail::init_msg{detail::to_wire(key), net::tensor_slice{value, layout->offset(p), {layout->size(p)}}}));
+      mine = detail::all_replies(replies);
     }
   }
   // Everyone waits for rank 0's init, failed or not, so that the job stays in step.
@@ -446,7 +446,7 @@ expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& v
                                              ": this store type supports pushpull only (push and pull in one call).");
   const std::uint64_t seq = w.pushes[key] + 1;
   if (auto split = w.splits.find(key); split != w.splits.end()) {
-    auto bytes = internal::push_parts(w, key, split->second, values, seq);
+    auto bytes = detail::push_parts(w, key, split->second, values, seq);
     if (!bytes) return bytes.error();
     w.pushes[key] = seq;
     w.bytes_pushed += *bytes;
@@ -467,7 +467,7 @@ expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& v
     auto kept = w.residuals.find(key);
     const std::vector<float> zeros(kept == w.residuals.end() || kept->second.size() != n ? n : 0, 0.0f);
     const float* old = zeros.empty() ? kept->second.data() : zeros.data();
-    internal::compressed_push_msg m{internal::to_wire(key), w.rank, seq, w.compression, w.threshold,
+    detail::compressed_push_msg m{detail::to_wire(key), w.rank, seq, w.compression, w.threshold,
                                     values.front().shape(), std::vector<std::uint32_t>(kvstore::packed_words(w.compression, n)), type};
     kvstore::compress_packed(w.compression, w.threshold, old, sum->data(), m.codes.data(), n);
     bytes = m.codes.size() * sizeof(std::uint32_t) + sizeof(float);
@@ -481,10 +481,10 @@ expected<void> store::push(const kvstore::key& key, const std::vector<tensor>& v
       dtype type = dtype::float32;
       auto sum = local_sum(w, key, values, nullptr, &type);
       if (!sum) return sum.error();
-      value = internal::rounded(*sum, value.shape(), type, w.dev, w.s);
+      value = detail::rounded(*sum, value.shape(), type, w.dev, w.s);
     }
     bytes = static_cast<std::uint64_t>(value.numel()) * size_of(value.dtype());
-    sent = done(ask<unit_t>(w, to, internal::push_msg{internal::to_wire(key), w.rank, seq, net::tensor_slice{value, 0, value.shape()}}));
+    sent = done(ask<unit_t>(w, to, detail::push_msg{detail::to_wire(key), w.rank, seq, net::tensor_slice{value, 0, value.shape()}}));
   }
   if (!sent) return sent;
   w.pushes[key] = seq;
@@ -507,9 +507,9 @@ expected<tensor> store::pull(const kvstore::key& key) {
     return std::move(got->front());
   }
   const std::uint64_t min_version = w.options.mode == mode::sync ? w.pushes[key] : 0;
-  if (auto split = w.splits.find(key); split != w.splits.end()) return internal::pull_parts(w, key, split->second, min_version);
+  if (auto split = w.splits.find(key); split != w.splits.end()) return detail::pull_parts(w, key, split->second, min_version);
   return ask<tensor>(w, w.servers[static_cast<std::size_t>(home_of(key, w.world))],
-                     internal::pull_msg{internal::to_wire(key), min_version});
+                     detail::pull_msg{detail::to_wire(key), min_version});
 }
 
 expected<tensor> store::pushpull(const kvstore::key& key, const std::vector<tensor>& values) {
@@ -565,7 +565,7 @@ expected<void> store::save(const std::string& path) {
       if (!got) mine = got.error();
     }
   } else {
-    mine = done(ask<unit_t>(w, w.server, internal::save_msg{part_path(path, w.rank, w.world)}));
+    mine = done(ask<unit_t>(w, w.server, detail::save_msg{part_path(path, w.rank, w.world)}));
     if (all_ok(w, static_cast<bool>(mine)) && w.rank == 0) {
       // Rank 0 joins the parts into one file: the commit of the whole save.
       // A split key's parts come from ranks 0, 1, ... in part order and become one entry.
@@ -588,7 +588,7 @@ expected<void> store::save(const std::string& path) {
                                                   std::to_string(got.size()) + " of the " + std::to_string(layout.parts()) +
                                                   " parts of key " + key.to_string() + "; the file was not written.");
         else
-          entries.push_back(internal::join_parts(std::move(got), layout));
+          entries.push_back(detail::join_parts(std::move(got), layout));
       }
       if (mine) {
         std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
@@ -629,7 +629,7 @@ expected<void> store::load(const std::string& path) {
   } else {
     // This rank's keys (by today's placement) go to its shard through a file of their own.
     std::vector<kvstore::checkpoint_entry> owned;
-    std::vector<internal::loaded_key> keys;
+    std::vector<detail::loaded_key> keys;
     std::map<kvstore::key, std::uint64_t> versions;
     std::map<kvstore::key, dtype> types;
     for (const auto& e : file->entries) {
@@ -637,23 +637,23 @@ expected<void> store::load(const std::string& path) {
       types[e.key] = e.type;
     }
     // Keys larger than today's bound are cut for today's ranks, whatever cut them when saved.
-    std::map<kvstore::key, internal::split_layout> splits;
+    std::map<kvstore::key, detail::split_layout> splits;
     for (auto& e : file->entries) {
-      if (auto layout = internal::split_of(e.shape, w.options.big_array_bound, w.world)) {
+      if (auto layout = detail::split_of(e.shape, w.options.big_array_bound, w.world)) {
         if (w.rank < layout->parts()) {
-          owned.push_back(internal::cut_part(e, *layout, w.rank));
-          keys.push_back(internal::loaded_key{e.key, owned.back().shape, e.version, e.type});
+          owned.push_back(detail::cut_part(e, *layout, w.rank));
+          keys.push_back(detail::loaded_key{e.key, owned.back().shape, e.version, e.type});
         }
         splits[e.key] = std::move(*layout);
         continue;
       }
       if (home_of(e.key, w.world) != w.rank) continue;
-      keys.push_back(internal::loaded_key{e.key, e.shape, e.version, e.type});
+      keys.push_back(detail::loaded_key{e.key, e.shape, e.version, e.type});
       owned.push_back(std::move(e));
     }
     const std::string mine_path = path + ".load" + std::to_string(w.rank);
     mine = kvstore::write_checkpoint(mine_path, owned);
-    if (mine) mine = done(ask<unit_t>(w, w.server, internal::load_msg{mine_path, std::move(keys)}));
+    if (mine) mine = done(ask<unit_t>(w, w.server, detail::load_msg{mine_path, std::move(keys)}));
     std::remove(mine_path.c_str());
     if (mine) {
       w.known.clear();
@@ -675,7 +675,7 @@ namespace {
 /// A change of this rank's update rule: through `on_replica(client)` to the replica in allreduce
 /// mode, else as `msg` to this rank's server shard.
 template <class OnReplica, class Msg>
-expected<void> change_rule(internal::worker_state& w, OnReplica on_replica, Msg msg) {
+expected<void> change_rule(detail::worker_state& w, OnReplica on_replica, Msg msg) {
   if (w.replica) return done(on_replica(*w.replica).get());
   return done(ask<unit_t>(w, w.server, std::move(msg)));
 }
@@ -687,11 +687,11 @@ expected<void> store::set_optimizer(kernels::sgd_options options) { return set_o
 expected<void> store::set_optimizer(kernels::adam_options options) { return set_optimizer(kvstore::set_optimizer{options}); }
 
 expected<void> store::set_optimizer(kvstore::set_optimizer rule) {
-  return change_rule(*state_, [&](kvstore::client& c) { return c.send(rule); }, internal::optimizer_msg{rule});
+  return change_rule(*state_, [&](kvstore::client& c) { return c.send(rule); }, detail::optimizer_msg{rule});
 }
 
 expected<void> store::set_learning_rate(double lr) {
-  return change_rule(*state_, [&](kvstore::client& c) { return c.set_learning_rate(lr); }, internal::learning_rate_msg{lr});
+  return change_rule(*state_, [&](kvstore::client& c) { return c.set_learning_rate(lr); }, detail::learning_rate_msg{lr});
 }
 
 expected<void> store::set_gradient_compression(std::string type, float threshold) {

@@ -21,7 +21,7 @@ namespace {
 error refused(const std::string& text) { return error(errc::invalid_argument, text); }
 
 /// Row-sparse values go to the servers of dist_sync and dist_async, for keys they hold.
-expected<void> sparse_usable(internal::worker_state& w, const char* op, const kvstore::key& key) {
+expected<void> sparse_usable(detail::worker_state& w, const char* op, const kvstore::key& key) {
   if (w.replica)
     return refused(std::string("kvstore dist_sync_allreduce ") + op + " of key " + key.to_string() +
                    ": row-sparse values go to dist_sync and dist_async stores only.");
@@ -33,7 +33,7 @@ expected<void> sparse_usable(internal::worker_state& w, const char* op, const kv
 
 /// Refuses rows (or an output) of another dtype than the key's, which every rank learned at init
 /// or load: before any part leaves, so that no owner refuses what the others take.
-expected<void> of_key_type(const internal::worker_state& w, const char* op, const char* role, const kvstore::key& key,
+expected<void> of_key_type(const detail::worker_state& w, const char* op, const char* role, const kvstore::key& key,
                            dtype type) {
   auto kept = w.types.find(key);
   if (kept == w.types.end() || kept->second == type) return {};
@@ -54,13 +54,13 @@ struct part_rows {
   std::vector<std::size_t> at;
   std::int64_t elements = 0;
 };
-std::vector<part_rows> cut_rows(const internal::split_layout& layout, const std::vector<std::int64_t>& ids,
+std::vector<part_rows> cut_rows(const detail::split_layout& layout, const std::vector<std::int64_t>& ids,
                                 std::int64_t row_length) {
   std::vector<part_rows> parts(static_cast<std::size_t>(layout.parts()));
   for (int p = 0; p < layout.parts(); ++p) {
     auto& part = parts[static_cast<std::size_t>(p)];
     for (std::size_t i = 0; i < ids.size(); ++i) {
-      const auto piece = internal::piece_in_part(ids[i], row_length, layout.offset(p), layout.size(p));
+      const auto piece = detail::piece_in_part(ids[i], row_length, layout.offset(p), layout.size(p));
       if (piece.begin >= piece.end) continue;
       part.ids.push_back(ids[i]);
       part.at.push_back(i);
@@ -121,7 +121,7 @@ expected<void> store::push_row_sparse(const kvstore::key& key, const std::vector
   }
   if (auto r = of_key_type(w, "push", "row-sparse value", key, type); !r) return r;
   for (const auto& v : values) {
-    const std::vector<float> rows = internal::widened(w, v.rows);
+    const std::vector<float> rows = detail::widened(w, v.rows);
     for (std::size_t i = 0; i < v.row_ids.size(); ++i) {
       const float* row = rows.data() + i * length;
       auto [at, fresh] = sums.try_emplace(v.row_ids[i]);
@@ -138,7 +138,7 @@ expected<void> store::push_row_sparse(const kvstore::key& key, const std::vector
     one.row_ids.push_back(id);
     flat.insert(flat.end(), row.begin(), row.end());
   }
-  one.rows = internal::rounded(flat, rows_of(shape, sums.size()), type, w.dev, w.s);
+  one.rows = detail::rounded(flat, rows_of(shape, sums.size()), type, w.dev, w.s);
   return push_row_sparse(key, one);
 }
 
@@ -155,13 +155,13 @@ expected<void> store::push_row_sparse(const kvstore::key& key, const kvstore::ro
   if (auto r = of_key_type(w, "push", "row-sparse value", key, rows.dtype()); !r) return r;
   const std::uint64_t seq = w.pushes[key] + 1;
   std::vector<std::future<expected<unit_t>>> replies;
-  auto send = [&](int to, internal::sparse_push_msg m) {
+  auto send = [&](int to, detail::sparse_push_msg m) {
     replies.push_back(w.sys->request<unit_t>(w.servers[static_cast<std::size_t>(to)], w.options.timeout, std::move(m)));
   };
   auto split = w.splits.find(key);
   if (split == w.splits.end()) {
     // The owner checks the value against the key (it alone knows the key's shape and dtype).
-    send(owner(key), internal::sparse_push_msg{internal::to_wire(key), w.rank, seq, value.row_ids, value.shape, -1, 0,
+    send(owner(key), detail::sparse_push_msg{detail::to_wire(key), w.rank, seq, value.row_ids, value.shape, -1, 0,
                                                net::tensor_slice{rows, 0, rows.shape()}, rows.dtype()});
   } else {
     const auto& layout = split->second;
@@ -187,19 +187,19 @@ expected<void> store::push_row_sparse(const kvstore::key& key, const kvstore::ro
         packed = tensor::empty({part.elements}, rows.dtype(), w.dev, w.s);
         auto* to = static_cast<std::byte*>(packed.raw_data());
         for (std::size_t j = 0; j < part.ids.size(); ++j) {
-          const auto piece = internal::piece_in_part(part.ids[j], length, layout.offset(p), layout.size(p));
+          const auto piece = detail::piece_in_part(part.ids[j], length, layout.offset(p), layout.size(p));
           const auto n = static_cast<std::size_t>(piece.end - piece.begin) * element;
           std::memcpy(to, from + (part.at[j] * static_cast<std::size_t>(length) +
                                   static_cast<std::size_t>(piece.begin - part.ids[j] * length)) * element, n);
           to += n;
         }
       }
-      send(p, internal::sparse_push_msg{internal::to_wire(key), w.rank, seq, std::move(part.ids), layout.shape,
+      send(p, detail::sparse_push_msg{detail::to_wire(key), w.rank, seq, std::move(part.ids), layout.shape,
                                         layout.offset(p), length, net::tensor_slice{packed, 0, {part.elements}},
                                         rows.dtype()});
     }
   }
-  if (auto sent = internal::all_replies(replies); !sent) return sent;
+  if (auto sent = detail::all_replies(replies); !sent) return sent;
   w.pushes[key] = seq;
   w.bytes_pushed += rows.bytes();
   return {};
@@ -220,7 +220,7 @@ expected<void> store::row_sparse_pull(const kvstore::key& key, tensor& out, cons
   auto split = w.splits.find(key);
   if (split == w.splits.end()) {
     auto got = ask<tensor>(w, w.servers[static_cast<std::size_t>(owner(key))],
-                           internal::sparse_pull_msg{internal::to_wire(key), row_ids, -1, 0, min_version});
+                           detail::sparse_pull_msg{detail::to_wire(key), row_ids, -1, 0, min_version});
     if (!got) return got.error();
     if (got->dtype() != out.dtype() || got->shape() != out.shape()) return wrong_output(got->dtype(), got->shape());
     if (auto arrived = arrival(*got, key, owner(key)); !arrived) return arrived;
@@ -239,7 +239,7 @@ expected<void> store::row_sparse_pull(const kvstore::key& key, tensor& out, cons
     if (!parts[static_cast<std::size_t>(p)].ids.empty())
       replies[static_cast<std::size_t>(p)] = w.sys->request<tensor>(
           w.servers[static_cast<std::size_t>(p)], w.options.timeout,
-          internal::sparse_pull_msg{internal::to_wire(key), parts[static_cast<std::size_t>(p)].ids, layout.offset(p),
+          detail::sparse_pull_msg{detail::to_wire(key), parts[static_cast<std::size_t>(p)].ids, layout.offset(p),
                                     length, min_version});
   // Every answer is checked before `out` is written.
   std::vector<tensor> got(parts.size());
@@ -267,7 +267,7 @@ expected<void> store::row_sparse_pull(const kvstore::key& key, tensor& out, cons
     if (auto arrived = arrival(answer, key, p); !arrived) return arrived;
     const auto* from = static_cast<const std::byte*>(answer.raw_data());
     for (std::size_t j = 0; j < part.ids.size(); ++j) {
-      const auto piece = internal::piece_in_part(part.ids[j], length, layout.offset(p), layout.size(p));
+      const auto piece = detail::piece_in_part(part.ids[j], length, layout.offset(p), layout.size(p));
       const auto n = static_cast<std::size_t>(piece.end - piece.begin) * element;
       std::memcpy(to + (part.at[j] * static_cast<std::size_t>(length) +
                         static_cast<std::size_t>(piece.begin - part.ids[j] * length)) * element,

@@ -12,7 +12,7 @@
 #include "strata/kernels/half.hpp"
 #include "worker.hpp"
 
-namespace strata::kvstore_dist::internal {
+namespace strata::kvstore_dist::detail {
 
 namespace {
 
@@ -147,4 +147,4 @@ expected<tensor> pull_parts(worker_state& w, const kvstore::key& key, const spli
   return out;
 }
 
-}  // namespace strata::kvstore_dist::internal
+}  // namespace strata::kvstore_dist::detail

@@ -13,7 +13,7 @@
 #include "protocol.hpp"
 #include "split.hpp"
 
-namespace strata::kvstore_dist::internal {
+namespace strata::kvstore_dist::detail {
 
 struct worker_state {
   actor_system* sys = nullptr;
@@ -103,4 +103,4 @@ expected<std::uint64_t> push_parts(worker_state& w, const kvstore::key& key, con
 expected<tensor> pull_parts(worker_state& w, const kvstore::key& key, const split_layout& layout,
                             std::uint64_t min_version);
 
-}  // namespace strata::kvstore_dist::internal
+}  // namespace strata::kvstore_dist::detail

@@ -41,13 +41,6 @@ struct actor_access;
 /// empty handle is counted in the sender's system, or in `origin` when there is no sending actor.
 expected<void> deliver(cell_base* target, envelope* e, system_impl* origin = nullptr) noexcept;
 
-/// Whether `deliver` on this thread may run an idle actor spawned with
-/// `spawn_options::handle_remote_inline` at once, here, instead of scheduling it (set by the
-/// strata::net communication thread around deliveries it may host). Returns the previous value.
-bool host_inline_runs(bool allowed) noexcept;
-/// How many turns `deliver` has run inline on this thread so far.
-std::uint64_t inline_runs_here() noexcept;
-
 /// Runs `fire` after `delay`, then every `period` if `period` is non-zero, on the system's timer
 /// thread, until cancelled.
 std::shared_ptr<timer_state> schedule_timer(system_impl* sys, std::chrono::nanoseconds delay,

@@ -17,7 +17,7 @@ namespace detail {
 struct cell_base {
   std::atomic<std::uint32_t> refs{1};
   std::uint64_t id = 0;
-  /// True for a handle to an actor of another process (a `remote_cell`, see message.hpp).
+  /// True for a handle to an actor of another process (a `remote_cell`, see strata/extension/transport.hpp).
   bool remote = false;
 };
 /// Frees a control block whose last reference went away (runtime-internal).

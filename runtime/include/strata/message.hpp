@@ -98,30 +98,5 @@ struct typed_envelope final : envelope {
 /// A fresh message id, unique in the process (thread-local counter; no shared atomics).
 std::uint64_t next_message_id() noexcept;
 
-/// The control block behind a handle to an actor in another process (implemented by the
-/// optional strata::net target). `deliver`, `monitor`, `link_to` and `actor_system::stop` hand
-/// remote targets to these members instead of a local mailbox.
-struct remote_cell : cell_base {
-  remote_cell() noexcept { remote = true; }
-  remote_cell(const remote_cell&) = delete;
-  remote_cell& operator=(const remote_cell&) = delete;
-  virtual ~remote_cell() = default;
-  /// Forwards `e` (ownership taken in every case); a failure bounces a request as `deliver` does.
-  virtual expected<void> forward(envelope* e) noexcept = 0;
-  /// `watcher` (local) gets `down_msg` (or, with `link`, `exit_msg`) when the remote actor ends.
-  virtual void watch(const actor_ref& watcher, bool link) = 0;
-  virtual void unwatch(const actor_ref& watcher, bool link) = 0;
-  virtual void stop(error reason) = 0;
-};
-
-/// Answers `e` with `err` if it is a request, counts nothing, deletes `e` (for remote cells).
-void reject(envelope* e, error err) noexcept;
-
-/// Adds `watcher` (any handle, local or remote) to the monitors (or links) of the local actor
-/// `target`; if `target` has terminated already, `watcher` gets its down (exit) message at once.
-void add_watcher(cell_base* target, const actor_ref& watcher, bool link);
-/// Removes `watcher` from the links of the local actor `target`.
-void remove_link(cell_base* target, const actor_ref& watcher);
-
 }  // namespace detail
 }  // namespace strata

@@ -23,7 +23,6 @@
 #include <utility>
 #include <vector>
 
-#include "device/impl.hpp"
 #include "state.hpp"
 #include "strata/trace.hpp"
 

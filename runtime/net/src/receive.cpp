@@ -2,10 +2,10 @@
 
 #include <string>
 
-#include "device/impl.hpp"
 #include "staging.hpp"
 #include "state.hpp"
 #include "strata/device/device_manager.hpp"
+#include "strata/extension/transport.hpp"
 #include "strata/trace.hpp"
 
 namespace strata::net::detail {
@@ -69,10 +69,8 @@ tensor endpoint_state::receive_tensor(int src, std::vector<std::int64_t> shape, 
   buffer storage = recv_device.allocate(bytes, recv_stream);
   const std::size_t n = chunk_count(bytes);
   if (n == 0) return tensor(std::move(shape), type, std::move(storage));
-  auto point = std::make_shared<device_detail::event_point>();
-  auto impl = std::make_shared<device_detail::event_impl>(device_kind::cpu, -1, false);
-  impl->set_current(point);
-  tensor t(std::move(shape), type, storage, event(std::move(impl)));
+  const strata::detail::manual_event arrived;  // completes when every chunk has landed
+  tensor t(std::move(shape), type, storage, arrived.ready());
   auto whole = std::make_shared<landing>();
   whole->chunks_left = static_cast<int>(n);
   auto* base = static_cast<std::byte*>(storage.data());
@@ -82,18 +80,18 @@ tensor endpoint_state::receive_tensor(int src, std::vector<std::int64_t> shape, 
     // the GPU, and the tensor is ready when that copy is done.
     auto pinned = take_pinned(recv_device, bytes);
     base = pinned.get();
-    whole->done = [t, pinned, point, s = recv_stream](std::exception_ptr failed) {
-      if (failed) return point->fire(failed);
+    whole->done = [t, pinned, arrived, s = recv_stream](std::exception_ptr failed) {
+      if (failed) return arrived.complete(failed);
       try {
         enqueue_from_host(s, t, pinned.get());
-        stream(s).on_complete([point, pinned](std::exception_ptr e) { point->fire(e); });
+        stream(s).on_complete([arrived, pinned](std::exception_ptr e) { arrived.complete(e); });
       } catch (...) {
-        point->fire(std::current_exception());
+        arrived.complete(std::current_exception());
       }
     };
   }
 #endif
-  if (!whole->done) whole->done = [t, point](std::exception_ptr failed) { point->fire(failed); };
+  if (!whole->done) whole->done = [t, arrived](std::exception_ptr failed) { arrived.complete(failed); };
   for (std::size_t i = 0; i < n; ++i) {
     incoming_chunk c;
     c.data = base + i * chunk_bytes;

@@ -20,11 +20,8 @@
 
 #include "doorbell.hpp"
 #include "strata/device/stream.hpp"
+#include "strata/extension/transport.hpp"
 #include "strata/net/endpoint.hpp"
-
-namespace strata::device_detail {
-class event_point;
-}
 
 namespace strata::net::detail {
 

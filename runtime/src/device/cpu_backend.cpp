@@ -21,7 +21,7 @@
 
 namespace strata::cpu_backend {
 
-using namespace device_detail;
+using namespace detail;
 
 namespace {
 

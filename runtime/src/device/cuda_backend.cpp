@@ -7,10 +7,11 @@
 #include "device/cuda_gpu.hpp"
 #include "device/cuda_stream.hpp"
 #include "device/cuda_support.hpp"
+#include "strata/extension/transport.hpp"
 
 namespace strata::cuda_backend {
 
-using namespace device_detail;
+using namespace detail;
 
 std::shared_ptr<context> make_context() { return std::make_shared<context>(); }
 
@@ -160,7 +161,7 @@ std::vector<std::shared_ptr<device_impl>> make_devices(const std::shared_ptr<con
 
 }  // namespace strata::cuda_backend
 
-namespace strata::device_detail {
+namespace strata::detail {
 
 double cuda_elapsed_ms(const event_point& start, const event_point& end) {
   if (!start.native || !end.native || !start.native_timing || !end.native_timing)
@@ -172,4 +173,13 @@ double cuda_elapsed_ms(const event_point& start, const event_point& end) {
   return ms;
 }
 
-}  // namespace strata::device_detail
+std::shared_ptr<std::byte> pinned_host_memory(const device& on, std::size_t bytes) {
+  if (!on.valid() || on.kind() != device_kind::cuda) throw_invalid("pinned staging needs a cuda device");
+  auto gpu = static_cast<cuda_backend::cuda_device&>(*impl_of(on)).gpu;
+  std::size_t capacity = 0;
+  void* p = gpu->take_pinned(bytes, capacity);
+  return std::shared_ptr<std::byte>(static_cast<std::byte*>(p),
+                                    [gpu, capacity](std::byte* q) { gpu->give_pinned(q, capacity); });
+}
+
+}  // namespace strata::detail

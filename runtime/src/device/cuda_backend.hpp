@@ -17,7 +17,7 @@ std::shared_ptr<context> make_context();
 
 /// Creates the devices of a cuda spec, enabling peer access between the listed GPUs.
 /// \throws device_error (unavailable) without a GPU or for a GPU ordinal that does not exist.
-std::vector<std::shared_ptr<device_detail::device_impl>> make_devices(const std::shared_ptr<context>& ctx,
+std::vector<std::shared_ptr<detail::device_impl>> make_devices(const std::shared_ptr<context>& ctx,
                                                                       const device_spec& spec, int first_index);
 
 /// cudaGetDeviceCount, 0 on any error.

@@ -10,10 +10,10 @@
 
 namespace strata::cuda_backend {
 
-using device_detail::allocation;
-using device_detail::event_impl;
-using device_detail::pool_counters;
-using device_detail::stream_impl;
+using detail::allocation;
+using detail::event_impl;
+using detail::pool_counters;
+using detail::stream_impl;
 
 /// Allocates from its GPU's stream-ordered pool (cudaMallocFromPoolAsync), frees in stream order
 /// through the context's dispatcher, and reports observed work through its work_reporter.

@@ -18,8 +18,8 @@
 
 namespace strata::cuda_backend {
 
-using device_detail::device_impl;
-using device_detail::steady;
+using detail::device_impl;
+using detail::steady;
 
 /// A pooled event, given back to its GPU's pool when dropped (no CUDA call: safe on any thread).
 class pooled_event {

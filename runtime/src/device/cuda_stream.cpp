@@ -7,7 +7,7 @@
 
 namespace strata::cuda_backend {
 
-using device_detail::throw_invalid;
+using detail::throw_invalid;
 
 namespace {
 

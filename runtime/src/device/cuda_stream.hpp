@@ -17,10 +17,10 @@
 
 namespace strata::cuda_backend {
 
-using device_detail::allocation;
-using device_detail::event_impl;
-using device_detail::event_point;
-using device_detail::stream_impl;
+using detail::allocation;
+using detail::event_impl;
+using detail::event_point;
+using detail::stream_impl;
 
 class cuda_device;
 

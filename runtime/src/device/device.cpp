@@ -6,9 +6,10 @@
 
 #include "device/impl.hpp"
 #include "strata/device/error.hpp"
+#include "strata/extension/transport.hpp"
 
 namespace strata {
-namespace device_detail {
+namespace detail {
 
 allocation::~allocation() {
   std::vector<std::shared_ptr<stream_impl>> streams{stream};
@@ -139,11 +140,18 @@ void pool_counters::on_allocate(std::size_t n, bool hit) noexcept {
   }
 }
 
-}  // namespace device_detail
+#if !STRATA_HAS_CUDA
+// The CUDA build defines it in cuda_backend.cpp.
+std::shared_ptr<std::byte> pinned_host_memory(const device&, std::size_t) {
+  throw_invalid("pinned staging needs a cuda device (this runtime was built without CUDA)");
+}
+#endif
+
+}  // namespace detail
 
 namespace {
-device_detail::device_impl& checked(const std::shared_ptr<device_detail::device_impl>& d) {
-  if (!d) device_detail::throw_invalid("strata::device: this device handle is empty (default-constructed)");
+detail::device_impl& checked(const std::shared_ptr<detail::device_impl>& d) {
+  if (!d) detail::throw_invalid("strata::device: this device handle is empty (default-constructed)");
   return *d;
 }
 const device_properties& empty_properties() {
@@ -157,22 +165,22 @@ int device::index() const noexcept { return properties().index; }
 const std::string& device::name() const noexcept { return properties().name; }
 const device_properties& device::properties() const noexcept { return impl_ ? impl_->props : empty_properties(); }
 
-stream device::create_stream(stream_priority priority) { return stream(checked(impl_).create_stream(priority)); }
+stream device::create_stream(stream_priority priority) { return detail::handle_of(checked(impl_).create_stream(priority)); }
 
-event device::create_event(bool timing) { return event(checked(impl_).create_event(timing)); }
+event device::create_event(bool timing) { return detail::handle_of(checked(impl_).create_event(timing)); }
 
 buffer device::allocate(std::size_t bytes, const stream& s) {
   auto& d = checked(impl_);
-  if (!s.impl() || s.impl()->device != impl_)
-    device_detail::throw_invalid("device::allocate on " + d.props.name +
-                                 ": the stream must be one of this device's streams");
-  return buffer(d.allocate(bytes, s.impl()));
+  if (!detail::impl_of(s) || detail::impl_of(s)->device != impl_)
+    detail::throw_invalid("device::allocate on " + d.props.name +
+                          ": the stream must be one of this device's streams");
+  return detail::handle_of(d.allocate(bytes, detail::impl_of(s)));
 }
 
 void device::copy(const buffer& dst, const buffer& src, const stream& s, std::size_t bytes) {
   auto& d = checked(impl_);
-  if (!s.impl() || s.impl()->device != impl_)
-    device_detail::throw_invalid("device::copy on " + d.props.name + ": the stream must be one of this device's streams");
+  if (!detail::impl_of(s) || detail::impl_of(s)->device != impl_)
+    detail::throw_invalid("device::copy on " + d.props.name + ": the stream must be one of this device's streams");
   stream(s).copy(dst, src, bytes);
 }
 
@@ -182,7 +190,7 @@ void device::set_work_observer(work_observer observer) { checked(impl_).set_obse
 
 work_observer_handle device::add_work_observer(work_observer observer) {
   auto& d = checked(impl_);
-  if (!observer) device_detail::throw_invalid("device::add_work_observer on " + d.props.name + ": the observer is empty");
+  if (!observer) detail::throw_invalid("device::add_work_observer on " + d.props.name + ": the observer is empty");
   return work_observer_handle(impl_, d.add_observer(std::move(observer)));
 }
 
@@ -217,17 +225,17 @@ device_kind buffer::kind() const noexcept { return impl_ ? impl_->stream->device
 bool buffer::host_accessible() const noexcept { return impl_ && kind() == device_kind::cpu; }
 
 device buffer::get_device() const {
-  if (!impl_) device_detail::throw_invalid("strata::buffer: this buffer handle is empty");
-  return device(impl_->stream->device);
+  if (!impl_) detail::throw_invalid("strata::buffer: this buffer handle is empty");
+  return detail::handle_of(impl_->stream->device);
 }
 
 void buffer::record_stream(const stream& s) const {
-  if (!impl_ || !s.impl()) return;
-  if (s.impl() == impl_->stream) return;
+  if (!impl_ || !detail::impl_of(s)) return;
+  if (detail::impl_of(s) == impl_->stream) return;
   std::lock_guard lk(impl_->mu);
   for (auto& w : impl_->uses)
-    if (w.lock() == s.impl()) return;
-  impl_->uses.push_back(s.impl());
+    if (w.lock() == detail::impl_of(s)) return;
+  impl_->uses.push_back(detail::impl_of(s));
 }
 
 }  // namespace strata

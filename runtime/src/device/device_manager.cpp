@@ -55,7 +55,7 @@ std::vector<device> device_manager::create(std::string_view spec) {
 std::vector<device> device_manager::create(const device_spec& spec) {
   std::lock_guard lk(state_->mu);
   auto& next = state_->next_index[static_cast<int>(spec.kind)];
-  std::vector<std::shared_ptr<device_detail::device_impl>> impls;
+  std::vector<std::shared_ptr<detail::device_impl>> impls;
   switch (spec.kind) {
     case device_kind::cpu:
       impls = cpu_backend::make_devices(spec.count, next, state_->options.cpu_threads_per_device);
@@ -88,7 +88,7 @@ std::vector<device> device_manager::create(const device_spec& spec) {
   next += static_cast<int>(impls.size());
   std::vector<device> out;
   out.reserve(impls.size());
-  for (auto& d : impls) out.emplace_back(std::move(d));
+  for (auto& d : impls) out.push_back(detail::handle_of(std::move(d)));
   return out;
 }
 

@@ -4,9 +4,10 @@
 
 #include "device/impl.hpp"
 #include "strata/device/error.hpp"
+#include "strata/extension/transport.hpp"
 
 namespace strata {
-namespace device_detail {
+namespace detail {
 
 void event_point::fire(std::exception_ptr error) {
   std::vector<std::function<void()>> waiters;
@@ -53,12 +54,22 @@ steady::time_point event_point::fired_at() const {
   throw device_error(device_errc::invalid_argument, what);
 }
 
-}  // namespace device_detail
+// ---- manual_event (strata/extension/transport.hpp) -----------------------------------------------
 
-using device_detail::event_point;
+manual_event::manual_event() : point_(std::make_shared<event_point>()) {
+  auto impl = std::make_shared<event_impl>(device_kind::cpu, -1, false);
+  impl->set_current(point_);
+  ready_ = handle_of(std::move(impl));
+}
+
+void manual_event::complete(std::exception_ptr failure) const { point_->fire(std::move(failure)); }
+
+}  // namespace detail
+
+using detail::event_point;
 
 namespace {
-std::shared_ptr<event_point> point_of(const std::shared_ptr<device_detail::event_impl>& impl) {
+std::shared_ptr<event_point> point_of(const std::shared_ptr<detail::event_impl>& impl) {
   return impl ? impl->current() : nullptr;
 }
 }  // namespace
@@ -99,18 +110,18 @@ double event::modelled_time() const {
 double event::elapsed_ms(const event& start, const event& end) {
   auto a = point_of(start.impl_);
   auto b = point_of(end.impl_);
-  if (!a || !b) device_detail::throw_invalid("event::elapsed_ms: both events must have been recorded");
+  if (!a || !b) detail::throw_invalid("event::elapsed_ms: both events must have been recorded");
   if (!a->done() || !b->done())
-    device_detail::throw_invalid("event::elapsed_ms: both events must have completed (query() is true)");
+    detail::throw_invalid("event::elapsed_ms: both events must have completed (query() is true)");
   if (start.impl_->kind != end.impl_->kind)
-    device_detail::throw_invalid("event::elapsed_ms: the two events belong to different backends");
+    detail::throw_invalid("event::elapsed_ms: the two events belong to different backends");
   switch (start.impl_->kind) {
     case device_kind::sim: return (b->modelled.load() - a->modelled.load()) * 1e3;
     case device_kind::cpu:
       return std::chrono::duration<double, std::milli>(b->fired_at() - a->fired_at()).count();
     case device_kind::cuda:
 #if STRATA_HAS_CUDA
-      return device_detail::cuda_elapsed_ms(*a, *b);
+      return detail::cuda_elapsed_ms(*a, *b);
 #else
       break;
 #endif

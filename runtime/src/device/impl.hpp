@@ -13,12 +13,13 @@
 #include <string>
 #include <vector>
 
+#include "strata/device/buffer.hpp"
 #include "strata/device/device.hpp"
 #include "strata/device/error.hpp"
 #include "strata/device/event.hpp"
 #include "strata/device/stream.hpp"
 
-namespace strata::device_detail {
+namespace strata::detail {
 
 using steady = std::chrono::steady_clock;
 
@@ -199,4 +200,28 @@ struct pool_counters {
 double cuda_elapsed_ms(const event_point& start, const event_point& end);
 #endif
 
-}  // namespace strata::device_detail
+/// The backends' one way from a handle to its implementation and back (befriended by device,
+/// stream, event and buffer, whose members for this are private).
+struct device_access {
+  static const std::shared_ptr<device_impl>& impl(const device& d) noexcept { return d.impl_; }
+  static const std::shared_ptr<stream_impl>& impl(const stream& s) noexcept { return s.impl_; }
+  static const std::shared_ptr<event_impl>& impl(const event& e) noexcept { return e.impl_; }
+  static const std::shared_ptr<allocation>& impl(const buffer& b) noexcept { return b.impl_; }
+  static device handle(std::shared_ptr<device_impl> p) noexcept { return device(std::move(p)); }
+  static stream handle(std::shared_ptr<stream_impl> p) noexcept { return stream(std::move(p)); }
+  static event handle(std::shared_ptr<event_impl> p) noexcept { return event(std::move(p)); }
+  static buffer handle(std::shared_ptr<allocation> p) noexcept { return buffer(std::move(p)); }
+};
+
+/// The implementation behind handle `h` (null for an empty handle).
+template <class Handle>
+const auto& impl_of(const Handle& h) noexcept {
+  return device_access::impl(h);
+}
+/// A handle to the implementation `p`.
+template <class Impl>
+auto handle_of(std::shared_ptr<Impl> p) noexcept {
+  return device_access::handle(std::move(p));
+}
+
+}  // namespace strata::detail

@@ -14,7 +14,7 @@
 
 namespace strata::sim_backend {
 
-using namespace device_detail;
+using namespace detail;
 
 // ---- clock --------------------------------------------------------------------------------------
 // The io_context lives in `core`, shared with the thread, so the clock may be destroyed on its own

@@ -15,7 +15,7 @@ class sim_clock;
 std::shared_ptr<sim_clock> make_clock(double time_scale, bool follow_host_clock);
 
 /// Creates `count` sim devices named "sim:<first_index + i>" with `profile`'s rates.
-std::vector<std::shared_ptr<device_detail::device_impl>> make_devices(const std::shared_ptr<sim_clock>& clock,
+std::vector<std::shared_ptr<detail::device_impl>> make_devices(const std::shared_ptr<sim_clock>& clock,
                                                                       int count, int first_index,
                                                                       const sim_profile& profile);
 

@@ -8,7 +8,7 @@
 
 namespace strata {
 
-using device_detail::throw_invalid;
+using detail::throw_invalid;
 
 namespace {
 std::int64_t checked_numel(const std::vector<std::int64_t>& shape) {

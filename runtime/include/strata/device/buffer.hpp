@@ -13,8 +13,9 @@ namespace strata {
 class device;
 class stream;
 
-namespace device_detail {
+namespace detail {
 struct allocation;
+struct device_access;
 }
 
 /// Counters of a device's memory pool. Snapshot; thread-safe to obtain.
@@ -57,13 +58,15 @@ class buffer {
 
   bool valid() const noexcept { return impl_ != nullptr; }
   explicit operator bool() const noexcept { return valid(); }
-
-  /// Implementation access for backends.
-  const std::shared_ptr<device_detail::allocation>& impl() const noexcept { return impl_; }
-  explicit buffer(std::shared_ptr<device_detail::allocation> impl) noexcept : impl_(std::move(impl)) {}
+  /// An opaque key naming the allocation: equal for copies of one buffer, different for any two
+  /// live allocations (sim buffers too, whose data() is null), null for an empty buffer. For
+  /// telling buffers apart or ordering them in a container; never dereference it.
+  const void* identity() const noexcept { return impl_.get(); }
 
  private:
-  std::shared_ptr<device_detail::allocation> impl_;
+  friend struct detail::device_access;  // the backends' one way to the implementation
+  explicit buffer(std::shared_ptr<detail::allocation> impl) noexcept : impl_(std::move(impl)) {}
+  std::shared_ptr<detail::allocation> impl_;
 };
 
 }  // namespace strata

@@ -17,8 +17,9 @@
 
 namespace strata {
 
-namespace device_detail {
+namespace detail {
 class device_impl;
+struct device_access;
 }
 
 /// Keeps a work observer added by `device::add_work_observer` installed: destroying the handle,
@@ -51,10 +52,10 @@ class [[nodiscard]] work_observer_handle {
 
  private:
   friend class device;
-  work_observer_handle(std::weak_ptr<device_detail::device_impl> device, std::uint64_t id) noexcept
+  work_observer_handle(std::weak_ptr<detail::device_impl> device, std::uint64_t id) noexcept
       : device_(std::move(device)), id_(id) {}
 
-  std::weak_ptr<device_detail::device_impl> device_;
+  std::weak_ptr<detail::device_impl> device_;
   std::uint64_t id_ = 0;
 };
 
@@ -137,12 +138,10 @@ class device {
   explicit operator bool() const noexcept { return valid(); }
   friend bool operator==(const device& a, const device& b) noexcept { return a.impl_ == b.impl_; }
 
-  /// Implementation access for backends.
-  const std::shared_ptr<device_detail::device_impl>& impl() const noexcept { return impl_; }
-  explicit device(std::shared_ptr<device_detail::device_impl> impl) noexcept : impl_(std::move(impl)) {}
-
  private:
-  std::shared_ptr<device_detail::device_impl> impl_;
+  friend struct detail::device_access;  // the backends' one way to the implementation
+  explicit device(std::shared_ptr<detail::device_impl> impl) noexcept : impl_(std::move(impl)) {}
+  std::shared_ptr<detail::device_impl> impl_;
 };
 
 }  // namespace strata

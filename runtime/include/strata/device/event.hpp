@@ -8,8 +8,9 @@
 
 namespace strata {
 
-namespace device_detail {
+namespace detail {
 class event_impl;
+struct device_access;
 }
 
 /// A marker recorded on a stream: it completes when all work submitted to that stream before the
@@ -65,12 +66,10 @@ class event {
 
   friend bool operator==(const event& a, const event& b) noexcept { return a.impl_ == b.impl_; }
 
-  /// Implementation access for backends.
-  const std::shared_ptr<device_detail::event_impl>& impl() const noexcept { return impl_; }
-  explicit event(std::shared_ptr<device_detail::event_impl> impl) noexcept : impl_(std::move(impl)) {}
-
  private:
-  std::shared_ptr<device_detail::event_impl> impl_;
+  friend struct detail::device_access;  // the backends' one way to the implementation
+  explicit event(std::shared_ptr<detail::event_impl> impl) noexcept : impl_(std::move(impl)) {}
+  std::shared_ptr<detail::event_impl> impl_;
 };
 
 }  // namespace strata

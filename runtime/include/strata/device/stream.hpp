@@ -17,8 +17,9 @@ namespace strata {
 
 class device;
 
-namespace device_detail {
+namespace detail {
 class stream_impl;
+struct device_access;
 }
 
 /// Scheduling priority of a stream. cuda: cudaStreamCreateWithPriority (high = greatest);
@@ -107,12 +108,10 @@ class stream {
   explicit operator bool() const noexcept { return valid(); }
   friend bool operator==(const stream& a, const stream& b) noexcept { return a.impl_ == b.impl_; }
 
-  /// Implementation access for backends.
-  const std::shared_ptr<device_detail::stream_impl>& impl() const noexcept { return impl_; }
-  explicit stream(std::shared_ptr<device_detail::stream_impl> impl) noexcept : impl_(std::move(impl)) {}
-
  private:
-  std::shared_ptr<device_detail::stream_impl> impl_;
+  friend struct detail::device_access;  // the backends' one way to the implementation
+  explicit stream(std::shared_ptr<detail::stream_impl> impl) noexcept : impl_(std::move(impl)) {}
+  std::shared_ptr<detail::stream_impl> impl_;
 };
 
 }  // namespace strata

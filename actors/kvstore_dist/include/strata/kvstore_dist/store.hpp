@@ -88,7 +88,7 @@ struct store_options {
   std::optional<net::rank_group> group;
 };
 
-namespace internal {
+namespace detail {
 struct worker_state;
 }
 
@@ -252,7 +252,7 @@ public:
   std::uint64_t bytes_pushed() const noexcept;
 
 private:
-  std::unique_ptr<internal::worker_state> state_;
+  std::unique_ptr<detail::worker_state> state_;
 };
 
 }  // namespace strata::kvstore_dist
