@@ -26,7 +26,7 @@ function(consume dir)
   endif()
   message(STATUS "${dir}: ${out}")
   if(EXISTS ${WORK_DIR}/${dir}/lstm_lm)
-    execute_process(COMMAND ${WORK_DIR}/${dir}/lstm_lm train --corpus ${WORK_DIR}/corpus.txt --devices cpu:2 --layers 1
+    execute_process(COMMAND ${WORK_DIR}/${dir}/lstm_lm train --corpus ${WORK_DIR}/corpus.txt --devices cpu:2 --layers 2
                             --hidden 16 --embed 8 --batch 4 --seq 8 --steps 2 --val-tokens 200
                     RESULT_VARIABLE rc OUTPUT_VARIABLE out ERROR_VARIABLE err TIMEOUT 120)
     if(NOT rc EQUAL 0 OR NOT err MATCHES "lstm_lm: 2 steps in")
