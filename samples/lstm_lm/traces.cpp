@@ -7,7 +7,7 @@
 #include <thread>
 #include <vector>
 
-#include "trace_merge.hpp"
+#include "strata/trace_tools/trace_merge.hpp"
 
 namespace lstm_lm {
 

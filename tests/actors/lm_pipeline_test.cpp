@@ -175,11 +175,11 @@ BOOST_AUTO_TEST_CASE(a_carried_state_continues_each_column_stream_like_the_host_
   };
   auto host_losses = [&](const trained& t, bool reset_before_last) {
     std::vector<double> out;
-    strata::lm::lm_model first(c, t.params_before[0]);
+    strata::lm::model first(c, t.params_before[0]);
     auto state = first.zero_state(c.batch);
     for (std::size_t s = 0; s < steps; ++s) {
       if (reset_before_last && s + 1 == steps) state = first.zero_state(c.batch);
-      strata::lm::lm_model m(c, t.params_before[s]);
+      strata::lm::model m(c, t.params_before[s]);
       out.push_back(m.loss_sum(tokens[s].data(), targets[s].data(), c.seq, state) / static_cast<double>(n));
     }
     return out;
@@ -188,7 +188,7 @@ BOOST_AUTO_TEST_CASE(a_carried_state_continues_each_column_stream_like_the_host_
   const auto expected = host_losses(one, false);
   for (std::size_t s = 0; s < steps; ++s) BOOST_TEST(std::abs(one.losses[s] - expected[s]) <= 1e-5 * expected[s]);
   // Not by construction: from a zero state the later steps' losses differ.
-  strata::lm::lm_model m(c, one.params_before[1]);
+  strata::lm::model m(c, one.params_before[1]);
   auto zero = m.zero_state(c.batch);
   const double from_zero = m.loss_sum(tokens[1].data(), targets[1].data(), c.seq, zero) / static_cast<double>(n);
   BOOST_TEST(std::abs(from_zero - expected[1]) > 1e-4);

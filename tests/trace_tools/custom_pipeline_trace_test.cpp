@@ -22,8 +22,8 @@
 #include "strata/device/all.hpp"
 #include "strata/pipeline/stage_actor.hpp"
 #include "strata/strata.hpp"
-#include "trace_model.hpp"
-#include "trace_reader.hpp"
+#include "strata/trace_tools/trace_model.hpp"
+#include "strata/trace_tools/trace_reader.hpp"
 #include "trace_views.hpp"
 
 namespace sp = strata::pipeline;

@@ -18,8 +18,8 @@
 #include "strata/lm/pipeline.hpp"
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
-#include "trace_model.hpp"
-#include "trace_reader.hpp"
+#include "strata/trace_tools/trace_model.hpp"
+#include "strata/trace_tools/trace_reader.hpp"
 #include "trace_views.hpp"
 
 namespace tt = strata::trace_tools;

@@ -1,4 +1,4 @@
-// strata-trace merge: joining per-rank traces (tools/trace/trace_merge.hpp).
+// strata-trace merge: joining per-rank traces (strata/trace_tools/trace_merge.hpp).
 //
 // Contract: inputs that are not the per-rank traces of one job are refused with one sentence; a
 // message sent to another rank becomes one flow from the send to the handling there, on one
@@ -16,8 +16,8 @@
 #include <string>
 #include <vector>
 
-#include "trace_merge.hpp"
-#include "trace_model.hpp"
+#include "strata/trace_tools/trace_merge.hpp"
+#include "strata/trace_tools/trace_model.hpp"
 #include "trace_views.hpp"
 
 namespace tt = strata::trace_tools;

@@ -15,8 +15,8 @@
 #include <nlohmann/json.hpp>
 
 #include "sample_workload.hpp"
-#include "trace_model.hpp"
-#include "trace_reader.hpp"
+#include "strata/trace_tools/trace_model.hpp"
+#include "strata/trace_tools/trace_reader.hpp"
 #include "trace_views.hpp"
 
 namespace tt = strata::trace_tools;

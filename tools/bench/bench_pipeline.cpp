@@ -113,7 +113,7 @@ run_figures run(strata::actor_system& sys, std::vector<strata::device> devices, 
                 const lm_config& c, schedule_kind kind, int steps, double time_scale,
                 const std::optional<link_setup>& links = std::nullopt) {
   const std::size_t S = devices.size();
-  lm_pipeline p(sys, std::move(devices), c, kind, even_counts(c.layers, S), store);
+  lm_pipeline p(sys, std::move(devices), c, kind, even_counts(c.layers, S), strata::lm::lm_pipeline_options{.store_device = store});
   std::mt19937 rng(1);
   std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(c.vocab) - 1);
   std::vector<std::int32_t> tokens(c.seq * c.batch), targets(c.seq * c.batch);

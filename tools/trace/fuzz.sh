@@ -31,12 +31,12 @@ for d in /usr/local/include /opt/homebrew/include; do  # /usr/include is searche
 done
 mkdir -p "$work/corpus"
 binary="$work/fuzz_trace_reader"
-sources=(tools/trace/fuzz_reader.cpp tools/trace/trace_reader.cpp tools/trace/trace_model.cpp tools/trace/critical_path.cpp tools/trace/summary.cpp
+sources=(tools/trace/fuzz_reader.cpp tools/trace/src/trace_reader.cpp tools/trace/src/trace_model.cpp tools/trace/src/critical_path.cpp tools/trace/summary.cpp
          tools/trace/chrome_export.cpp tools/trace/timeline_svg.cpp tools/trace/message_graph.cpp runtime/src/error.cpp)
-if [[ ! -x "$binary" ]] || [[ -n "$(find "${sources[@]}" tools/trace/*.hpp -newer "$binary" 2>/dev/null)" ]]; then
+if [[ ! -x "$binary" ]] || [[ -n "$(find "${sources[@]}" tools/trace/*.hpp tools/trace/include/strata/trace_tools/*.hpp -newer "$binary" 2>/dev/null)" ]]; then
   echo "fuzz.sh: building $binary with $cxx"
   if ! "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
-       -Iruntime/include -Itools/trace ${json_include:+-isystem "$json_include"} "${sources[@]}" -o "$binary"; then
+       -Iruntime/include -Itools/trace/include -Itools/trace ${json_include:+-isystem "$json_include"} "${sources[@]}" -o "$binary"; then
     echo "fuzz.sh: building the fuzz target failed (is libFuzzer installed? apt-get install -y libclang-rt-14-dev)" >&2
     exit 2
   fi

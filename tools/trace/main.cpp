@@ -11,9 +11,9 @@
 #include <string>
 #include <vector>
 
-#include "trace_merge.hpp"
-#include "trace_model.hpp"
-#include "trace_reader.hpp"
+#include "strata/trace_tools/trace_merge.hpp"
+#include "strata/trace_tools/trace_model.hpp"
+#include "strata/trace_tools/trace_reader.hpp"
 #include "trace_views.hpp"
 
 namespace tt = strata::trace_tools;

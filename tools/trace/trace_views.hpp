@@ -9,7 +9,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "trace_model.hpp"
+#include "strata/trace_tools/trace_model.hpp"
 
 namespace strata::trace_tools {
 

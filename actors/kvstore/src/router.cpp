@@ -1,8 +1,8 @@
 #include "router_actor.hpp"
 
 // A sharded store's router: its spawn, placement of keys, the check for shards sharing a caller
-// tensor, saves, loads and optimizer states (the class and its request handling are in
-// router_actor.hpp; row-sparse requests in router_sparse.cpp).
+// tensor, saves, loads and optimizer states (the class is in router_actor.hpp, its request handling
+// in router_actor.cpp; row-sparse requests in router_sparse.cpp).
 namespace strata::kvstore::internal {
 
 actor_ref spawn_router(actor_system& system, kvstore::options options, std::vector<actor_ref> shards,

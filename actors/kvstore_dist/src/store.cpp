@@ -19,7 +19,7 @@
 
 namespace strata::kvstore_dist {
 
-namespace {
+namespace detail {
 
 error never_initialised(const char* call, const kvstore::key& key) {
   return error(errc::invalid_argument, std::string("kvstore dist ") + call + ": key " + key.to_string() +
@@ -31,7 +31,15 @@ expected<void> done(expected<unit_t> r) {
   return {};
 }
 
-}  // namespace
+}  // namespace detail
+
+using detail::all_ok;
+using detail::allreduce;
+using detail::allreduce_step;
+using detail::done;
+using detail::home_of;
+using detail::never_initialised;
+using detail::shape_of_rank0;
 
 namespace detail {
 
@@ -73,7 +81,6 @@ expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key,
 }
 
 }  // namespace detail
-
 namespace {
 
 /// MXNet's name of a mode (`store::type`).
@@ -170,34 +177,12 @@ int store::num_workers() const noexcept { return state_->world; }
 
 namespace detail {
 
-expected<std::vector<tensor>> replica_step(worker_state& w, const std::vector<kvstore::key>& keys, const pack_plan& plan,
-                                           std::vector<tensor> merged) {
-  std::vector<kvstore::key> push_keys;
-  std::vector<tensor> outs;
-  for (std::size_t i : plan.order) {
-    push_keys.push_back(keys[i]);
-    outs.push_back(tensor::empty(w.shapes[keys[i]], dtype::float32, w.replica_dev, w.rs));
-  }
-  if (auto pushed = w.replica->push(push_keys, std::move(merged)).get(); !pushed) return pushed.error();
-  auto pulled = w.replica->pull(push_keys, outs).get();
-  if (!pulled) return pulled.error();
-  std::vector<tensor> result(keys.size());
-  for (std::size_t j = 0; j < plan.order.size(); ++j) result[plan.order[j]] = std::move((*pulled)[j]);
-  return result;
-}
-
-}  // namespace detail
-
-namespace {
-
-/// The rank that keeps `key` whole: FNV-1a of the key's kind and text, the same on every rank of
-/// one build.
 int home_of(const kvstore::key& key, int world) {
   const std::string text = (key.is_int() ? "i:" : "s:") + key.to_string();
   return static_cast<int>(fnv1a64(text) % static_cast<std::uint64_t>(world));
 }
 
-}  // namespace
+}  // namespace detail
 
 int store::owner(const kvstore::key& key) const {
   if (state_->splits.count(key) != 0) return -1;
@@ -211,140 +196,6 @@ std::vector<int> store::owners(const kvstore::key& key) const {
   for (int p = 0; p < split->second.parts(); ++p) ranks.push_back(p);
   return ranks;
 }
-
-namespace {
-
-/// Sums `host` over the store's ranks in place (one allreduce). An allreduce store waits as its
-/// steps do: when a rank leaves or closes its store, or no sum comes within the store's timeout,
-/// the call fails at once with `what` and why (the buffer then stays with the posted allreduce).
-expected<void> allreduce(detail::worker_state& w, std::vector<float>& host, const std::string& what = "kvstore dist: ") {
-  if (!w.link) return w.net->allreduce_sum(std::span<float>(host), w.group).get();
-  if (error f = detail::sum_link_failure(*w.link)) return error(f.code(), what + f.message());
-  auto buffer = std::make_shared<std::vector<float>>(std::move(host));
-  auto summed = w.net->allreduce_sum(std::span<float>(*buffer), w.group);
-  if (auto ok = detail::await_host_sum(*w.link, summed, buffer, w.options.timeout, what); !ok) return ok;
-  host = std::move(*buffer);
-  return {};
-}
-
-/// Collective: true on every rank when `ok` on every rank (an allreduce of the failures).
-bool all_ok(detail::worker_state& w, bool ok) {
-  std::vector<float> failures{ok ? 0.0f : 1.0f};
-  auto summed = allreduce(w, failures);
-  return summed && failures[0] == 0.0f;
-}
-
-/// Collective: rank 0's `shape` on every rank when `ok` on rank 0, else none (the other ranks'
-/// arguments are ignored), and rank 0's `*type` in `*type`. An allreduce to which the others add
-/// zeros; each dimension travels as four 16-bit pieces, exact in float.
-expected<std::optional<std::vector<std::int64_t>>> shape_of_rank0(detail::worker_state& w, bool ok,
-                                                                  const std::vector<std::int64_t>& shape, dtype* type) {
-  std::vector<float> head{0.0f, 0.0f, 0.0f};
-  if (w.rank == 0) head = {ok ? 1.0f : 0.0f, static_cast<float>(shape.size()), static_cast<float>(static_cast<int>(*type))};
-  if (auto summed = allreduce(w, head); !summed) return summed.error();
-  if (head[0] == 0.0f) return std::optional<std::vector<std::int64_t>>{};
-  *type = static_cast<dtype>(static_cast<int>(head[2]));
-  std::vector<float> pieces(static_cast<std::size_t>(head[1]) * 4, 0.0f);
-  if (w.rank == 0)
-    for (std::size_t i = 0; i < pieces.size(); ++i)
-      pieces[i] = static_cast<float>((static_cast<std::uint64_t>(shape[i / 4]) >> (16 * (i % 4))) & 0xffffu);
-  if (auto summed = allreduce(w, pieces); !summed) return summed.error();
-  std::vector<std::int64_t> dims(pieces.size() / 4, 0);
-  for (std::size_t i = 0; i < pieces.size(); ++i)
-    dims[i / 4] = static_cast<std::int64_t>(static_cast<std::uint64_t>(dims[i / 4]) |
-                                            (static_cast<std::uint64_t>(pieces[i]) << (16 * (i % 4))));
-  return std::optional<std::vector<std::int64_t>>(std::move(dims));
-}
-
-
-/// dist_sync_allreduce, host path: `sums[i]` (this worker's value of `keys[i]`, a key of the
-/// replica) summed over the ranks by one allreduce, packed in key order (`plan`); then the same
-/// update on every replica. Answers the replica's values, in the order of `keys`.
-expected<std::vector<tensor>> fused_pushpull(detail::worker_state& w, const std::vector<kvstore::key>& keys,
-                                             std::vector<std::vector<float>> sums, const detail::pack_plan* plan) {
-  std::vector<float> packed;
-  packed.reserve(plan->total);
-  for (std::size_t i : plan->order) packed.insert(packed.end(), sums[i].begin(), sums[i].end());
-  if (auto summed = allreduce(w, packed, "kvstore dist pushpull: the allreduce of this step failed, and no replica was updated: ");
-      !summed)
-    return summed.error();
-  w.bytes_pushed += packed.size() * sizeof(float);
-  std::vector<tensor> merged;
-  for (std::size_t j = 0; j < plan->order.size(); ++j)
-    merged.push_back(tensor::from_host<float>(std::span<const float>(packed.data() + plan->offsets[j], sums[plan->order[j]].size()),
-                                              w.shapes[keys[plan->order[j]]], w.dev, w.s));
-  return detail::replica_step(w, keys, *plan, std::move(merged));
-}
-
-/// dist_sync_allreduce: one step of `values[i]` for `keys[i]` (`counted`: the caller's check of
-/// the counts). Every rank checks its values, then the ranks agree, so that a refusal on any rank
-/// fails the step on every rank before any data crosses (and no replica changes).
-expected<std::vector<tensor>> allreduce_step(detail::worker_state& w, const std::vector<kvstore::key>& keys,
-                                             const std::vector<std::vector<tensor>>& values, expected<void> counted) {
-  expected<void> mine = std::move(counted);
-  auto reason = mine ? detail::step_refusal::none : detail::step_refusal::bad_keys;
-  for (std::size_t i = 0; i < keys.size() && mine; ++i)
-    if (w.shapes.count(keys[i]) == 0) {
-      mine = never_initialised("pushpull", keys[i]);
-      reason = detail::step_refusal::unknown_key;
-    }
-  if (w.path != detail::sum_path::host_mpi) return detail::cuda_pushpull(w, keys, values, std::move(mine), reason);
-  std::vector<std::vector<float>> sums;
-  for (std::size_t i = 0; i < keys.size() && mine; ++i) {
-    auto shape = w.shapes.find(keys[i]);
-    auto host = detail::local_sum(w, keys[i], values[i], &shape->second);
-    if (!host) {
-      mine = host.error();
-      reason = detail::step_refusal::bad_value;
-      break;
-    }
-    sums.push_back(std::move(*host));
-  }
-  expected<detail::pack_plan> plan = detail::pack_plan{};
-  if (mine) {
-    std::vector<std::size_t> sizes;
-    for (const auto& one : sums) sizes.push_back(one.size());
-    plan = detail::plan_packing(keys, sizes);
-    if (!plan) {
-      mine = plan.error();
-      reason = detail::step_refusal::bad_keys;
-    }
-  }
-  if (auto agreed = detail::agree_on_step(w, mine, reason, keys); !agreed) return agreed.error();
-  return fused_pushpull(w, keys, std::move(sums), &*plan);
-}
-
-}  // namespace
-
-namespace detail {
-
-expected<void> agree_on_step(worker_state& w, const expected<void>& mine, step_refusal reason,
-                             const std::vector<kvstore::key>& keys) {
-  // A failed link fails every later step at once, before the agreement, which a rank that left
-  // would never join.
-  if (w.link)
-    if (auto ok = sum_link_ok(*w.link); !ok) return ok;
-  auto slots = std::make_shared<std::vector<float>>(static_cast<std::size_t>(w.world) * step_slot_floats, 0.0f);
-  fill_step_slot(*slots, w.rank, mine ? step_refusal::none : reason, keys_print(keys));
-  auto agreed = w.net->allreduce_sum(std::span<float>(*slots), w.group);
-  if (w.link) {
-    // A cuda store gives up when its link fails (a rank left) or at its timeout; the allreduce
-    // stays posted, so its buffer is kept for the life of the process.
-    if (auto waited = await_agreement(*w.link, agreed, w.options.timeout); !waited) {
-      static std::mutex mu;
-      static std::vector<std::shared_ptr<std::vector<float>>> abandoned;
-      std::lock_guard lock(mu);
-      abandoned.push_back(std::move(slots));
-      return waited.error();
-    }
-  }
-  if (auto summed = agreed.get(); !summed)
-    return error(summed.error().code(), "kvstore dist pushpull: the ranks could not agree on this step, and no replica "
-                                         "was updated: " + summed.error().message());
-  return step_verdict(*slots, mine);
-}
-
-}  // namespace detail
 
 expected<void> store::barrier() {
   auto& w = *state_;
@@ -545,129 +396,6 @@ expected<std::vector<tensor>> store::pushpull(const std::vector<kvstore::key>& k
     outs.push_back(std::move(*got));
   }
   return outs;
-}
-
-namespace {
-
-std::string part_path(const std::string& path, int rank, int world) {
-  return path + ".part" + std::to_string(rank) + "of" + std::to_string(world);
-}
-
-}  // namespace
-
-expected<void> store::save(const std::string& path) {
-  auto& w = *state_;
-  expected<void> mine;
-  if (w.replica) {
-    // Every replica holds every key alike: rank 0's is the checkpoint.
-    if (w.rank == 0) {
-      auto got = w.replica->save(path).get();
-      if (!got) mine = got.error();
-    }
-  } else {
-    mine = done(ask<unit_t>(w, w.server, detail::save_msg{part_path(path, w.rank, w.world)}));
-    if (all_ok(w, static_cast<bool>(mine)) && w.rank == 0) {
-      // Rank 0 joins the parts into one file: the commit of the whole save.
-      // A split key's parts come from ranks 0, 1, ... in part order and become one entry.
-      std::vector<kvstore::checkpoint_entry> entries;
-      std::map<kvstore::key, std::vector<kvstore::checkpoint_entry>> parts;
-      for (int r = 0; r < w.world && mine; ++r) {
-        auto part = kvstore::read_checkpoint(part_path(path, r, w.world));
-        if (!part) {
-          mine = part.error();
-          break;
-        }
-        for (auto& e : part->entries)
-          (w.splits.count(e.key) != 0 ? parts[e.key] : entries).push_back(std::move(e));
-      }
-      for (auto& [key, got] : parts) {
-        const auto& layout = w.splits.at(key);
-        if (!mine) break;
-        if (static_cast<int>(got.size()) != layout.parts())
-          mine = error(errc::runtime_failure, "kvstore dist save of \"" + path + "\": the shards hold " +
-                                                  std::to_string(got.size()) + " of the " + std::to_string(layout.parts()) +
-                                                  " parts of key " + key.to_string() + "; the file was not written.");
-        else
-          entries.push_back(detail::join_parts(std::move(got), layout));
-      }
-      if (mine) {
-        std::sort(entries.begin(), entries.end(), [](const auto& a, const auto& b) { return a.key < b.key; });
-        mine = kvstore::write_checkpoint(path, entries);
-      }
-    }
-  }
-  const bool everyone = all_ok(w, static_cast<bool>(mine));
-  if (!w.replica) std::remove(part_path(path, w.rank, w.world).c_str());
-  if (!mine) return mine;
-  if (!everyone)
-    return error(errc::runtime_failure, "kvstore dist save of \"" + path + "\": another rank failed; the file was not written.");
-  return {};
-}
-
-expected<void> store::load(const std::string& path) {
-  auto& w = *state_;
-  auto file = kvstore::read_checkpoint(path);
-  const bool read_everywhere = all_ok(w, static_cast<bool>(file));
-  if (!file) return file.error();
-  if (!read_everywhere)
-    return error(errc::runtime_failure, "kvstore dist load of \"" + path + "\": another rank could not read it; nothing changed.");
-  // Every rank reads the same file, so every rank refuses alike.
-  if (w.replica)
-    for (const auto& e : file->entries)
-      if (e.type != dtype::float32)
-        return error(errc::invalid_argument, "kvstore dist load of \"" + path + "\": key " + e.key.to_string() + " is " +
-                                                 std::string(to_string(e.type)) +
-                                                 ", and dist_sync_allreduce keeps float32 keys only; nothing changed.");
-  expected<void> mine;
-  if (w.replica) {
-    auto got = w.replica->load(path).get();
-    if (!got) mine = got.error();
-    else {
-      w.shapes.clear();
-      for (const auto& e : file->entries) w.shapes[e.key] = e.shape;
-    }
-  } else {
-    // This rank's keys (by today's placement) go to its shard through a file of their own.
-    std::vector<kvstore::checkpoint_entry> owned;
-    std::vector<detail::loaded_key> keys;
-    std::map<kvstore::key, std::uint64_t> versions;
-    std::map<kvstore::key, dtype> types;
-    for (const auto& e : file->entries) {
-      versions[e.key] = e.version;
-      types[e.key] = e.type;
-    }
-    // Keys larger than today's bound are cut for today's ranks, whatever cut them when saved.
-    std::map<kvstore::key, detail::split_layout> splits;
-    for (auto& e : file->entries) {
-      if (auto layout = detail::split_of(e.shape, w.options.big_array_bound, w.world)) {
-        if (w.rank < layout->parts()) {
-          owned.push_back(detail::cut_part(e, *layout, w.rank));
-          keys.push_back(detail::loaded_key{e.key, owned.back().shape, e.version, e.type});
-        }
-        splits[e.key] = std::move(*layout);
-        continue;
-      }
-      if (home_of(e.key, w.world) != w.rank) continue;
-      keys.push_back(detail::loaded_key{e.key, e.shape, e.version, e.type});
-      owned.push_back(std::move(e));
-    }
-    const std::string mine_path = path + ".load" + std::to_string(w.rank);
-    mine = kvstore::write_checkpoint(mine_path, owned);
-    if (mine) mine = done(ask<unit_t>(w, w.server, detail::load_msg{mine_path, std::move(keys)}));
-    std::remove(mine_path.c_str());
-    if (mine) {
-      w.known.clear();
-      for (const auto& [key, version] : versions) w.known.insert(key);
-      w.types = std::move(types);
-      w.pushes = std::move(versions);
-      w.splits = std::move(splits);
-      w.residuals.clear();  // the keys start again from the file's values
-    }
-  }
-  const bool everyone = all_ok(w, static_cast<bool>(mine));
-  if (!mine) return mine;
-  if (!everyone) return error(errc::runtime_failure, "kvstore dist load of \"" + path + "\": another rank failed to load its keys.");
-  return {};
 }
 
 namespace {

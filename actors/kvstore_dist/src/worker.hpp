@@ -5,6 +5,7 @@
 #include <future>
 #include <map>
 #include <memory>
+#include <optional>
 #include <set>
 #include <string>
 #include <vector>
@@ -91,6 +92,34 @@ expected<std::vector<float>> local_sum(worker_state& w, const kvstore::key& key,
 ///   differ from rank 0's); nothing when every rank goes on.
 expected<void> agree_on_step(worker_state& w, const expected<void>& mine, step_refusal reason,
                              const std::vector<kvstore::key>& keys);
+
+/// The error of a call on a key no init made (store.cpp).
+error never_initialised(const char* call, const kvstore::key& key);
+
+/// A reply without value as the call's result.
+expected<void> done(expected<unit_t> r);
+
+/// The rank that keeps `key` whole: FNV-1a of the key's kind and text, the same on every rank of
+/// one build.
+int home_of(const kvstore::key& key, int world);
+
+/// Sums `host` over the store's ranks in place (one allreduce). An allreduce store waits as its
+/// steps do: when a rank leaves or closes its store, or no sum comes within the store's timeout,
+/// the call fails at once with `what` and why (the buffer then stays with the posted allreduce).
+expected<void> allreduce(worker_state& w, std::vector<float>& host, const std::string& what = "kvstore dist: ");
+
+/// Collective: true on every rank when `ok` on every rank (an allreduce of the failures).
+bool all_ok(worker_state& w, bool ok);
+
+/// Collective: rank 0's `shape` on every rank when `ok` on rank 0, else none (the other ranks'
+/// arguments are ignored), and rank 0's `*type` in `*type` (store_allreduce.cpp).
+expected<std::optional<std::vector<std::int64_t>>> shape_of_rank0(worker_state& w, bool ok,
+                                                                  const std::vector<std::int64_t>& shape, dtype* type);
+
+/// dist_sync_allreduce: one step of `values[i]` for `keys[i]` (`counted`: the caller's check of
+/// the counts), agreed by every rank before any data crosses (store_allreduce.cpp).
+expected<std::vector<tensor>> allreduce_step(worker_state& w, const std::vector<kvstore::key>& keys,
+                                             const std::vector<std::vector<tensor>>& values, expected<void> counted);
 
 /// This worker's `seq`-th push of the split key `key`: each part sent to its rank at once
 /// (straight from a slice of the caller's tensor, or compressed with its slice of the residual),

@@ -20,12 +20,6 @@ namespace strata::lm {
 
 lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
                          pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts,
-                         device store_device)
-    : lm_pipeline(system, std::move(devices), std::move(config), schedule, std::move(layer_counts),
-                  lm_pipeline_options{.store_device = std::move(store_device)}) {}
-
-lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
-                         pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts,
                          lm_pipeline_options options)
     : state_(std::make_unique<state>()) {
   config.validate();

@@ -77,8 +77,6 @@ lm_stage::lm_stage(const lm::config& config, stage_span span, device dev, const 
     if (span_.embedding) tokens_.push_back(tensor::empty({n}, dtype::int32, dev_, s));
     if (span_.decoder) targets_.push_back(tensor::empty({n}, dtype::int32, dev_, s));
   }
-  input_staging_.resize(units);
-  dout_staging_.resize(units);
   emb_out_.resize(units);
   y_.resize(units);
   reserve_.resize(units);
@@ -186,18 +184,6 @@ void lm_stage::set_targets(std::size_t mb, const std::vector<std::int32_t>& targ
   if (!computes_ || !span_.decoder) return;
   stream str = s;
   str.copy_from_host(targets_[mb].storage(), targets.data(), targets.size() * sizeof(std::int32_t));
-}
-
-tensor& lm_stage::input_staging(std::size_t mb, std::size_t chunk, const stream& s) {
-  auto& t = input_staging_[unit(mb, chunk)];
-  if (!t.valid()) t = floats(tc_ * bm_ * layer_input(span_.first), s);
-  return t;
-}
-
-tensor& lm_stage::output_grad_staging(std::size_t mb, std::size_t chunk, const stream& s) {
-  auto& t = dout_staging_[unit(mb, chunk)];
-  if (!t.valid()) t = floats(tc_ * bm_ * config_.hidden, s);
-  return t;
 }
 
 template <class Ops>

@@ -55,13 +55,9 @@ public:
 
   /// Where unit (mb, chunk)'s input activation (stages after the first) and output gradient
   /// (stages before the last) live for this step: the producer's buffer when readable in place,
-  /// else this stage's staging buffer (below) after a copy.
+  /// else a copy of it in this stage's memory.
   void set_input(std::size_t mb, std::size_t chunk, const float* x) { input_[unit(mb, chunk)] = x; }
   void set_output_grad(std::size_t mb, std::size_t chunk, const float* dy) { dout_[unit(mb, chunk)] = dy; }
-  /// This stage's own buffers for copies of a unit's input activation / output gradient
-  /// (allocated on first use on `s`).
-  tensor& input_staging(std::size_t mb, std::size_t chunk, const stream& s);
-  tensor& output_grad_staging(std::size_t mb, std::size_t chunk, const stream& s);
 
   /// The output activation of (mb, chunk) ([Tc, Bm, H]) and the input gradient sent back
   /// ([Tc, Bm, input of the first layer]); invalid tensors on sim devices.
@@ -134,7 +130,6 @@ private:
 
   std::vector<tensor> tokens_, targets_;                     // per micro-batch, int32 [T, Bm]
   std::vector<const float*> input_, dout_;                   // per unit
-  std::vector<tensor> input_staging_, dout_staging_;         // per unit, when copies are needed
   std::vector<tensor> emb_out_;                              // per unit [Tc, Bm, E]
   std::vector<std::vector<tensor>> y_, reserve_, h_, c_;     // per unit, per stage layer
   std::vector<tensor> dtop_;                                 // last stage: dh of the top layer, per unit

@@ -60,9 +60,6 @@ private:
   std::vector<layer> layers_;
 };
 
-/// The former name, kept for code written against it.
-using lm_model = model;
-
 /// Mean next-token cross-entropy and how many predictions it averages.
 struct eval_result {
   std::size_t tokens = 0;

@@ -88,16 +88,12 @@ struct lm_pipeline_options {
 /// Thread-safety: one caller at a time.
 class lm_pipeline {
 public:
-  /// `store_device`: where the KVStore merges (default: on the host for cpu stages, on the first
-  /// stage's device for sim stages).
-  lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
-              pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts, device store_device = {});
   /// Devices may be cpu, sim or cuda (all of one kind); cuda stages compute with
   /// strata::kernels::cuda on their device's stream and the KVStore merges on the first stage's GPU.
   /// \throws std::invalid_argument for an invalid config, partition or device mix.
   lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
               pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts,
-              lm_pipeline_options options);
+              lm_pipeline_options options = {});
   ~lm_pipeline();
   lm_pipeline(const lm_pipeline&) = delete;
   lm_pipeline& operator=(const lm_pipeline&) = delete;

@@ -21,7 +21,7 @@
 #include <utility>
 #include <vector>
 
-#include "trace_reader.hpp"
+#include "strata/trace_tools/trace_reader.hpp"
 
 namespace strata::trace_tools {
 

@@ -1,4 +1,4 @@
-#include "trace_reader.hpp"
+#include "strata/trace_tools/trace_reader.hpp"
 
 #include <cerrno>
 #include <cstring>

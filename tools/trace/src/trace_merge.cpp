@@ -1,4 +1,4 @@
-#include "trace_merge.hpp"
+#include "strata/trace_tools/trace_merge.hpp"
 
 #include <algorithm>
 #include <filesystem>

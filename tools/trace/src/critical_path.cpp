@@ -2,7 +2,7 @@
 // (docs/trace-tools.md, "critical path").
 #include <algorithm>
 
-#include "trace_model.hpp"
+#include "strata/trace_tools/trace_model.hpp"
 
 namespace strata::trace_tools {
 

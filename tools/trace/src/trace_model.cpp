@@ -1,4 +1,4 @@
-#include "trace_model.hpp"
+#include "strata/trace_tools/trace_model.hpp"
 
 #include <algorithm>
 #include <charconv>

@@ -8,7 +8,7 @@
 #include <string>
 #include <vector>
 
-#include "trace_reader.hpp"
+#include "strata/trace_tools/trace_reader.hpp"
 
 namespace strata::trace_tools {
 
