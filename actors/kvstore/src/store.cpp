@@ -458,7 +458,7 @@ expected<void> kvstore_actor::snapshot(std::function<void(expected<std::vector<c
     }
   }
   stream_.on_complete([entries, status, done = std::move(done)](std::exception_ptr e) {
-    if (e) done(error(errc::runtime_failure, "kvstore save: device work failed: " + stream_failure(e)));
+    if (e) done(error(errc::runtime_failure, "kvstore save: device work failed: " + device_failure_text(e)));
     else if (status->failed()) done(error(errc::runtime_failure, status->failure()));
     else done(std::move(*entries));
   });

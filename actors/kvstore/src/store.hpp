@@ -228,7 +228,4 @@ private:
   admission_queue admission_;
 };
 
-/// The text of a stream's failure.
-std::string stream_failure(std::exception_ptr e);
-
 }  // namespace strata::kvstore::internal

@@ -7,6 +7,7 @@
 #include <variant>
 
 #include "crossing.hpp"
+#include "strata/device_messages.hpp"
 #include "strata/kernels/half.hpp"
 #include "strata/kernels/on_stream.hpp"
 #if STRATA_HAS_CUDA
@@ -323,23 +324,13 @@ event kvstore_actor::enqueue_pull(const std::vector<kvstore::key>& keys, const s
   return stream_.record();
 }
 
-std::string stream_failure(std::exception_ptr e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  } catch (...) {
-    return "device work failed";
-  }
-}
-
 namespace {
 /// Answers `promise` with `value` once the work enqueued on `s` so far has completed, or with
 /// the failure of the stream or of the request's work items.
 template <class T>
 void deliver_when_done(stream& s, response_promise<T> promise, T value, std::shared_ptr<work_status> status) {
   s.on_complete([promise, value = std::move(value), status](std::exception_ptr e) mutable {
-    if (e) promise.deliver(error(errc::runtime_failure, "kvstore: device work failed: " + stream_failure(e)));
+    if (e) promise.deliver(error(errc::runtime_failure, "kvstore: device work failed: " + device_failure_text(e)));
     else if (status && status->failed()) promise.deliver(error(errc::runtime_failure, status->failure()));
     else promise.deliver(std::move(value));
   });

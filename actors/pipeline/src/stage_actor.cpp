@@ -49,16 +49,6 @@ public:
   using std::runtime_error::runtime_error;
 };
 
-std::string describe(const std::exception_ptr& e) {
-  try {
-    std::rethrow_exception(e);
-  } catch (const std::exception& ex) {
-    return ex.what();
-  } catch (...) {
-    return "device work failed";
-  }
-}
-
 /// The key of the "pipeline.device" trace tag: (kind << 16) | ordinal, kind 0 cpu, 1 cuda, 2 sim.
 std::uint32_t device_key(const device& d) {
   const std::uint32_t kind = d.kind() == device_kind::cpu ? 0 : d.kind() == device_kind::cuda ? 1 : 2;
@@ -173,7 +163,7 @@ void basic_stage_actor::on_begin_step(const begin_step& b) {
 void basic_stage_actor::on_stream_failure(std::uint64_t step, std::size_t instance, const std::exception_ptr& error) {
   // An earlier instance's stream, or an earlier step's notice: that failure was handled.
   if (instance != instance_ || step != step_ || phase_ == phase::failed) return;
-  const std::string what = "stage " + std::to_string(index()) + " device work failed: " + describe(error);
+  const std::string what = "stage " + std::to_string(index()) + " device work failed: " + device_failure_text(error);
   report_failure(what, inherited_from(error));
   if (!restarts_by_driver()) throw reported_failure(what);
 }
