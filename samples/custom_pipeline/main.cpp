@@ -196,7 +196,7 @@ split_outcome train_split(job& j, sp::schedule_kind schedule) {
       std::printf("%s step %zu: loss %.6f\n", name.c_str(), step + 1, r->reports.back().at(0));
     }
   }
-  out.weights = local_weights();
+  if (j.rank == 0) out.weights = local_weights();  // the other ranks' weights: their probes, once rank 0 has run the steps
 #if STRATA_HAS_NET
   for (int other = 1; j.rank == 0 && other < j.world; ++other) {  // the other ranks' stages, in order
     auto theirs = j.system.request<std::vector<float>>(j.net.remote(other, name + "-weights").value(),
