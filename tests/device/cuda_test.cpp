@@ -96,6 +96,8 @@ BOOST_AUTO_TEST_CASE(devices_sharing_one_gpu_have_their_own_streams) {
   b.copy(u.storage(), t.storage());
   u.set_ready_event(b.record());
   BOOST_TEST(u.to_host<float>(b) == values);
+  BOOST_TEST(d[1].can_read_in_place(t.storage()));  // another share of the same GPU
+  BOOST_TEST(!make_devices("cpu:1")[0].can_read_in_place(t.storage()));
 }
 
 BOOST_AUTO_TEST_CASE(a_float_tensor_survives_a_round_trip_through_gpu_memory_on_random_data) {

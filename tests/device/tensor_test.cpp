@@ -80,6 +80,18 @@ BOOST_AUTO_TEST_CASE(a_tensor_sent_to_another_device_is_used_after_its_ready_eve
   BOOST_TEST(local.to_host<float>(consumer) == values);
 }
 
+BOOST_AUTO_TEST_CASE(a_device_reads_in_place_the_memory_of_its_own_kind_only) {
+  auto cpus = make_devices("cpu:2");
+  auto sims = make_devices("sim:2", test::deterministic_sim());
+  auto on_cpu = cpus[0].allocate(64, cpus[0].create_stream());
+  auto on_sim = sims[0].allocate(64, sims[0].create_stream());
+  BOOST_TEST(cpus[0].can_read_in_place(on_cpu));
+  BOOST_TEST(cpus[1].can_read_in_place(on_cpu));  // host memory, whichever cpu device holds it
+  BOOST_TEST(sims[1].can_read_in_place(on_sim));  // sim memory holds no data
+  BOOST_TEST(!cpus[0].can_read_in_place(on_sim));
+  BOOST_TEST(!sims[0].can_read_in_place(on_cpu));
+}
+
 BOOST_AUTO_TEST_CASE(from_host_rejects_a_value_count_that_does_not_match_the_shape) {
   auto dev = make_devices("cpu:1");
   auto s = dev[0].create_stream();

@@ -21,11 +21,6 @@
 
 namespace strata::lm {
 
-/// True when work on `consumer` can read `t`'s memory in place: host memory from a cpu device,
-/// memory of the same GPU from a cuda device, and sim (which holds no data) from a sim device.
-/// Anything else must be copied into the consumer's own memory first.
-bool readable_in_place(const tensor& t, const device& consumer);
-
 class lm_stage {
 public:
   /// Parameters and gradients are tensors on `dev`, allocated and initialised on `s`. With

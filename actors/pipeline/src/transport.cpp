@@ -4,19 +4,12 @@
 
 namespace strata::pipeline {
 
-bool readable_in_place(const tensor& t, const device& consumer) {
-  const auto kind = t.storage().kind();
-  if (kind != consumer.kind()) return false;
-  if (kind != device_kind::cuda) return true;  // host memory, or sim (no data)
-  return t.get_device().properties().gpu_ordinal == consumer.properties().gpu_ordinal;
-}
-
 transport::transport(device consumer, stream compute, stream copies, bool copy_always)
     : consumer_(std::move(consumer)), compute_(std::move(compute)), copies_(std::move(copies)),
       copy_always_(copy_always) {}
 
 tensor transport::receive(const tensor& t, std::size_t slot) {
-  if (!t.valid() || (!copy_always_ && readable_in_place(t, consumer_))) {
+  if (!t.valid() || (!copy_always_ && consumer_.can_read_in_place(t.storage()))) {
     compute_.wait(t.ready_event());
     return t;
   }

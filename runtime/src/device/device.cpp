@@ -184,6 +184,13 @@ void device::copy(const buffer& dst, const buffer& src, const stream& s, std::si
   stream(s).copy(dst, src, bytes);
 }
 
+bool device::can_read_in_place(const buffer& memory) const {
+  const device_kind k = memory.kind();
+  if (k != kind()) return false;
+  if (k != device_kind::cuda) return true;  // host memory, or sim (no data)
+  return memory.get_device().properties().gpu_ordinal == properties().gpu_ordinal;
+}
+
 memory_stats device::memory() const { return checked(impl_).memory(); }
 void device::trim_memory() { checked(impl_).trim(); }
 void device::set_work_observer(work_observer observer) { checked(impl_).set_observer(std::move(observer)); }

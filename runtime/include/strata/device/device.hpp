@@ -112,6 +112,12 @@ class device {
   /// Same as `s.copy(dst, src, bytes)`; `s` must belong to this device.
   void copy(const buffer& dst, const buffer& src, const stream& s, std::size_t bytes = SIZE_MAX);
 
+  /// True when work on this device can read `memory` where it is: host memory from a cpu device,
+  /// memory of the same GPU from a cuda device (another share of that GPU included), and sim
+  /// memory (which holds no data) from a sim device. Anything else must be copied into this
+  /// device's own memory first (a peer copy between GPUs, PCIe between host and GPU).
+  bool can_read_in_place(const buffer& memory) const;
+
   /// Snapshot of the memory pool's counters.
   memory_stats memory() const;
 

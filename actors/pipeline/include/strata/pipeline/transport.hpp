@@ -13,18 +13,14 @@
 
 namespace strata::pipeline {
 
-/// True when work on `consumer` can read `t`'s memory in place: host memory from a cpu device,
-/// memory of the same GPU from a cuda device, and sim (which holds no data) from a sim device.
-/// Anything else must be copied into the consumer's own memory first.
-bool readable_in_place(const tensor& t, const device& consumer);
-
 /// The receiving end of the activations and gradients of one stage.
 ///
 /// `receive` orders the stage's compute stream after the incoming tensor is ready and returns the
-/// tensor that stream may read: the producer's own when the consumer can read it in place, else a
-/// copy in a staging buffer of the consumer, made on the stage's copy stream (a peer copy between
-/// GPUs, PCIe between host and GPU) so that it overlaps the compute of earlier work. The returned
-/// tensor's ready_event() is the point its contents are valid from.
+/// tensor that stream may read: the producer's own when the consumer can read it in place
+/// (`device::can_read_in_place`), else a copy in a staging buffer of the consumer, made on the
+/// stage's copy stream (a peer copy between GPUs, PCIe between host and GPU) so that it overlaps
+/// the compute of earlier work. The returned tensor's ready_event() is the point its contents
+/// are valid from.
 ///
 /// Staging buffers are allocated on first use per `slot` (one per unit and direction, chosen by
 /// the caller) and reused by later receives into the same slot; the caller must not receive into
