@@ -166,7 +166,9 @@ template <class R>
 class select_any_handle;
 namespace detail {
 struct select_state_base;
-}
+template <class R, class Policy>
+class select_handle;
+}  // namespace detail
 
 /// Base class of actors. An actor has private state and handlers; it runs one message at a time
 /// on a scheduler thread (or its dedicated thread) and must never block it.
@@ -188,7 +190,7 @@ struct select_state_base;
 ///     int total_ = 0;
 ///   };
 /// \endcode
-class actor {
+class actor : public detail::typed_calls<actor> {
 public:
   actor() = default;
   actor(const actor&) = delete;
@@ -213,11 +215,8 @@ public:
   expected<void> send(const actor_ref& to, T&& msg) {
     return detail::deliver(to.cell(), make_envelope(std::forward<T>(msg), false));
   }
-  template <class P, class T>
-  expected<void> send(const typed_actor<P>& to, T&& msg) {
-    static_assert(P::template handles<T>, "the receiver's protocol does not handle this message type");
-    return send(to.ref(), std::forward<T>(msg));
-  }
+  /// Through a typed handle: checked against the receiver's protocol (detail::typed_calls).
+  using detail::typed_calls<actor>::send;
   /// Like `send`, in the receiver's urgent lane: handled before its normal messages.
   template <class T>
   expected<void> send_urgent(const actor_ref& to, T&& msg) {
@@ -230,19 +229,10 @@ public:
   /// for its response, or for the error of a request that cannot be delivered or handled.
   template <class R, class T>
   request_handle<R> request(const actor_ref& to, std::chrono::nanoseconds timeout, T&& msg);
-  template <class R, class P, class T>
-  request_handle<R> request(const typed_actor<P>& to, std::chrono::nanoseconds timeout, T&& msg) {
-    static_assert(P::template handles<T>, "the receiver's protocol does not handle this message type");
-    static_assert(P::template answers_with<T, R>, "the receiver's protocol answers this message with another type");
-    return request<R>(to.ref(), timeout, std::forward<T>(msg));
-  }
-  /// Through a typed handle whose protocol declares the reply (`R(T)`), `R` is not named:
+  /// Through a typed handle (detail::typed_calls): `request<R>(typed, timeout, msg)` checks `R`
+  /// against the protocol; where the protocol declares the reply (`R(T)`), `R` is not named:
   /// `request(calc, 1s, add{1, 2}).then([](int& sum) { ... })`.
-  template <class P, class T>
-    requires(P::template declares_reply<T>)
-  auto request(const typed_actor<P>& to, std::chrono::nanoseconds timeout, T&& msg) {
-    return request<typename P::template reply_to<T>>(to.ref(), timeout, std::forward<T>(msg));
-  }
+  using detail::typed_calls<actor>::request;
 
   /// Fan-out: sends a copy of `msg` as a request to every target and continues, through
   /// `.then(on_value, on_error)` in the same handler, with all the responses as one
@@ -331,10 +321,8 @@ private:
   friend struct detail::actor_access;
   template <class R>
   friend class request_handle;
-  template <class R>
-  friend class select_all_handle;
-  template <class R>
-  friend class select_any_handle;
+  template <class R, class Policy>
+  friend class detail::select_handle;
   template <class R>
   friend void detail::reply_with(actor& self, detail::envelope& request, R&& result);
   friend void detail::reply_unit(actor& self, detail::envelope& request);

@@ -3,6 +3,7 @@
 /// Actor handles: `actor_ref` (untyped) and `typed_actor<protocol<...>>` (checked at compile time).
 
 #include <atomic>
+#include <chrono>
 #include <compare>
 #include <cstddef>
 #include <cstdint>
@@ -154,6 +155,38 @@ template <class T>
 struct is_typed_actor : std::false_type {};
 template <class P>
 struct is_typed_actor<typed_actor<P>> : std::true_type {};
+
+/// The sends and requests through a typed handle, written once for every sender (`actor`,
+/// `actor_system`, `requester`): each checks the message against the receiver's protocol at
+/// compile time and forwards to the sender's own untyped call, `send(const actor_ref&, msg)` or
+/// `request<R>(const actor_ref&, timeout, msg)`, so it returns what that call returns. A sender
+/// derives from `typed_calls<itself>` and names these with `using` beside its untyped calls.
+template <class Sender>
+class typed_calls {
+public:
+  template <class P, class T>
+  auto send(const typed_actor<P>& to, T&& msg) {
+    static_assert(P::template handles<T>, "the receiver's protocol does not handle this message type");
+    return sender().send(to.ref(), std::forward<T>(msg));
+  }
+  /// A request expecting `R`, which must be the reply the protocol declares for `T` (if any).
+  template <class R, class P, class T>
+  auto request(const typed_actor<P>& to, std::chrono::nanoseconds timeout, T&& msg) {
+    static_assert(P::template handles<T>, "the receiver's protocol does not handle this message type");
+    static_assert(P::template answers_with<T, R>, "the receiver's protocol answers this message with another type");
+    return sender().template request<R>(to.ref(), timeout, std::forward<T>(msg));
+  }
+  /// Through a typed handle whose protocol declares the reply (`R(T)`), `R` is not named:
+  /// `request(calc, 1s, add{1, 2})`.
+  template <class P, class T>
+    requires(P::template declares_reply<T>)
+  auto request(const typed_actor<P>& to, std::chrono::nanoseconds timeout, T&& msg) {
+    return sender().template request<typename P::template reply_to<T>>(to.ref(), timeout, std::forward<T>(msg));
+  }
+
+private:
+  Sender& sender() noexcept { return static_cast<Sender&>(*this); }
+};
 }  // namespace detail
 
 }  // namespace strata

@@ -159,7 +159,7 @@ std::vector<const type_meta*> required_handlers() {
 ///   auto reply = sys.request<std::string>(echo, 1s, std::string("hi")).get();
 ///   sys.shutdown();
 /// \endcode
-class actor_system {
+class actor_system : public detail::typed_calls<actor_system> {
 public:
   explicit actor_system(system_config config = {});
   /// Shuts down (drain mode) if `shutdown` was not called. A trace that then cannot be written
@@ -241,11 +241,8 @@ public:
   expected<void> send(const actor_ref& to, T&& msg) {
     return detail::deliver(to.cell(), make_envelope(std::forward<T>(msg), false), impl_.get());
   }
-  template <class P, class T>
-  expected<void> send(const typed_actor<P>& to, T&& msg) {
-    static_assert(P::template handles<T>, "the receiver's protocol does not handle this message type");
-    return send(to.ref(), std::forward<T>(msg));
-  }
+  /// Through a typed handle: checked against the receiver's protocol (detail::typed_calls).
+  using detail::typed_calls<actor_system>::send;
   template <class T>
   expected<void> send_urgent(const actor_ref& to, T&& msg) {
     return detail::deliver(to.cell(), make_envelope(std::forward<T>(msg), true), impl_.get());
@@ -257,18 +254,9 @@ public:
   template <class R, class T>
   std::future<expected<std::conditional_t<std::is_void_v<R>, unit_t, R>>> request(
       const actor_ref& to, std::chrono::nanoseconds timeout, T msg);
-  template <class R, class P, class T>
-  auto request(const typed_actor<P>& to, std::chrono::nanoseconds timeout, T msg) {
-    static_assert(P::template handles<T>, "the receiver's protocol does not handle this message type");
-    static_assert(P::template answers_with<T, R>, "the receiver's protocol answers this message with another type");
-    return request<R>(to.ref(), timeout, std::move(msg));
-  }
-  /// Through a typed handle whose protocol declares the reply (`R(T)`), `R` is not named.
-  template <class P, class T>
-    requires(P::template declares_reply<T>)
-  auto request(const typed_actor<P>& to, std::chrono::nanoseconds timeout, T msg) {
-    return request<typename P::template reply_to<T>>(to.ref(), timeout, std::move(msg));
-  }
+  /// Through a typed handle (detail::typed_calls): `R` checked against the protocol, or not
+  /// named where the protocol declares the reply (`R(T)`).
+  using detail::typed_calls<actor_system>::request;
 
   /// Delivers `msg` to `to` after `delay`; cancellable.
   template <class T>

@@ -46,7 +46,7 @@ actor_ref spawn_requester(actor_system& system, spawn_options options);
 ///   caller.send(log, line{"a"});
 ///   auto n = caller.request(counter, 1s, add{2});   // arrives after line "a"; expected<int>
 /// \endcode
-class requester {
+class requester : public detail::typed_calls<requester> {
 public:
   explicit requester(actor_system& system, std::string name = "requester")
       : requester(system, spawn_options{.name = std::move(name)}) {}
@@ -83,18 +83,9 @@ public:
     if (auto sent = system_->send(actor_, std::move(job)); !sent) promise->set_value(expected<response>(sent.error()));
     return future;
   }
-  template <class R, class P, class T>
-  auto request(const typed_actor<P>& to, std::chrono::nanoseconds timeout, T msg) {
-    static_assert(P::template handles<T>, "the receiver's protocol does not handle this message type");
-    static_assert(P::template answers_with<T, R>, "the receiver's protocol answers this message with another type");
-    return request<R>(to.ref(), timeout, std::move(msg));
-  }
-  /// Through a typed handle whose protocol declares the reply (`R(T)`), `R` is not named.
-  template <class P, class T>
-    requires(P::template declares_reply<T>)
-  auto request(const typed_actor<P>& to, std::chrono::nanoseconds timeout, T msg) {
-    return request<typename P::template reply_to<T>>(to.ref(), timeout, std::move(msg));
-  }
+  /// Through a typed handle (detail::typed_calls): `R` checked against the protocol, or not
+  /// named where the protocol declares the reply (`R(T)`).
+  using detail::typed_calls<requester>::request;
 
   /// Sends `msg` to `to` in order with this requester's requests (the sender is its actor).
   template <class T>
@@ -106,11 +97,8 @@ public:
                                                        },
                                                        [](const error&) {}});
   }
-  template <class P, class T>
-  expected<void> send(const typed_actor<P>& to, T msg) {
-    static_assert(P::template handles<T>, "the receiver's protocol does not handle this message type");
-    return send(to.ref(), std::move(msg));
-  }
+  /// Through a typed handle: checked against the receiver's protocol (detail::typed_calls).
+  using detail::typed_calls<requester>::send;
 
   /// Resolves once every request made before it has been answered (or has failed).
   std::future<expected<unit_t>> barrier() {

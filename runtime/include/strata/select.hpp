@@ -65,25 +65,25 @@ inline error select_timer_error(const select_state_base& st, const error& err) {
                                           " of " + std::to_string(n) + " responses");
 }
 
-}  // namespace detail
-
-/// The continuation of `actor::select_all`: call `then` in the same handler.
-template <class R>
-class select_all_handle {
+/// What `select_all_handle` and `select_any_handle` share: `then`, and the wiring of every
+/// target's response and failure and of the one timeout into the actor's pending requests.
+/// `Policy` says what one response or one failure means: `take` stores a response and says
+/// whether the select is answered; `deliver` runs the value callback; `failed` says whether a
+/// target's failure ends the select, with which error. Every continuation runs once: the first
+/// to end the select finishes it, the others then see `done`.
+template <class R, class Policy>
+class select_handle {
 public:
   using response = std::conditional_t<std::is_void_v<R>, unit_t, R>;
-  select_all_handle(actor* self, std::shared_ptr<detail::select_state<response>> state)
-      : self_(self), state_(std::move(state)) {}
+  select_handle(actor* self, std::shared_ptr<select_state<response>> state) : self_(self), state_(std::move(state)) {}
 
-  /// `on_value(std::vector<R>&)` (or `on_value()` for `R = void`) runs once with every response;
-  /// `on_error(const error&)` once with the first error.
   template <class F, class G>
   void then(F on_value, G on_error) {
-    wire(std::move(on_value), detail::select_error_sink(std::move(on_error)));
+    wire(std::move(on_value), select_error_sink(std::move(on_error)));
   }
   template <class F>
   void then(F on_value) {
-    wire(std::move(on_value), detail::select_error_sink());
+    wire(std::move(on_value), select_error_sink());
   }
 
 private:
@@ -96,101 +96,102 @@ private:
     for (std::size_t i = 0; i < n; ++i) {
       auto on_reply = [st, self, done, i](void* p) {
         if (st->done) return;
-        st->replies[i].emplace(std::move(*static_cast<response*>(p)));
-        if (--st->outstanding != 0) return;
+        auto& r = *static_cast<response*>(p);
+        if (!Policy::take(*st, i, r)) return;
         self->finish_select(*st);
-        if constexpr (std::is_invocable_v<F&, std::vector<response>&>) {
-          std::vector<response> all;
-          all.reserve(st->replies.size());
-          for (auto& r : st->replies) all.push_back(std::move(*r));
-          (*done)(all);
-        } else {
-          static_assert(std::is_invocable_v<F&>,
-                        "select_all's value callback takes std::vector<R>& (or nothing for R = void)");
-          (*done)();
-        }
+        Policy::deliver(*st, *done, r);
       };
       auto on_failure = [st, self, fail, i, n](const error& err) {
         if (st->done) return;
+        std::optional<error> reported = Policy::failed(*st, i, n, err);
+        if (!reported) return;
         self->finish_select(*st);
-        (*fail)(error(err.code(), std::string(st->what) + ": target " + std::to_string(i) + " of " + std::to_string(n) +
-                                      " (actor id " + std::to_string(st->target_ids[i]) + "): " + err.message()));
+        (*fail)(*reported);
       };
       self->set_request_callbacks(st->ids[i], std::move(on_reply), std::move(on_failure));
     }
     self->set_request_callbacks(st->timer_id, nullptr, [st, self, fail](const error& err) {
       if (st->done) return;
-      error reported = detail::select_timer_error(*st, err);
+      error reported = select_timer_error(*st, err);
       self->finish_select(*st);
       (*fail)(reported);
     });
   }
 
   actor* self_;
-  std::shared_ptr<detail::select_state<response>> state_;
+  std::shared_ptr<select_state<response>> state_;
+};
+
+/// select_all: every response, in target order; the first failure ends the select.
+struct select_all_policy {
+  template <class Response>
+  static bool take(select_state<Response>& st, std::size_t i, Response& r) {
+    st.replies[i].emplace(std::move(r));
+    return --st.outstanding == 0;
+  }
+  template <class Response, class F>
+  static void deliver(select_state<Response>& st, F& on_value, Response&) {
+    if constexpr (std::is_invocable_v<F&, std::vector<Response>&>) {
+      std::vector<Response> all;
+      all.reserve(st.replies.size());
+      for (auto& r : st.replies) all.push_back(std::move(*r));
+      on_value(all);
+    } else {
+      static_assert(std::is_invocable_v<F&>, "select_all's value callback takes std::vector<R>& (or nothing for R = void)");
+      on_value();
+    }
+  }
+  static std::optional<error> failed(const select_state_base& st, std::size_t i, std::size_t n, const error& err) {
+    return error(err.code(), std::string(st.what) + ": target " + std::to_string(i) + " of " + std::to_string(n) +
+                                 " (actor id " + std::to_string(st.target_ids[i]) + "): " + err.message());
+  }
+};
+
+/// select_any: the first response; the select fails once every target has failed.
+struct select_any_policy {
+  template <class Response>
+  static bool take(select_state<Response>&, std::size_t, Response&) {
+    return true;
+  }
+  template <class Response, class F>
+  static void deliver(select_state<Response>&, F& on_value, Response& r) {
+    if constexpr (std::is_invocable_v<F&, Response&>) {
+      on_value(r);
+    } else {
+      static_assert(std::is_invocable_v<F&>, "select_any's value callback takes R& (or nothing for R = void)");
+      on_value();
+    }
+  }
+  static std::optional<error> failed(select_state_base& st, std::size_t i, std::size_t n, const error& err) {
+    if (st.failures++ == 0)
+      st.first_error = error(err.code(), "target " + std::to_string(i) + " (actor id " +
+                                             std::to_string(st.target_ids[i]) + "): " + err.message());
+    --st.outstanding;
+    if (st.failures != n) return std::nullopt;
+    return error(st.first_error.code(), std::string(st.what) + ": all " + std::to_string(n) +
+                                            " requests failed; the first, " + st.first_error.message());
+  }
+};
+
+}  // namespace detail
+
+/// The continuation of `actor::select_all`: call `then` in the same handler.
+/// `then(on_value, on_error)`: `on_value(std::vector<R>&)` (or `on_value()` for `R = void`) runs
+/// once with every response; `on_error(const error&)` once with the first error.
+template <class R>
+class select_all_handle : public detail::select_handle<R, detail::select_all_policy> {
+public:
+  using detail::select_handle<R, detail::select_all_policy>::select_handle;
 };
 
 /// The continuation of `actor::select_any`: call `then` in the same handler.
+/// `then(on_value, on_error)`: `on_value(R&)` (or `on_value()` for `R = void`) runs once with the
+/// first response; `on_error(const error&)` once, when every target failed or the timeout passed
+/// first.
 template <class R>
-class select_any_handle {
+class select_any_handle : public detail::select_handle<R, detail::select_any_policy> {
 public:
-  using response = std::conditional_t<std::is_void_v<R>, unit_t, R>;
-  select_any_handle(actor* self, std::shared_ptr<detail::select_state<response>> state)
-      : self_(self), state_(std::move(state)) {}
-
-  /// `on_value(R&)` (or `on_value()` for `R = void`) runs once with the first response;
-  /// `on_error(const error&)` once, when every target failed or the timeout passed first.
-  template <class F, class G>
-  void then(F on_value, G on_error) {
-    wire(std::move(on_value), detail::select_error_sink(std::move(on_error)));
-  }
-  template <class F>
-  void then(F on_value) {
-    wire(std::move(on_value), detail::select_error_sink());
-  }
-
-private:
-  template <class F>
-  void wire(F on_value, std::shared_ptr<std::function<void(const error&)>> fail) {
-    auto st = state_;
-    actor* self = self_;
-    auto done = std::make_shared<F>(std::move(on_value));
-    const std::size_t n = st->ids.size();
-    for (std::size_t i = 0; i < n; ++i) {
-      auto on_reply = [st, self, done](void* p) {
-        if (st->done) return;
-        self->finish_select(*st);
-        if constexpr (std::is_invocable_v<F&, response&>) {
-          (*done)(*static_cast<response*>(p));
-        } else {
-          static_assert(std::is_invocable_v<F&>, "select_any's value callback takes R& (or nothing for R = void)");
-          (*done)();
-        }
-      };
-      auto on_failure = [st, self, fail, i, n](const error& err) {
-        if (st->done) return;
-        if (st->failures++ == 0)
-          st->first_error = error(err.code(), "target " + std::to_string(i) + " (actor id " +
-                                                  std::to_string(st->target_ids[i]) + "): " + err.message());
-        --st->outstanding;
-        if (st->failures != n) return;
-        error reported(st->first_error.code(), std::string(st->what) + ": all " + std::to_string(n) +
-                                                   " requests failed; the first, " + st->first_error.message());
-        self->finish_select(*st);
-        (*fail)(reported);
-      };
-      self->set_request_callbacks(st->ids[i], std::move(on_reply), std::move(on_failure));
-    }
-    self->set_request_callbacks(st->timer_id, nullptr, [st, self, fail](const error& err) {
-      if (st->done) return;
-      error reported = detail::select_timer_error(*st, err);
-      self->finish_select(*st);
-      (*fail)(reported);
-    });
-  }
-
-  actor* self_;
-  std::shared_ptr<detail::select_state<response>> state_;
+  using detail::select_handle<R, detail::select_any_policy>::select_handle;
 };
 
 // ---- actor's fan-out members ------------------------------------------------------------------
