@@ -1,5 +1,7 @@
 #include "device/cpu_backend.hpp"
 
+#include "device/queued_stream.hpp"
+
 #include <sys/mman.h>
 #include <unistd.h>
 
@@ -318,9 +320,9 @@ class cpu_device final : public device_impl {
 // A FIFO of operations executed one at a time by arena tasks. `scheduled_` is true while the stream
 // is queued in the device, running, or parked on a wait; only that owner pops operations, so the
 // stream never runs on two threads at once.
-class cpu_stream final : public stream_impl {
+class cpu_stream final : public queued_stream {
  public:
-  using stream_impl::stream_impl;
+  using queued_stream::queued_stream;
 
   void launch(kernel_work work) override {
     if (!work.cpu)
@@ -360,28 +362,11 @@ class cpu_stream final : public stream_impl {
     launch_copy([dst, src, n] { std::memcpy(dst, src->ptr, n); }, n);
   }
 
-  void record_point(std::shared_ptr<event_point> p) override { submit(op{.type = op_type::record, .point = std::move(p)}); }
-  void wait(std::shared_ptr<event_point> p) override { submit(op{.type = op_type::wait, .point = std::move(p)}); }
-  void on_complete(completion_callback cb) override { submit(op{.type = op_type::notify, .callback = std::move(cb)}); }
-
-  std::exception_ptr error() const override {
-    std::lock_guard lk(mu_);
-    return error_;
-  }
-
   /// Runs queued operations: any number of cheap ones, at most one work item, then yields the
   /// thread (re-queueing itself) so that other streams of the device get a turn.
   void run_batch();
 
  private:
-  enum class op_type { run, record, wait, notify };
-  struct op {
-    op_type type = op_type::run;
-    kernel_work work;
-    std::shared_ptr<event_point> point;
-    completion_callback callback;
-  };
-
   void launch_copy(std::function<void()> fn, std::size_t n) {
     submit(op{.type = op_type::run,
               .work = kernel_work{.name = "copy", .kind = work_kind::copy, .bytes = 2.0 * static_cast<double>(n),
@@ -391,7 +376,7 @@ class cpu_stream final : public stream_impl {
   cpu_device& dev() const { return static_cast<cpu_device&>(*device); }
   std::shared_ptr<cpu_stream> self() { return std::static_pointer_cast<cpu_stream>(shared_from_this()); }
 
-  void submit(op o) {
+  void submit(op o) override {
     bool kick = false;
     {
       std::lock_guard lk(mu_);
@@ -428,10 +413,8 @@ class cpu_stream final : public stream_impl {
                       .modelled = false});
   }
 
-  mutable std::mutex mu_;
   std::deque<op> ops_;
   bool scheduled_ = false;
-  std::exception_ptr error_;
 };
 
 void cpu_stream::run_batch() {

@@ -1,5 +1,7 @@
 #include "device/sim_backend.hpp"
 
+#include "device/queued_stream.hpp"
+
 #include <algorithm>
 #include <cmath>
 #include <deque>
@@ -126,10 +128,10 @@ class sim_device final : public device_impl {
 // `done_` in time order and run by one steady_timer per stream on the clock thread when the wall
 // clock reaches them. A wait for a point whose modelled time is unknown (another backend's event,
 // or a sim record still queued) gates the stream: later operations queue in `gated_` until it fires.
-class sim_stream final : public stream_impl {
+class sim_stream final : public queued_stream {
  public:
   sim_stream(std::shared_ptr<device_impl> dev, stream_priority p)
-      : stream_impl(std::move(dev), p), timer_(static_cast<sim_device&>(*device).clock->io()) {}
+      : queued_stream(std::move(dev), p), timer_(static_cast<sim_device&>(*device).clock->io()) {}
 
   void launch(kernel_work work) override {
     double seconds = cost(work_fields(work));
@@ -153,24 +155,7 @@ class sim_stream final : public stream_impl {
     launch_copy(static_cast<double>(n) / device->props.sim->host_bandwidth, n);
   }
 
-  void record_point(std::shared_ptr<event_point> p) override { submit(op{.type = op_type::record, .point = std::move(p)}); }
-  void wait(std::shared_ptr<event_point> p) override { submit(op{.type = op_type::wait, .point = std::move(p)}); }
-  void on_complete(completion_callback cb) override { submit(op{.type = op_type::notify, .callback = std::move(cb)}); }
-
-  std::exception_ptr error() const override {
-    std::lock_guard lk(mu_);
-    return error_;
-  }
-
  private:
-  enum class op_type { run, record, wait, notify };
-  struct op {
-    op_type type = op_type::run;
-    kernel_work work;
-    double seconds = 0;  // work: modelled duration
-    std::shared_ptr<event_point> point;
-    completion_callback callback;
-  };
   struct done_entry {
     double at = 0;  // modelled completion time
     op o;
@@ -202,7 +187,7 @@ class sim_stream final : public stream_impl {
   sim_clock& clock() const { return *static_cast<sim_device&>(*device).clock; }
   std::shared_ptr<sim_stream> self() { return std::static_pointer_cast<sim_stream>(shared_from_this()); }
 
-  void submit(op o) {
+  void submit(op o) override {
     std::unique_lock lk(mu_);
     if (gated_) {
       pending_.push_back(std::move(o));
@@ -349,14 +334,12 @@ class sim_stream final : public stream_impl {
     return std::chrono::nanoseconds(static_cast<std::int64_t>(std::llround(s * 1e9)));
   }
 
-  mutable std::mutex mu_;
   double busy_until_ = 0;
   bool gated_ = false;
   std::deque<op> pending_;
   std::deque<done_entry> done_;
   bool armed_ = false;
   bool arm_posted_ = false;
-  std::exception_ptr error_;
   asio::steady_timer timer_;  // used on the clock thread only
 };
 
