@@ -53,16 +53,7 @@ private:
     // All for one: the group shares one restart history (key 0, never an actor id).
     auto& history = history_[all_for_one() ? 0 : m.child.id()];
     while (!history.empty() && now - history.front() > policy_.within) history.pop_front();
-    if (c->stop_requested.load(std::memory_order_acquire)) {
-      error reason;
-      {
-        std::lock_guard lock(c->mu);
-        reason = c->stop_reason;
-      }
-      forget(m.child);
-      detail::terminate_actor(c, std::move(reason));
-      return;
-    }
+    if (ended_by_stop(m.child, c)) return;
     if (history.size() >= policy_.max_restarts) {
       std::string child_name = c->name;
       forget(m.child);
@@ -84,6 +75,20 @@ private:
     restart_now(m.child, m.reason);
   }
 
+  /// A child whose stop was requested while it failed or waited for its restart ends with the
+  /// stop's reason instead of restarting. Returns true if it did.
+  bool ended_by_stop(const actor_ref& child, detail::actor_cell* c) {
+    if (!c->stop_requested.load(std::memory_order_acquire)) return false;
+    error reason;
+    {
+      std::lock_guard lock(c->mu);
+      reason = c->stop_reason;
+    }
+    forget(child);
+    detail::terminate_actor(c, std::move(reason));
+    return true;
+  }
+
   /// The wait before the `k`-th restart (from 0) within the window.
   std::chrono::milliseconds backoff_delay(std::size_t k) const {
     const auto& b = policy_.backoff;
@@ -97,16 +102,7 @@ private:
   void on_restart_due(detail::restart_due& m) {
     if (waiting_.erase(m.child.id()) == 0) return;
     auto* c = detail::as_cell(m.child.cell());
-    if (c->stop_requested.load(std::memory_order_acquire)) {
-      error reason;
-      {
-        std::lock_guard lock(c->mu);
-        reason = c->stop_reason;
-      }
-      forget(m.child);
-      detail::terminate_actor(c, std::move(reason));
-      return;
-    }
+    if (ended_by_stop(m.child, c)) return;
     restart_now(m.child, m.reason);
   }
 
