@@ -6,11 +6,8 @@
 #include <stdexcept>
 #include <type_traits>
 
-#include "strata/kernels/elementwise.hpp"
 #include "strata/kernels/half.hpp"
-#if STRATA_HAS_CUDA
-#include "strata/kernels/cuda.hpp"
-#endif
+#include "strata/kernels/ops.hpp"
 
 namespace strata::kvstore::internal {
 
@@ -18,73 +15,12 @@ namespace {
 
 float* floats(const tensor& t) { return t.device_data<float>(); }
 
-// One merge body (merge_body) serves both backends; these say how each step runs.
-
-/// On the host, inside the cpu stream's work item.
-struct host_math {
-  static constexpr bool runs_updaters = true;
-  void sum(std::span<const float* const> inputs, std::size_t n, float* out) const {
-    kernels::cpu::sum_arrays(inputs, n, out);
-  }
-  void zero(std::size_t n, float* x) const { std::memset(x, 0, n * sizeof(float)); }
-  void sgd(std::size_t n, float* param, const float* grad, float* momentum, const kernels::sgd_options& o) const {
-    kernels::cpu::sgd_step(n, param, grad, momentum, o);
-  }
-  void adam(std::size_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t step,
-            const kernels::adam_options& o) const {
-    kernels::cpu::adam_step(n, param, grad, exp_avg, exp_avg_sq, step, o);
-  }
-  void widen(dtype t, std::size_t n, const std::uint16_t* in, float* out) const { kernels::cpu::widen(t, n, in, out); }
-  void narrow(dtype t, std::size_t n, const float* in, std::uint16_t* out) const { kernels::cpu::narrow(t, n, in, out); }
-  /// `first` (when not null) + the 16-bit inputs, each widened, summed in that order.
-  void sum_widened(dtype t, const float* first, std::span<const std::uint16_t* const> inputs, std::size_t n,
-                   float* out) const {
-    std::vector<std::vector<float>> widened;
-    widened.reserve(inputs.size());
-    std::vector<const float*> all;
-    if (first != nullptr) all.push_back(first);
-    for (const std::uint16_t* in : inputs) {
-      kernels::cpu::widen(t, n, in, widened.emplace_back(n).data());
-      all.push_back(widened.back().data());
-    }
-    kernels::cpu::sum_arrays(all, n, out);
-  }
-};
-
-#if STRATA_HAS_CUDA
-/// Enqueued on the cuda stream of the work item (kernels::cuda only enqueue).
-struct gpu_math {
-  static constexpr bool runs_updaters = false;
-  kernels::cuda::cuda_context ctx;
-  void sum(std::span<const float* const> inputs, std::size_t n, float* out) const {
-    kernels::cuda::sum_arrays(ctx, inputs, n, out);
-  }
-  void zero(std::size_t n, float* x) const { kernels::cuda::fill(ctx, n, 0.0f, x); }
-  void sgd(std::size_t n, float* param, const float* grad, float* momentum, const kernels::sgd_options& o) const {
-    kernels::cuda::sgd_step(ctx, n, param, grad, momentum, o);
-  }
-  void adam(std::size_t n, float* param, const float* grad, float* exp_avg, float* exp_avg_sq, std::int64_t step,
-            const kernels::adam_options& o) const {
-    kernels::cuda::adam_step(ctx, n, param, grad, exp_avg, exp_avg_sq, step, o);
-  }
-  void widen(dtype t, std::size_t n, const std::uint16_t* in, float* out) const {
-    kernels::cuda::widen(ctx, cuda_half_format(t), n, in, out);
-  }
-  void narrow(dtype t, std::size_t n, const float* in, std::uint16_t* out) const {
-    kernels::cuda::narrow(ctx, cuda_half_format(t), n, in, out);
-  }
-  void sum_widened(dtype t, const float* first, std::span<const std::uint16_t* const> inputs, std::size_t n,
-                   float* out) const {
-    kernels::cuda::sum_widened(ctx, cuda_half_format(t), first, inputs, n, out);
-  }
-};
-#endif
-
 /// A 16-bit value's elements from `offset`.
 std::uint16_t* halves(const tensor& t, std::size_t offset = 0) {
   return static_cast<std::uint16_t*>(t.raw_data()) + offset;
 }
 
+/// One merge on either backend: `math` is kernels::cpu_ops or kernels::cuda_ops.
 template <class Math>
 void merge_body(const merge_work& w, const Math& math) {
   const dtype type = w.stored.dtype();
@@ -126,7 +62,7 @@ void merge_body(const merge_work& w, const Math& math) {
           // assign: a float32 sum was written into the stored value; a 16-bit one is rounded into it
           if (half) math.narrow(type, w.n, sum, halves(w.stored));
         } else if constexpr (std::is_same_v<rule_type, kvstore::updater>) {
-          if constexpr (Math::runs_updaters) {
+          if constexpr (Math::on_host) {  // cuda stores run it on the actor (run_user_updater)
             tensor stored = w.stored;  // the updater may replace its handle; the data is shared
             r(w.key, w.merged, stored);
           }
@@ -149,12 +85,12 @@ std::vector<slice_ref> whole(const std::vector<tensor>& ts) {
   return out;
 }
 
-void merge_work::run(kernels::cpu_target) const { merge_body(*this, host_math{}); }
+void merge_work::run(kernels::cpu_target target) const {
+  kernels::with_ops(target, [this](const auto& math) { merge_body(*this, math); });
+}
 
-void merge_work::run([[maybe_unused]] kernels::cuda_target target) const {
-#if STRATA_HAS_CUDA
-  merge_body(*this, gpu_math{target.context});
-#endif
+void merge_work::run(kernels::cuda_target target) const {
+  kernels::with_ops(target, [this](const auto& math) { merge_body(*this, math); });
 }
 
 }  // namespace strata::kvstore::internal

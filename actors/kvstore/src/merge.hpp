@@ -16,17 +16,12 @@
 
 #include "strata/device/tensor.hpp"
 #include "strata/kernels/on_stream.hpp"
+#include "strata/kernels/ops.hpp"
 #include "strata/kernels/optimizers.hpp"
 #include "strata/kernels/cuda.hpp"  // declarations only (no CUDA headers): builds without CUDA see them too
 #include "strata/kvstore/kvstore.hpp"
 
 namespace strata::kvstore::internal {
-
-/// The kernels::cuda format of the 16-bit dtype `t` (float16 or bfloat16). Declared in every
-/// build: the cuda branches of generic work items name it even where they are never instantiated.
-inline kernels::cuda::half_format cuda_half_format(dtype t) {
-  return t == dtype::float16 ? kernels::cuda::half_format::float16 : kernels::cuda::half_format::bfloat16;
-}
 
 /// What runs when a key's version completes: assign, a user function, SGD or Adam.
 using update_rule = std::variant<std::monostate, kvstore::updater, kernels::sgd_options, kernels::adam_options>;

@@ -423,7 +423,7 @@ void kvstore_actor::update_rows_on_cuda(key_state& state, const std::vector<row_
             const auto* row_plan = device_array<const kc::row_sum>(plan_d);
             const auto* from = device_array<const float* const>(sources_d);
             const auto* row_spans = device_array<const kc::row_span>(spans_d);
-            const auto format = cuda_half_format(half ? stored.dtype() : dtype::float16);
+            const auto format = kernels::cuda_half_format(half ? stored.dtype() : dtype::float16);
             auto* bits = half ? static_cast<std::uint16_t*>(stored.raw_data()) : nullptr;
             float* value = param.valid() ? param.device_data<float>() : nullptr;
             float* summed = sums.valid() ? sums.device_data<float>() : nullptr;

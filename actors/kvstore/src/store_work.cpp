@@ -86,7 +86,7 @@ tensor kvstore_actor::converted(const tensor& t, dtype type, const std::shared_p
                      [t, out, n, status, label](auto target) {
                        run_guarded(*status, label, [&] {
                          if constexpr (kernels::is_cuda_target<decltype(target)>) {
-                           const auto format = cuda_half_format(kernels::is_half(out.dtype()) ? out.dtype() : t.dtype());
+                           const auto format = kernels::cuda_half_format(kernels::is_half(out.dtype()) ? out.dtype() : t.dtype());
                            if (kernels::is_half(out.dtype()))
                              kernels::cuda::narrow(target.context, format, n, t.device_data<float>(),
                                                    static_cast<std::uint16_t*>(out.raw_data()));
@@ -116,10 +116,7 @@ void kvstore_actor::keep_until_done(const tensor& t) const {
 /// a staging tensor on the merge device (freed in stream order after the merge); the others are
 /// read where they are.
 slice_ref kvstore_actor::readable(const slice_ref& v, const key_state& state, const std::shared_ptr<work_status>& status) {
-  const bool here = v.t.storage().kind() == device_.kind() &&
-                    (device_.kind() != device_kind::cuda ||
-                     v.t.get_device().properties().gpu_ordinal == device_.properties().gpu_ordinal);
-  if (here) {
+  if (device_.can_read_in_place(v.t.storage())) {
     keep_until_done(v.t);
     return v;
   }
@@ -153,7 +150,7 @@ slice_ref kvstore_actor::compressed(const slice_ref& v, key_state& state, std::s
                            if (v.t.dtype() == dtype::float32)
                              in = v.t.device_data<float>() + v.offset;
                            else  // a 16-bit value: widened into `sent`, then quantized in place
-                             kernels::cuda::widen(target.context, cuda_half_format(v.t.dtype()), n,
+                             kernels::cuda::widen(target.context, kernels::cuda_half_format(v.t.dtype()), n,
                                                   static_cast<const std::uint16_t*>(v.t.raw_data()) + v.offset,
                                                   sent.device_data<float>());
                            kernels::cuda::compress_gradient(target.context, n, quantizer, threshold, in,

@@ -211,12 +211,8 @@ times measure_decoder(const config& c, device_timer& timer, bool gpu) {
   auto h = timer.upload(random_floats(T * bm * H, 1.0f, 23));
   auto targets = timer.upload(random_ids(T * bm, V, 24));
   const k::linear_cross_entropy_dims d{tc * bm, H, V};
-  std::size_t ws_size = ops::host_ops::decoder_workspace(d, ce_block_rows(c));
-#if STRATA_HAS_CUDA
-  if (gpu) ws_size = ops::gpu_ops::decoder_workspace(d, ce_block_rows(c));
-#else
-  (void)gpu;
-#endif
+  const std::size_t ws_size = gpu ? k::cuda_ops::linear_cross_entropy_workspace(d, ce_block_rows(c))
+                                  : k::cpu_ops::linear_cross_entropy_workspace(d, ce_block_rows(c));
   auto ws = timer.zeros(ws_size);
   auto loss = timer.zeros(2);  // one double
   times t;
@@ -224,7 +220,7 @@ times measure_decoder(const config& c, device_timer& timer, bool gpu) {
     for (std::size_t ch = 0; ch < c.chunks; ++ch) {
       const std::size_t r0 = ch * tc * bm;
       k::linear_cross_entropy_inputs in{fp(h) + r0 * H, fp(w), fp(b), ip(targets) + r0, k::loss_reduction::sum};
-      o.decoder(d, in, {fp(dh) + r0 * H, fp(dw), fp(db)}, fp(ws), ws_size, reinterpret_cast<double*>(fp(loss)));
+      o.linear_cross_entropy(d, in, {fp(dh) + r0 * H, fp(dw), fp(db)}, fp(ws), ws_size, reinterpret_cast<double*>(fp(loss)));
     }
   });
   return t;

@@ -12,17 +12,6 @@ namespace k = strata::kernels;
 using ops::attach;
 using ops::fp;
 using ops::ip;
-using ops::host_ops;
-#if STRATA_HAS_CUDA
-using ops::gpu_ops;
-#endif
-
-bool readable_in_place(const tensor& t, const device& consumer) {
-  const auto kind = t.storage().kind();
-  if (kind != consumer.kind()) return false;
-  if (kind != device_kind::cuda) return true;  // host memory, or sim (no data)
-  return t.get_device().properties().gpu_ordinal == consumer.properties().gpu_ordinal;
-}
 
 tensor lm_stage::floats(std::size_t n, const stream& s) {
   return tensor::empty({static_cast<std::int64_t>(n)}, dtype::float32, dev_, s);
@@ -113,19 +102,15 @@ lm_stage::lm_stage(const lm::config& config, stage_span span, device dev, const 
   dx_a_ = floats(steps_rows * max_in, s);
   dx_b_ = floats(steps_rows * max_in, s);
   workspace_ = floats(k::lstm_backward_workspace_size({tc_, bm_, max_in, H}), s);
-  [[maybe_unused]] const bool gpu = dev_.kind() == device_kind::cuda;
+  const bool gpu = dev_.kind() == device_kind::cuda;
   if (span_.decoder) {
     const k::linear_cross_entropy_dims d{steps_rows, H, config_.vocab};
     const std::size_t block = std::min<std::size_t>(steps_rows, 256);
-#if STRATA_HAS_CUDA
-    ce_workspace_ = floats(gpu ? gpu_ops::decoder_workspace(d, block) : host_ops::decoder_workspace(d, block), s);
-#else
-    ce_workspace_ = floats(host_ops::decoder_workspace(d, block), s);
-#endif
+    ce_workspace_ = floats(gpu ? k::cuda_ops::linear_cross_entropy_workspace(d, block)
+                               : k::cpu_ops::linear_cross_entropy_workspace(d, block),
+                           s);
   }
-#if STRATA_HAS_CUDA
-  if (gpu) norm_workspace_ = floats(gpu_ops::norm_workspace(grads_.size()), s);
-#endif
+  if (gpu) norm_workspace_ = floats(k::cuda_ops::global_norm_workspace(grads_.size()), s);
   scalars_ = floats(2 * (units + 1), s);
   host_scalars_.assign(units + 1, 0.0);
   std::vector<float> zeros(2 * (units + 1), 0.f);
@@ -230,7 +215,7 @@ void lm_stage::forward_math(const Ops& ops, std::size_t mb, std::size_t chunk, s
   if (span_.decoder) {
     k::linear_cross_entropy_inputs in{x, fp(values_[dec_w_index_]), fp(values_[dec_b_index_]),
                                       ip(targets_[mb]) + t0 * bm_, k::loss_reduction::sum};
-    ops.decoder({tc_ * bm_, H, config_.vocab}, in, {fp(dtop_[u]), fp(grads_[dec_w_index_]), fp(grads_[dec_b_index_])},
+    ops.linear_cross_entropy({tc_ * bm_, H, config_.vocab}, in, {fp(dtop_[u]), fp(grads_[dec_w_index_]), fp(grads_[dec_b_index_])},
                 fp(ce_workspace_), static_cast<std::size_t>(ce_workspace_.numel()), scalar_slot(u));
   }
 }
