@@ -59,6 +59,20 @@ constexpr std::uint64_t device_track_base = 1'000'000'000ull;
 
 }  // namespace
 
+stage_context::links stage_links(const plan& p, const pipeline_actors& actors, std::size_t s,
+                                 const pipeline_options& options) {
+  stage_context::links l;
+  l.prev = s > 0 ? actors.stages[s - 1] : actor_ref{};
+  l.next = s + 1 < actors.stages.size() ? actors.stages[s + 1] : actor_ref{};
+  l.driver = actors.driver;
+  l.store = options.store;
+  l.actions = p.stages[s];
+  l.chunks = static_cast<std::size_t>(p.chunks);
+  l.copy_always = options.copy_always;
+  l.update_timeout = options.update_timeout;
+  return l;
+}
+
 // ---- basic_stage_actor ---------------------------------------------------------------------------
 
 basic_stage_actor::basic_stage_actor(std::shared_ptr<stage_context> context) : context_(std::move(context)) {

@@ -93,19 +93,8 @@ pipeline::pipeline_actors detail::connect(actor_system& system, net::endpoint& n
     out.driver = std::move(*handle);
   }
   // Links first, then publication: a begin_step can reach a stage only once it is published.
-  for (std::size_t s = 0; s < n; ++s) {
-    if (ranks[s] != net.rank()) continue;
-    pipeline::stage_context::links l;
-    l.prev = s > 0 ? out.stages[s - 1] : actor_ref{};
-    l.next = s + 1 < n ? out.stages[s + 1] : actor_ref{};
-    l.driver = out.driver;
-    l.store = options.store;
-    l.actions = p.stages[s];
-    l.chunks = static_cast<std::size_t>(p.chunks);
-    l.copy_always = options.copy_always;
-    l.update_timeout = options.update_timeout;
-    contexts[s]->set_links(std::move(l));
-  }
+  for (std::size_t s = 0; s < n; ++s)
+    if (ranks[s] == net.rank()) contexts[s]->set_links(pipeline::stage_links(p, out, s, options));
   for (std::size_t s = 0; s < n; ++s)
     if (ranks[s] == net.rank()) must(net.publish(out.stages[s], stage_address(options, static_cast<int>(s))));
   return out;

@@ -249,6 +249,11 @@ struct pipeline_actors {
   actor_ref driver{};
 };
 
+/// What stage `s` of `p` needs to know of the others: its neighbours among `actors.stages`, the
+/// driver, the store, its actions and the options' transport settings.
+stage_context::links stage_links(const plan& p, const pipeline_actors& actors, std::size_t s,
+                                 const pipeline_options& options);
+
 /// Spawns stage s of `p` as stage_actor<M>(contexts[s], models[s]) under one all-for-one
 /// supervisor, and the step_driver. Each model must have been built on its context's device.
 /// \throws std::invalid_argument when the counts of plan stages, contexts and models differ.
@@ -269,18 +274,7 @@ pipeline_actors spawn_pipeline(actor_system& system, const plan& p,
         contexts[s], models[s]));
   out.driver = system.spawn_with<step_driver>(spawn_options{.name = options.driver_name}, out.stages, out.supervisor,
                                               options.rule);
-  for (std::size_t s = 0; s < contexts.size(); ++s) {
-    stage_context::links l;
-    l.prev = s > 0 ? out.stages[s - 1] : actor_ref{};
-    l.next = s + 1 < out.stages.size() ? out.stages[s + 1] : actor_ref{};
-    l.driver = out.driver;
-    l.store = options.store;
-    l.actions = p.stages[s];
-    l.chunks = static_cast<std::size_t>(p.chunks);
-    l.copy_always = options.copy_always;
-    l.update_timeout = options.update_timeout;
-    contexts[s]->set_links(std::move(l));
-  }
+  for (std::size_t s = 0; s < contexts.size(); ++s) contexts[s]->set_links(stage_links(p, out, s, options));
   return out;
 }
 
