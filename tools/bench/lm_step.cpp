@@ -114,7 +114,7 @@ void lstm_lm::carve() {
   grad_block_ = {base + block, block};
   for (std::size_t i = 0; i < specs.size(); ++i) {
     const std::size_t n = specs[i].numel();
-    params_.push_back({specs[i].name, specs[i].shape, {base + offsets[i], n}, {base + block + offsets[i], n}});
+    params_.push_back({specs[i], {base + offsets[i], n}, {base + block + offsets[i], n}});
   }
   embedded_ = base + embedded_at;
   dtop_ = base + dtop_at;

@@ -25,12 +25,11 @@
 
 namespace strata::lm {
 
-/// One parameter tensor, named and shaped as PyTorch's named_parameters() has it.
-struct lm_parameter {
-  std::string name;                ///< e.g. "lstm.weight_ih_l3"
-  std::vector<std::size_t> shape;  ///< e.g. {1600, 400}
-  std::span<float> value;          ///< the weights (row-major)
-  std::span<float> grad;           ///< its gradient after forward_backward() (clipped after clip())
+/// One parameter tensor of the model (its name and shape: lm::parameter_spec) with views of its
+/// weights and gradient in the model's blocks.
+struct lm_parameter : parameter_spec {
+  std::span<float> value{};  ///< the weights (row-major)
+  std::span<float> grad{};   ///< its gradient after forward_backward() (clipped after clip())
 };
 
 /// Wall time of each phase of the last step, in milliseconds.
