@@ -20,7 +20,6 @@
 
 namespace {
 
-using strata::lm::lm_config;
 using strata::lm::lm_pipeline;
 using strata::lm::named_parameter;
 using strata::pipeline::schedule_kind;
@@ -45,7 +44,7 @@ BOOST_AUTO_TEST_CASE(one_device_step_matches_the_step_recorded_with_pytorch) {
   BOOST_REQUIRE(in.good());
   auto fx = nlohmann::json::parse(in);
   const auto& cfg = fx.at("config");
-  lm_config c;
+  strata::lm::config c;
   c.vocab = cfg.at("vocab_size");
   c.embed = cfg.at("embed_size");
   c.hidden = cfg.at("hidden_size");
@@ -75,7 +74,7 @@ BOOST_AUTO_TEST_CASE(one_device_step_matches_the_step_recorded_with_pytorch) {
 }
 
 BOOST_AUTO_TEST_CASE(every_schedule_device_count_and_micro_batch_count_trains_like_one_device) {
-  lm_config c = strata::lm::test::config_of(17, 6, 7, 4, 6, 4);
+  strata::lm::config c = strata::lm::test::config_of(17, 6, 7, 4, 6, 4);
   c.lr = 0.7;
   c.clip = 0.5;  // clipping is active: the global norm crosses stages
   c.seed = 11;
@@ -90,7 +89,7 @@ BOOST_AUTO_TEST_CASE(every_schedule_device_count_and_micro_batch_count_trains_li
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   auto train = [&](const char* devices, std::size_t stages, schedule_kind kind, std::size_t mb, std::size_t chunks,
                    bool copy = false) {
-    lm_config cc = c;
+    strata::lm::config cc = c;
     cc.micro_batches = mb;
     cc.chunks = chunks;
     lm_pipeline p(sys, strata::make_devices(devices), cc, kind, even_counts(c.layers, stages),
@@ -137,7 +136,7 @@ BOOST_AUTO_TEST_CASE(every_schedule_device_count_and_micro_batch_count_trains_li
 
 // Truncated BPTT across steps: the state each step ends with starts the next one.
 BOOST_AUTO_TEST_CASE(a_carried_state_continues_each_column_stream_like_the_host_model) {
-  lm_config c = strata::lm::test::config_of(13, 5, 6, 3, 5, 4);
+  strata::lm::config c = strata::lm::test::config_of(13, 5, 6, 3, 5, 4);
   c.lr = 0.5;
   c.seed = 21;
   std::mt19937 rng(17);
@@ -157,7 +156,7 @@ BOOST_AUTO_TEST_CASE(a_carried_state_continues_each_column_stream_like_the_host_
   };
   auto train = [&](const char* devices, std::size_t stages, schedule_kind kind, std::size_t mb, std::size_t chunks,
                    bool reset_before_last) {
-    lm_config cc = c;
+    strata::lm::config cc = c;
     cc.micro_batches = mb;
     cc.chunks = chunks;
     lm_pipeline p(sys, strata::make_devices(devices), cc, kind, even_counts(c.layers, stages),
@@ -212,7 +211,7 @@ BOOST_AUTO_TEST_CASE(a_carried_state_continues_each_column_stream_like_the_host_
 }
 
 BOOST_AUTO_TEST_CASE(a_sim_pipeline_runs_its_plan_with_modelled_device_time) {
-  lm_config c = strata::lm::test::config_of(1000, 64, 128, 4, 8, 8, 4);
+  strata::lm::config c = strata::lm::test::config_of(1000, 64, 128, 4, 8, 8, 4);
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   lm_pipeline p(sys, strata::make_devices("sim:4:h200"), c, schedule_kind::one_f_one_b, {1, 1, 1, 1});
   std::vector<std::int32_t> tokens(c.seq * c.batch, 3), targets(c.seq * c.batch, 4);
@@ -223,7 +222,7 @@ BOOST_AUTO_TEST_CASE(a_sim_pipeline_runs_its_plan_with_modelled_device_time) {
 }
 
 BOOST_AUTO_TEST_CASE(a_device_fault_ends_the_step_with_an_error_naming_the_stage_and_step) {
-  lm_config c = strata::lm::test::config_of(9, 4, 5, 2, 4, 2, 2);
+  strata::lm::config c = strata::lm::test::config_of(9, 4, 5, 2, 4, 2, 2);
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   lm_pipeline p(sys, strata::make_devices("cpu:2"), c, schedule_kind::one_f_one_b, {1, 1});
   std::vector<std::int32_t> tokens(8, 1), targets(8, 2);
@@ -243,7 +242,7 @@ BOOST_AUTO_TEST_CASE(a_device_fault_ends_the_step_with_an_error_naming_the_stage
 }
 
 BOOST_AUTO_TEST_CASE(copied_activations_take_the_staging_buffers_and_mixed_devices_are_refused) {
-  lm_config c = strata::lm::test::config_of(9, 4, 5, 2, 4, 2, 2);
+  strata::lm::config c = strata::lm::test::config_of(9, 4, 5, 2, 4, 2, 2);
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   std::vector<std::int32_t> tokens(8, 1), targets(8, 2);
   auto peak = [&](bool copy) {  // bytes in use on stage 1's device after a step
@@ -268,7 +267,7 @@ BOOST_AUTO_TEST_CASE(copied_activations_take_the_staging_buffers_and_mixed_devic
 }
 
 BOOST_AUTO_TEST_CASE(bad_steps_and_parameters_are_refused_with_one_sentence) {
-  lm_config c = strata::lm::test::config_of(5, 3, 4, 2, 3, 2);
+  strata::lm::config c = strata::lm::test::config_of(5, 3, 4, 2, 3, 2);
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   lm_pipeline p(sys, strata::make_devices("cpu:2"), c, schedule_kind::one_f_one_b, {1, 1});
   auto short_batch = p.train_step({1, 2}, {1, 2});

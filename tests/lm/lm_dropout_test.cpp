@@ -29,7 +29,7 @@ using strata::pipeline::schedule_kind;
 BOOST_AUTO_TEST_SUITE(lm_dropout)
 
 BOOST_AUTO_TEST_CASE(the_dropout_gradient_matches_float64_finite_differences_with_the_same_mask) {
-  lm::lm_config c = lm::test::config_of(7, 3, 4, 4, 3, 2);
+  lm::config c = lm::test::config_of(7, 3, 4, 4, 3, 2);
   c.residual = true;  // a residual layer adds its dropped input
   c.dropout = 0.4;
   c.lr = 1.0;    // plain SGD at rate 1: the update is the gradient
@@ -69,7 +69,7 @@ BOOST_AUTO_TEST_CASE(the_dropout_gradient_matches_float64_finite_differences_wit
 }
 
 BOOST_AUTO_TEST_CASE(a_pipeline_with_dropout_trains_like_one_device) {
-  lm::lm_config c = lm::test::config_of(13, 5, 6, 5, 6, 4);
+  lm::config c = lm::test::config_of(13, 5, 6, 5, 6, 4);
   c.residual = true;
   c.dropout = 0.3;
   // Momentum: its update is linear in the gradient, so the splits' different summation orders stay
@@ -84,7 +84,7 @@ BOOST_AUTO_TEST_CASE(a_pipeline_with_dropout_trains_like_one_device) {
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   auto train = [&](const char* devices, std::vector<std::size_t> counts, schedule_kind kind, std::size_t mb,
                    std::size_t chunks, double dropout) {
-    lm::lm_config cc = c;
+    lm::config cc = c;
     cc.micro_batches = mb;
     cc.chunks = chunks;
     cc.dropout = dropout;
@@ -123,7 +123,7 @@ BOOST_AUTO_TEST_CASE(a_pipeline_with_dropout_trains_like_one_device) {
 }
 
 BOOST_AUTO_TEST_CASE(the_masks_follow_the_step_index_not_the_calls) {
-  lm::lm_config c = lm::test::config_of(9, 4, 5, 3, 4, 3);
+  lm::config c = lm::test::config_of(9, 4, 5, 3, 4, 3);
   c.dropout = 0.5;
   c.lr = 0;  // the weights stay: only the masks can change the loss
   c.seed = 2;
@@ -145,7 +145,7 @@ BOOST_AUTO_TEST_CASE(the_masks_follow_the_step_index_not_the_calls) {
 
 BOOST_AUTO_TEST_CASE(a_dropout_outside_0_to_1_is_refused_in_one_sentence) {
   for (double p : {1.0, -0.1, 1.5, std::numeric_limits<double>::quiet_NaN()}) {
-    lm::lm_config c;
+    lm::config c;
     c.dropout = p;
     BOOST_CHECK_EXCEPTION(c.validate(), std::invalid_argument,
                           [](const std::invalid_argument& e) { return std::string(e.what()) == "dropout must lie in [0, 1)"; });

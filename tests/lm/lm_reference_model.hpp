@@ -18,7 +18,7 @@
 namespace strata::lm::test {
 
 struct reference_model {
-  lm_config c;
+  lm::config c;
   std::map<std::string, std::vector<double>> p;
   /// The training step whose dropout masks apply (c.dropout > 0): site 0 the embedding output,
   /// site l + 1 layer l's output, element (t, b, f) of the [T, B, width] activation kept when
@@ -121,7 +121,7 @@ inline gradient_check check_gradient(reference_model& ref, const std::vector<nam
 }
 
 /// Random token ids and targets [seq, batch] for `c`.
-inline void random_tokens(const lm_config& c, std::mt19937& rng, std::vector<std::int32_t>& tokens,
+inline void random_tokens(const lm::config& c, std::mt19937& rng, std::vector<std::int32_t>& tokens,
                           std::vector<std::int32_t>& targets) {
   std::uniform_int_distribution<std::int32_t> id(0, static_cast<std::int32_t>(c.vocab) - 1);
   tokens.clear();

@@ -62,7 +62,7 @@ lm::trainer_options tiny(const fs::path& dir, std::size_t steps) {
 BOOST_AUTO_TEST_SUITE(lm_training_options)
 
 BOOST_AUTO_TEST_CASE(the_residual_gradient_matches_float64_finite_differences_of_an_independent_model) {
-  lm::lm_config c = lm::test::config_of(7, 3, 4, 4, 3, 2);
+  lm::config c = lm::test::config_of(7, 3, 4, 4, 3, 2);
   c.residual = true;
   c.lr = 1.0;      // plain SGD at rate 1: the update is the gradient
   c.clip = 1e9;    // never clips
@@ -98,7 +98,7 @@ BOOST_AUTO_TEST_CASE(the_residual_gradient_matches_float64_finite_differences_of
 }
 
 BOOST_AUTO_TEST_CASE(a_residual_pipeline_with_adam_trains_like_one_device) {
-  lm::lm_config c = lm::test::config_of(13, 5, 6, 5, 6, 4);
+  lm::config c = lm::test::config_of(13, 5, 6, 5, 6, 4);
   c.residual = true;
   c.optimizer = lm::optimizer_kind::adamw;
   c.lr = 0.01;
@@ -111,7 +111,7 @@ BOOST_AUTO_TEST_CASE(a_residual_pipeline_with_adam_trains_like_one_device) {
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
   auto train = [&](const char* devices, std::vector<std::size_t> counts, strata::pipeline::schedule_kind kind,
                    std::size_t mb, std::size_t chunks) {
-    lm::lm_config cc = c;
+    lm::config cc = c;
     cc.micro_batches = mb;
     cc.chunks = chunks;
     lm::lm_pipeline p(sys, strata::make_devices(devices), cc, kind, counts);
@@ -262,7 +262,7 @@ BOOST_AUTO_TEST_CASE(an_accumulated_step_applies_the_mean_gradient_of_its_consec
   BOOST_REQUIRE(ids.has_value());
   lm::token_batches batches(*ids, o.batch, o.seq);
   BOOST_TEST(r.setup.windows == batches.windows() / 3);
-  lm::lm_config c = lm::test::config_of(vocab.size(), o.embed, o.hidden, o.layers, o.seq, o.batch);
+  lm::config c = lm::test::config_of(vocab.size(), o.embed, o.hidden, o.layers, o.seq, o.batch);
   c.residual = true;
   c.lr = 1.0;
   c.clip = 1e9;

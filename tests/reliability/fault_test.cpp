@@ -59,7 +59,6 @@ BOOST_AUTO_TEST_SUITE(fault_injection)
 // position in the step and every schedule; the step ends with an error naming stage and step, the
 // pipeline stays failed (no hang) and a fresh pipeline on the same devices trains again.
 BOOST_AUTO_TEST_CASE(a_device_fault_at_any_kernel_of_any_stage_ends_the_lm_step_with_a_named_error) {
-  using strata::lm::lm_config;
   using strata::lm::lm_pipeline;
   using strata::pipeline::schedule_kind;
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
@@ -67,7 +66,7 @@ BOOST_AUTO_TEST_CASE(a_device_fault_at_any_kernel_of_any_stage_ends_the_lm_step_
   auto devices = manager.create("cpu:3");
   int drills = 0;
   for (auto kind : {schedule_kind::gpipe, schedule_kind::one_f_one_b, schedule_kind::wavefront}) {
-    lm_config c = strata::lm::test::config_of(11, 4, 6, 3, 4, 4, 2);
+    strata::lm::config c = strata::lm::test::config_of(11, 4, 6, 3, 4, 4, 2);
     c.chunks = kind == schedule_kind::wavefront ? 2 : 1;
     const std::size_t items = 2 * c.micro_batches * c.chunks;  // forward + backward per unit
     std::vector<std::int32_t> tokens(c.seq * c.batch), targets(c.seq * c.batch);
@@ -128,10 +127,9 @@ BOOST_AUTO_TEST_CASE(a_device_fault_at_any_kernel_of_any_stage_ends_the_lm_step_
 // (a'') the pipeline's KVStore stops between steps: the next step fails naming it, the one after
 // rebuilds the store from the stages' weights and trains on.
 BOOST_AUTO_TEST_CASE(an_lm_pipeline_whose_kvstore_stopped_fails_one_step_then_rebuilds_it) {
-  using strata::lm::lm_config;
   using strata::lm::lm_pipeline;
   strata::actor_system sys(strata::system_config{.worker_threads = 2});
-  lm_config c = strata::lm::test::config_of(11, 4, 6, 2, 4, 4, 2);
+  strata::lm::config c = strata::lm::test::config_of(11, 4, 6, 2, 4, 4, 2);
   std::vector<std::int32_t> tokens(c.seq * c.batch, 3), targets(c.seq * c.batch, 5);
   lm_pipeline p(sys, strata::make_devices("cpu:2"), c, strata::pipeline::schedule_kind::one_f_one_b, {1, 1});
   BOOST_REQUIRE(p.train_step(tokens, targets, 60s).has_value());

@@ -11,10 +11,10 @@
 
 namespace strata::lm::test {
 
-/// A model of the given sizes, everything else lm_config's defaults.
-inline lm_config config_of(std::size_t vocab, std::size_t embed, std::size_t hidden, std::size_t layers,
+/// A model of the given sizes, everything else lm::config's defaults.
+inline lm::config config_of(std::size_t vocab, std::size_t embed, std::size_t hidden, std::size_t layers,
                              std::size_t seq, std::size_t batch, std::size_t micro_batches = 1) {
-  lm_config c;
+  lm::config c;
   c.vocab = vocab;
   c.embed = embed;
   c.hidden = hidden;

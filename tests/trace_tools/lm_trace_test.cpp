@@ -36,7 +36,7 @@ struct lm_trace {
   tt::trace_file file;
   lm_trace() {
     path = (std::filesystem::temp_directory_path() / ("strata-trace-lm-" + std::to_string(::getpid()) + ".strace")).string();
-    strata::lm::lm_config c;
+    strata::lm::config c;
     c.vocab = 17;
     c.embed = 6;
     c.hidden = 7;

@@ -36,7 +36,6 @@ namespace {
 
 using strata::median;
 
-using strata::lm::lm_config;
 using strata::lm::lm_pipeline;
 using strata::pipeline::schedule_kind;
 
@@ -110,7 +109,7 @@ std::vector<std::size_t> even_counts(std::size_t layers, std::size_t stages) {
 }
 
 run_figures run(strata::actor_system& sys, std::vector<strata::device> devices, strata::device store,
-                const lm_config& c, schedule_kind kind, int steps, double time_scale,
+                const strata::lm::config& c, schedule_kind kind, int steps, double time_scale,
                 const std::optional<link_setup>& links = std::nullopt) {
   const std::size_t S = devices.size();
   lm_pipeline p(sys, std::move(devices), c, kind, even_counts(c.layers, S), strata::lm::lm_pipeline_options{.store_device = store});
@@ -229,7 +228,7 @@ int main(int argc, char** argv) {
     nlohmann::json out;
     strata::actor_system sys(strata::system_config{.worker_threads = 2});
     if (mode == "sim" || mode == "all") {
-      lm_config c;
+      strata::lm::config c;
       c.layers = layers;
       c.hidden = hidden;
       c.batch = sim_batch;
@@ -237,7 +236,7 @@ int main(int argc, char** argv) {
       strata::device_manager manager({.sim_time_scale = time_scale});
       std::vector<run_figures> rows;
       for (auto kind : {schedule_kind::gpipe, schedule_kind::one_f_one_b, schedule_kind::wavefront}) {
-        lm_config cc = c;
+        strata::lm::config cc = c;
         cc.chunks = kind == schedule_kind::wavefront ? chunks : 1;
         auto devs = manager.create("sim:" + std::to_string(sim_stages + 1) + ":h200");
         strata::device store = devs.back();
@@ -275,7 +274,7 @@ int main(int argc, char** argv) {
       }
     }
     if (mode == "cpu" || mode == "all") {
-      lm_config c;
+      strata::lm::config c;
       c.layers = layers;
       c.hidden = hidden;
       std::vector<run_figures> rows;
@@ -288,7 +287,7 @@ int main(int argc, char** argv) {
       for (auto v : {variant{schedule_kind::gpipe, 1, 1, false}, variant{schedule_kind::one_f_one_b, 2, 1, false},
                      variant{schedule_kind::wavefront, 1, chunks, false}, variant{schedule_kind::one_f_one_b, 1, 1, true},
                      variant{schedule_kind::wavefront, 1, chunks, true}}) {
-        lm_config cc = c;
+        strata::lm::config cc = c;
         cc.micro_batches = v.mb;
         cc.chunks = v.chunks;
         rows.push_back(run(sys, strata::make_devices("cpu:2", {.cpu_threads_per_device = v.shared ? hw : 0}), {}, cc,

@@ -121,7 +121,7 @@ struct lm_result {
 
 /// One warm-up step, then `steps` measured steps of the LM pipeline on cpu:2.
 lm_result lm_steps(const std::string& config, int steps, const std::string& trace_file) {
-  strata::lm::lm_config c;  // the seed configuration
+  strata::lm::config c;  // the seed configuration
   if (config == "tiny") {
     c.vocab = 17, c.embed = 6, c.hidden = 7, c.layers = 2, c.seq = 6, c.batch = 4;
   }

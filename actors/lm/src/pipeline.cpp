@@ -18,7 +18,7 @@
 
 namespace strata::lm {
 
-lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
+lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm::config config,
                          pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts,
                          lm_pipeline_options options)
     : state_(std::make_unique<state>()) {
@@ -31,7 +31,7 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm_c
                                   devices.front().name() + " and " + d.name());
   }
   device store_device = std::move(options.store_device);
-  lm_config stage_config = config;  // replicas: each trains on its share of the batch's columns
+  lm::config stage_config = config;  // replicas: each trains on its share of the batch's columns
   if (options.ranks) {  // one stage per rank: this rank's device serves its stage, the others stay empty
     const auto rank = static_cast<std::size_t>(options.ranks->rank()), world = static_cast<std::size_t>(options.ranks->size());
     const std::size_t R = options.replicas;
@@ -287,7 +287,7 @@ namespace {
 /// Where stage layer kl's h (part 0) or c (part 1) of a stage's read_state goes in the whole
 /// state (per layer: h [B, H], then c [B, H]): the stage holds `columns` of the B columns from
 /// `first_column` on.
-std::size_t state_offset(const lm_config& c, std::size_t layer, std::size_t part, std::size_t first_column) {
+std::size_t state_offset(const lm::config& c, std::size_t layer, std::size_t part, std::size_t first_column) {
   return ((2 * layer + part) * c.batch + first_column) * c.hidden;
 }
 
@@ -297,7 +297,7 @@ expected<std::vector<named_parameter>> lm_pipeline::carried_state(std::chrono::m
   if (state_->failed)
     if (auto r = state_->restart(); !r) return r.error();
   auto& st = *state_;
-  const lm_config& c = st.config;
+  const lm::config& c = st.config;
   const std::size_t columns = c.batch / st.replicas, first_column = st.replica * columns, n = columns * c.hidden;
   std::vector<float> all(2 * c.layers * c.batch * c.hidden, 0.0f);
   bool carried = false;
@@ -332,7 +332,7 @@ expected<std::vector<named_parameter>> lm_pipeline::carried_state(std::chrono::m
 
 expected<void> lm_pipeline::set_carried_state(const std::vector<named_parameter>& carried, std::chrono::milliseconds timeout) {
   auto& st = *state_;
-  const lm_config& c = st.config;
+  const lm::config& c = st.config;
   const std::size_t per = c.batch * c.hidden;
   std::vector<float> all(2 * c.layers * per, 0.0f);
   std::vector<bool> seen(2 * c.layers, false);
@@ -422,7 +422,7 @@ expected<void> lm_pipeline::set_parameters(const std::vector<named_parameter>& p
 }
 
 const pipeline::plan& lm_pipeline::plan() const noexcept { return state_->plan; }
-const lm_config& lm_pipeline::config() const noexcept { return state_->config; }
+const lm::config& lm_pipeline::config() const noexcept { return state_->config; }
 std::size_t lm_pipeline::stages() const noexcept { return state_->actors.stages.size(); }
 std::string lm_pipeline::replica_sum() const {
   if (state_->replicas <= 1) return "none";

@@ -130,7 +130,7 @@ using pipeline_detail::stage_clock;
 
 struct lm_pipeline::state {
   actor_system* system = nullptr;
-  lm_config config;
+  lm::config config;
   pipeline::plan plan;
   std::vector<device> devices;  // per stage; across ranks, empty for other ranks' stages
   std::vector<std::shared_ptr<lm_stage>> models;  // per stage; across ranks, null for other ranks' stages

@@ -76,9 +76,6 @@ struct config {
   void validate() const;
 };
 
-/// The former name, kept for code written against it.
-using lm_config = config;
-
 /// The layers one pipeline stage owns: LSTM layers [first, last), plus the embedding (first
 /// stage) and the decoder with the loss (last stage).
 struct stage_span {

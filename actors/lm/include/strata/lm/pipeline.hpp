@@ -91,7 +91,7 @@ public:
   /// Devices may be cpu, sim or cuda (all of one kind); cuda stages compute with
   /// strata::kernels::cuda on their device's stream and the KVStore merges on the first stage's GPU.
   /// \throws std::invalid_argument for an invalid config, partition or device mix.
-  lm_pipeline(actor_system& system, std::vector<device> devices, lm_config config,
+  lm_pipeline(actor_system& system, std::vector<device> devices, lm::config config,
               pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts,
               lm_pipeline_options options = {});
   ~lm_pipeline();
@@ -163,7 +163,7 @@ public:
                                    std::chrono::milliseconds timeout = std::chrono::minutes(1));
 
   const pipeline::plan& plan() const noexcept;
-  const lm_config& config() const noexcept;
+  const lm::config& config() const noexcept;
   std::size_t stages() const noexcept;
   /// How the replicas sum their gradients: "none" (one replica), "dist_sync_allreduce" (each
   /// stage's replicas through a distributed store of their own: `rank_group::join_replicas`
