@@ -1,31 +1,17 @@
+// prepare_run: a training run checked and made ready, step by step (options, schedule and token
+// kinds, devices, schedule, data, model configuration, outputs, the checkpoint to resume from).
 #include "trainer_setup.hpp"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
-#include <cerrno>
-#include <chrono>
-#include <cmath>
 #include <cstdio>
-#include <cstring>
-#include <filesystem>
-#include <limits>
-#include <optional>
 #include <thread>
 
-#include <nlohmann/json.hpp>
-
-#include "rank_bytes.hpp"
-#include "strata/files.hpp"
 #include "strata/device/device_manager.hpp"
-#include "strata/lm/costs.hpp"
 
 namespace strata::lm::detail {
 
 namespace {
 
-namespace fs = std::filesystem;
 namespace pl = strata::pipeline;
 
 /// Hardware threads each cpu stage device may use: `flag`, or (0) all of them.
@@ -77,261 +63,10 @@ std::size_t default_chunks(std::size_t seq) {
   return best;
 }
 
-/// Fails before the run, not after it, when `file` (the value of `flag`) cannot be written: a
-/// directory, or a place where no file can be created (checked with a probe file beside it).
-void check_output_file(const std::string& flag, const std::string& file) {
-  std::error_code ec;
-  if (fs::is_directory(file, ec)) throw input_error(flag + " '" + file + "' is a directory; expected a file name");
-  if (auto creatable = check_file_creatable_in(fs::path(file).parent_path()); !creatable)
-    throw input_error(flag + " '" + file + "' cannot be written (" + creatable.error().message() + ")");
-}
-
-/// As check_output_file for a directory flag: `dir` is created when missing and must be writable.
-void check_output_dir(const std::string& flag, const std::string& dir) {
-  std::error_code ec;
-  if (fs::exists(dir, ec) && !fs::is_directory(dir, ec))
-    throw input_error(flag + " '" + dir + "' is a file; expected a directory");
-  fs::create_directories(dir, ec);
-  if (ec) throw input_error(flag + " '" + dir + "' cannot be created (" + ec.message() + ")");
-  check_output_file(flag, (fs::path(dir) / ".lstm_lm").string());
-}
-
-/// The option checks that need nothing read yet.
-void check_options(const trainer_options& o) {
-  for (auto [name, v] : {std::pair{"--layers", o.layers}, {"--hidden", o.hidden}, {"--embed", o.embed},
-                         {"--batch", o.batch}, {"--seq", o.seq}, {"--chunks", o.chunks_given ? o.chunks : 1}})
-    if (v == 0) throw input_error(std::string(name) + " must be at least 1");
-  if (o.micro_batches > 0 && o.batch % o.micro_batches != 0)
-    throw input_error("--micro-batches " + std::to_string(o.micro_batches) + " does not divide --batch " + std::to_string(o.batch));
-  if (o.chunks_given && o.seq % o.chunks != 0)
-    throw input_error("--seq " + std::to_string(o.seq) + " is not divisible by --chunks " + std::to_string(o.chunks));
-  if (o.lr && (!(*o.lr > 0) || !std::isfinite(*o.lr))) throw input_error("--lr must be a positive number");
-  try {
-    (void)parse_optimizer(o.optimizer);
-  } catch (const std::exception&) {
-    throw input_error("--optimizer '" + o.optimizer + "' is not one of sgd, momentum, nesterov, adam, adamw");
-  }
-  try {
-    (void)parse_precision(o.precision);
-  } catch (const std::exception&) {
-    throw input_error("--precision '" + o.precision + "' is not one of fp32, tf32, bf16");
-  }
-  for (auto [name, v] : {std::pair{"--momentum", o.momentum}, {"--weight-decay", o.weight_decay}})
-    if (!(v >= 0) || !std::isfinite(v)) throw input_error(std::string(name) + " must be a number >= 0");
-  for (auto [name, v] : {std::pair{"--beta1", o.beta1}, {"--beta2", o.beta2}})
-    if (!(v >= 0 && v < 1)) throw input_error(std::string(name) + " must be a number in [0, 1)");
-  if (!(o.eps > 0) || !std::isfinite(o.eps)) throw input_error("--eps must be a positive number");
-  if (o.lr_schedule != "constant" && o.lr_schedule != "step" && o.lr_schedule != "cosine" && o.lr_schedule != "plateau")
-    throw input_error("--lr-schedule '" + o.lr_schedule + "' is not one of constant, step, cosine, plateau");
-  if (!(o.lr_decay > 0 && o.lr_decay < 1)) throw input_error("--lr-decay must be a number in (0, 1)");
-  if (o.lr_step_size == 0) throw input_error("--lr-step-size must be at least 1");
-  if (o.accumulate == 0) throw input_error("--accumulate must be at least 1");
-  if (o.accumulate > 1 && o.carry_state.value_or(false))
-    throw input_error("--carry-state needs --accumulate 1 (an accumulated step's windows are consecutive, not parallel column streams)");
-  if (!(o.clip > 0) || !std::isfinite(o.clip)) throw input_error("--clip must be a positive number");
-  if (!(o.dropout >= 0 && o.dropout < 1)) throw input_error("--dropout must be a number in [0, 1)");
-  if (!(o.val_fraction > 0 && o.val_fraction < 0.5)) throw input_error("--val-fraction must lie in (0, 0.5)");
-  if (!(o.sample_temperature >= 0) || !std::isfinite(o.sample_temperature))
-    throw input_error("--sample-temperature must be a number >= 0");
-  const auto shortest = [](double v) {
-    char buf[32];
-    std::snprintf(buf, sizeof buf, "%g", v);
-    return std::string(buf);
-  };
-  if (o.link_latency_us && !(*o.link_latency_us >= 0 && std::isfinite(*o.link_latency_us)))
-    throw input_error("--link-latency-us must be a finite number of microseconds >= 0, not " + shortest(*o.link_latency_us));
-  if (o.link_gbps && !(*o.link_gbps > 0))
-    throw input_error("--link-gbps must be a positive number of GB/s, not " + shortest(*o.link_gbps));
-}
-
-/// The code point of the one-character UTF-8 string `s`, as 4 or more hex digits.
-std::string code_point_hex(const std::string& s) {
-  const auto b = [&](std::size_t i) { return static_cast<unsigned char>(s[i]); };
-  char32_t cp = b(0);
-  if (s.size() == 2) cp = ((b(0) & 0x1Fu) << 6) | (b(1) & 0x3Fu);
-  if (s.size() == 3) cp = ((b(0) & 0x0Fu) << 12) | ((b(1) & 0x3Fu) << 6) | (b(2) & 0x3Fu);
-  if (s.size() == 4) cp = ((b(0) & 0x07u) << 18) | ((b(1) & 0x3Fu) << 12) | ((b(2) & 0x3Fu) << 6) | (b(3) & 0x3Fu);
-  char buf[16];
-  std::snprintf(buf, sizeof buf, "%04X", static_cast<unsigned>(cp));
-  return buf;
-}
-
-/// The link's measurement at the start under mpirun: round trips for the latency, and one transfer
-/// of a micro-batch's activation for the bandwidth, at least 4 MiB (a smaller one would time
-/// mostly the latency) and at most 64 MiB.
-constexpr int link_round_trips = 300;
-std::uint64_t link_transfer_bytes(const lm::config& cfg) {
-  return std::clamp<std::uint64_t>(layer_memory_costs(cfg).lstm.front().output_bytes, 4ull << 20, 64ull << 20);
-}
-
-/// The link between ranks: the --link-* flags, and what ranks 0 and 1 measure for a figure not
-/// given (collective then; only rank 0's figures are the measured ones). `note` says which.
-rank_link link_between_ranks(const trainer_options& o, const lm::config& cfg, std::string& note) {
-  rank_link link;
-  std::string measured;
-  if (!o.link_latency_us || !o.link_gbps) {
-    const std::uint64_t bytes = link_transfer_bytes(cfg);
-    auto m = o.ranks->measure_link(bytes, link_round_trips);
-    if (!m) throw std::runtime_error("cannot measure the link between ranks 0 and 1: " + m.error().message());
-    link = {m->latency_s * 1e6, m->bytes_per_s / 1e9};
-    measured = "measured between ranks 0 and 1 (" + std::to_string(link_round_trips) + " round trips, one " +
-               std::to_string(bytes >> 20) + " MiB transfer)";
-  }
-  if (o.link_latency_us) link.latency_us = *o.link_latency_us;
-  if (o.link_gbps) link.gbps = *o.link_gbps;
-  if (o.link_latency_us && o.link_gbps) note = "given by --link-latency-us and --link-gbps";
-  else if (o.link_latency_us) note = "latency given by --link-latency-us, bandwidth " + measured;
-  else if (o.link_gbps) note = "bandwidth given by --link-gbps, latency " + measured;
-  else note = measured;
-  return link;
-}
-
-using json = nlohmann::json;
-
-json layer_json(const pl::layer_cost& c) {
-  return json::array({c.forward_s, c.backward_s, c.memory_bytes, c.activation_bytes, c.output_bytes});
-}
-pl::layer_cost layer_of(const json& j) {
-  return {j.at(0).get<double>(), j.at(1).get<double>(), j.at(2).get<std::uint64_t>(), j.at(3).get<std::uint64_t>(),
-          j.at(4).get<std::uint64_t>()};
-}
-
-/// Collective: `costs` and `costs_note` (when `with_costs`) and `link` (when set) become rank 0's
-/// on every rank. Doubles travel as JSON numbers, which read back exactly.
-void take_rank0s(rank_group& ranks, bool with_costs, pl::model_costs& costs, std::string& costs_note,
-                 std::optional<rank_link>& link) {
-  json mine = json::object();
-  if (ranks.rank() == 0) {
-    if (with_costs) {
-      json lstm = json::array();
-      for (const auto& l : costs.lstm) lstm.push_back(layer_json(l));
-      mine["costs"] = {{"embedding", layer_json(costs.embedding)}, {"lstm", lstm}, {"decoder", layer_json(costs.decoder)}};
-      mine["costs_note"] = costs_note;
-    }
-    if (link) mine["link"] = {link->latency_us, std::isinf(link->gbps) ? json(nullptr) : json(link->gbps)};
-  }
-  auto text = rank0_bytes(ranks, mine.dump());
-  if (!text) throw std::runtime_error("cannot receive rank 0's layer costs and link: " + text.error().message());
-  const json got = json::parse(*text);
-  if (with_costs) {
-    const json& c = got.at("costs");
-    costs.embedding = layer_of(c.at("embedding"));
-    costs.decoder = layer_of(c.at("decoder"));
-    costs.lstm.clear();
-    for (const auto& l : c.at("lstm")) costs.lstm.push_back(layer_of(l));
-    costs_note = got.at("costs_note").get<std::string>();
-  }
-  if (link) {
-    const json& l = got.at("link");
-    link->latency_us = l.at(0).get<double>();
-    link->gbps = l.at(1).is_null() ? std::numeric_limits<double>::infinity() : l.at(1).get<double>();
-  }
-}
-
-/// Collective: fails unless every rank placed the LSTM layers as rank 0 did.
-void check_same_placement(rank_group& ranks, const pl::placement& placed) {
-  std::string ranges;
-  for (const auto& st : placed.stages)
-    ranges += (ranges.empty() ? "" : ",") + std::to_string(st.lstm.first) + "-" + std::to_string(st.lstm.last);
-  auto all = gather_bytes(ranks, ranges);
-  if (!all) throw std::runtime_error("cannot compare the ranks' placements: " + all.error().message());
-  for (std::size_t r = 1; r < all->size(); ++r)
-    if ((*all)[r] != all->front())
-      throw std::runtime_error("rank " + std::to_string(r) + " placed the LSTM layers as " + (*all)[r] + ", rank 0 as " +
-                               all->front() + "; every rank must run the same placement");
-}
-
-}  // namespace
-
-std::string fixed(double v, int precision) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
-  return buf;
-}
-
-std::vector<std::int32_t> held_out_ids(const char* flag, const std::string& path, const vocabulary& vocab) {
-  std::string text;
-  try {
-    text = read_text_file(path);
-  } catch (const std::exception& e) {
-    throw input_error(std::string(flag) + ": " + e.what());
-  }
-  // Characters: a held-out text must use the training text's characters (an unseen one would
-  // only measure <unk>). Words: unseen words are <unk>, as in PTB.
-  std::vector<std::string> tokens;
-  try {
-    tokens = tokenize(vocab.kind(), text);
-  } catch (const std::exception& e) {
-    throw input_error(std::string(flag) + " '" + path + "': " + e.what());
-  }
-  std::vector<std::int32_t> ids;
-  ids.reserve(tokens.size());
-  for (const auto& t : tokens) {
-    const std::int32_t id = vocab.id(t);
-    if (id < 0 && vocab.kind() == token_kind::chars)
-      throw input_error(std::string(flag) + " '" + path + "' holds the character '" + t + "' (U+" + code_point_hex(t) +
-                        "), which the training text does not");
-    ids.push_back(id < 0 ? vocab.unknown_id() : id);
-  }
-  if (ids.size() < 2) throw input_error(std::string(flag) + " '" + path + "' holds fewer than two tokens");
-  return ids;
-}
-
-void place_stages(prepared_run& run, const trainer_options& o, const trainer_events& events) {
-  training_setup& su = run.setup;
-  const lm::config& cfg = su.model;
-  const std::size_t S = run.stages;
-  const bool automatic = run.partition.kind == pl::partition_spec::kind_t::automatic;
-  const bool rank0 = !o.ranks || o.ranks->rank() == 0;
-  const bool across = o.ranks && S > 1;  // cuts between ranks, which pay the link
-  // Across ranks each rank knows only its own device: the plan names rank 0's (lstm_lm's ranks
-  // are given the same --devices).
-  std::vector<pl::device_slot> slots;
-  for (std::size_t s = 0; s < S; ++s)
-    slots.push_back({!o.ranks ? run.devices[s].name() : across ? run.devices.front().name() : "rank " + std::to_string(s)});
-  std::optional<rank_link> link;
-  if (across) link = link_between_ranks(o, cfg, su.link_note);
-  // auto: per-layer costs measured on the first device (the kernels on one micro-batch, in its
-  // arena), across ranks on rank 0's, which every rank then places with; the fixed splits only
-  // print a prediction, from FLOPs and bytes.
-  const nominal_rates rates;
-  su.costs_note = "costs estimated from FLOPs and bytes at nominal rates of " + fixed(rates.flops_per_s / 1e9, 0) +
-                  " GFLOP/s and " + fixed(rates.bytes_per_s / 1e9, 0) +
-                  " GB/s per device, so the predicted step is a rough guide; --partition auto measures the costs";
-  pl::model_costs costs;
-  if (automatic && rank0) {
-    const auto t0 = std::chrono::steady_clock::now();
-    costs = measure_layer_costs(cfg, run.devices.front());
-    const double ms = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - t0).count();
-    su.costs_note = std::string("costs measured on ") + (o.ranks ? "rank 0's " : "") + run.devices.front().name() + " in " +
-                    fixed(ms, 0) + " ms";
-  } else if (!automatic) {
-    costs = estimate_layer_costs(cfg, rates);
-  }
-  if (o.ranks && (automatic || link)) take_rank0s(*o.ranks, automatic, costs, su.costs_note, link);
-  if (automatic && events.on_costs_measured) events.on_costs_measured(costs, su.costs_note);
-  pl::cross_rank_links links;
-  if (link) {
-    for (std::size_t s = 0; s < S; ++s) links.placement.ranks.push_back(static_cast<int>(s));  // replica 0's ranks
-    links.placement.num_ranks = static_cast<int>(S);
-    links.link = pl::link_model::measured(link->latency_us, link->gbps);
-  }
-  try {
-    su.placement = pl::place_layers(costs, slots, run.partition,
-                                    {su.schedule, static_cast<int>(cfg.micro_batches), static_cast<int>(cfg.chunks)}, links);
-  } catch (const std::exception& e) {
-    throw input_error(std::string("--partition: ") + e.what());
-  }
-  su.layer_counts.clear();
-  for (auto& st : su.placement.stages) su.layer_counts.push_back(static_cast<std::size_t>(st.lstm.last - st.lstm.first + 1));
-  su.link = link;
-  if (o.ranks) check_same_placement(*o.ranks, su.placement);
-}
-
-prepared_run prepare_run(const trainer_options& o) {
-  check_options(o);
-  prepared_run run;
-  training_setup& su = run.setup;
+/// The --schedule and --tokens flags parsed into `su` and checked with what they govern
+/// (--chunks, --vocab-size, --epochs, --steps). The schedule is --schedule's, or for auto a
+/// placeholder that choose_schedule replaces.
+pl::schedule_kind read_kinds(const trainer_options& o, training_setup& su) {
   su.auto_schedule = o.schedule == "auto";
   pl::schedule_kind schedule = pl::schedule_kind::one_f_one_b;
   try {
@@ -351,7 +86,13 @@ prepared_run prepare_run(const trainer_options& o) {
     throw input_error("--vocab-size applies to --tokens word only (char tokens keep every character)");
   if (o.epochs_given && o.epochs == 0) throw input_error("--epochs must be at least 1");
   if (!o.epochs_given && o.steps == 0) throw input_error("--steps must be at least 1");
+  return schedule;
+}
 
+/// The devices (run.devices, setup.devices) and the stages of one pipeline: each device a stage,
+/// under mpirun each rank one stage on its one device (ranks / replicas stages).
+void open_devices(const trainer_options& o, prepared_run& run) {
+  training_setup& su = run.setup;
   run.devices = choose_devices(o.devices, o.cpu_threads, su.devices);
   std::size_t S = run.devices.size();
   if (o.replicas == 0) throw input_error("--replicas must be at least 1");
@@ -383,6 +124,14 @@ prepared_run prepare_run(const trainer_options& o) {
       std::none_of(run.devices.begin(), run.devices.end(), [](const device& d) { return d.kind() == device_kind::cuda; }))
     throw input_error("--precision " + o.precision + " sets the math of cuda stages, but the stages run on " +
                       run.devices.front().name() + ", which computes in fp32: use cuda devices or --precision fp32");
+  run.stages = S;
+}
+
+/// The schedule (auto chosen here, docs/lstm_lm.md) and the partition of the layers over the
+/// stages; returns the time chunks of a micro-batch.
+std::size_t choose_schedule(const trainer_options& o, prepared_run& run, pl::schedule_kind schedule) {
+  training_setup& su = run.setup;
+  const std::size_t S = run.stages;
   // auto (docs/lstm_lm.md): 1F1B, except on cpu stages that own their cores (cpu_threads times
   // the stages fits the hardware threads), where wavefront's time chunks let the stages overlap;
   // where the stages share every core (the default), a stage that waits lends its cores to the
@@ -401,52 +150,18 @@ prepared_run prepare_run(const trainer_options& o) {
                         std::to_string(S * o.replicas) + " ranks for " + std::to_string(o.replicas) +
                         (o.replicas == 1 ? " replica" : " replicas") + " (one stage per rank: start stages x replicas ranks)");
   }
-  run.stages = S;
   try {
     run.partition = pl::parse_partition(o.partition, static_cast<int>(o.layers), static_cast<int>(S));
   } catch (const std::exception& e) {
     throw input_error(std::string("--partition: ") + e.what());
   }
+  return chunks;
+}
 
-  // ---- corpus, vocabulary, batches --------------------------------------------------------
-  std::string text;
-  try {
-    if (o.corpus.empty()) text = read_default_corpus(su.source);
-    else text = read_text_file(o.corpus), su.source = o.corpus;
-  } catch (const std::exception& e) {
-    throw input_error(e.what());
-  }
-  // --valid: the whole corpus trains and the file validates (PTB's train/valid/test layout).
-  auto split = o.valid.empty() ? split_text(text, o.val_fraction) : text_split{std::move(text), {}};
-  text.clear();
-  run.vocab = vocabulary::build(su.tokens, split.train, su.tokens == token_kind::words ? o.vocab_size : 0);
-  auto train_ids = run.vocab.encode(split.train);
-  if (!train_ids) throw input_error("the corpus cannot be tokenised");
-  std::vector<std::int32_t> val_ids;
-  if (o.valid.empty()) {
-    auto ids = run.vocab.encode(split.validation);
-    if (!ids) throw input_error("the corpus cannot be tokenised");
-    val_ids = std::move(*ids);
-  } else {
-    val_ids = held_out_ids("--valid", o.valid, run.vocab);
-  }
-  if (!o.test.empty()) run.test_ids = held_out_ids("--test", o.test, run.vocab);
-  try {
-    run.batches.emplace(*train_ids, o.batch, o.seq);
-  } catch (const std::exception& e) {
-    throw input_error("the corpus is too small: " + std::string(e.what()));
-  }
-  if (val_ids.size() < 2) throw input_error("the corpus is too small to hold out a validation text");
-  su.train_tokens = train_ids->size();
-  su.validation_tokens = val_ids.size();
-  run.validation_ids = std::move(val_ids);
-  su.accumulate = o.accumulate;
-  su.carry_state = o.carry_state.value_or(o.accumulate == 1);
-  su.windows = run.batches->windows() / o.accumulate;
-  if (su.windows == 0)
-    throw input_error("the corpus is too small: --accumulate " + std::to_string(o.accumulate) + " needs that many windows and it has " +
-                      std::to_string(run.batches->windows()));
-
+/// The model's configuration from the options (setup.model, total_steps), checked, with the
+/// replicas' constraints on it.
+void build_config(const trainer_options& o, prepared_run& run, std::size_t chunks) {
+  training_setup& su = run.setup;
   lm::config& cfg = su.model;
   cfg.vocab = run.vocab.size();
   cfg.embed = o.embed;
@@ -485,14 +200,13 @@ prepared_run prepare_run(const trainer_options& o) {
                       (cfg.micro_batches == 1 ? " micro-batch" : " micro-batches") + " each");
   if (o.replicas > 1 && run.devices.front().kind() != device_kind::cpu)
     throw input_error("--replicas needs cpu devices (--devices cpu:1): replicas sum their gradients on the host");
+}
 
-  // ---- outputs: a path that cannot be written fails now, not after the run -----------------
-  if (!o.checkpoint.empty()) check_output_dir("--checkpoint", o.checkpoint);
-  if (!o.report.empty()) check_output_dir("--report", o.report);
-  if (!o.trace.empty()) check_output_file("--trace", o.trace);
-  if (!o.log.empty()) check_output_file("--log", o.log);
-
-  // ---- resume? -----------------------------------------------------------------------------
+/// The checkpoint to resume from (run.resume, setup.resumed, first_step): --checkpoint's when it
+/// holds one, which must fit this model and corpus.
+void find_resume(const trainer_options& o, prepared_run& run) {
+  training_setup& su = run.setup;
+  const lm::config& cfg = su.model;
   if (!o.checkpoint.empty() && checkpoint_exists(o.checkpoint)) {
     auto ck = load_checkpoint(o.checkpoint);
     if (!ck) throw input_error(ck.error().message());
@@ -506,6 +220,26 @@ prepared_run prepare_run(const trainer_options& o) {
   }
   su.resumed = run.resume.has_value();
   su.first_step = run.resume ? run.resume->step : 0;
+}
+
+}  // namespace
+
+std::string fixed(double v, int precision) {
+  char buf[64];
+  std::snprintf(buf, sizeof buf, "%.*f", precision, v);
+  return buf;
+}
+
+prepared_run prepare_run(const trainer_options& o) {
+  check_options(o);
+  prepared_run run;
+  const pl::schedule_kind schedule = read_kinds(o, run.setup);
+  open_devices(o, run);
+  const std::size_t chunks = choose_schedule(o, run, schedule);
+  open_data(o, run);
+  build_config(o, run, chunks);
+  check_outputs(o);
+  find_resume(o, run);
   return run;
 }
 

@@ -1,6 +1,8 @@
 #pragma once
 // What train() checks and prepares before its first step: the options, the corpus and its
-// vocabulary, the devices, the placement and the checkpoint to resume from. Private to strata::lm.
+// vocabulary, the devices, the placement and the checkpoint to resume from. Private to strata::lm:
+// prepare_run's steps in trainer_setup.cpp, the option and output checks in trainer_checks.cpp,
+// the text in trainer_data.cpp, the placement in trainer_placement.cpp.
 
 #include <optional>
 #include <string>
@@ -36,6 +38,18 @@ prepared_run prepare_run(const trainer_options& o);
 /// rank 0's costs and link go to every rank, so that every rank places alike (checked).
 /// Throws input_error for a placement that does not fit, std::runtime_error when the ranks fail.
 void place_stages(prepared_run& run, const trainer_options& o, const trainer_events& events);
+
+/// The option checks that need nothing read yet: one input_error sentence for the first bad flag.
+void check_options(const trainer_options& o);
+
+/// Fails before the run, not after it, when an output (--checkpoint, --report, --trace, --log)
+/// cannot be written; creates the directories that are missing.
+void check_outputs(const trainer_options& o);
+
+/// Reads the corpus (and --valid, --test) into `run`: the vocabulary, the training windows, the
+/// held-out ids, and the setup's token counts, accumulation, carried state and windows.
+/// Needs run.setup.tokens.
+void open_data(const trainer_options& o, prepared_run& run);
 
 /// The ids of the held-out file `path` (`flag` names it in errors): unknown words are <unk>;
 /// with characters, one the vocabulary lacks is an input_error naming it.
