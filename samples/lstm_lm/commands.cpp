@@ -121,56 +121,110 @@ lm::checkpoint load_for_inference(const std::string& dir) {
   return std::move(*ck);
 }
 
+/// What a training run shows on stderr while it runs: the setup, the measured costs, a progress
+/// line, retries and validations. Outlives the run (its events point into it).
+class train_display {
+public:
+  explicit train_display(const lm::trainer_options& o) : o_(o) {}
+
+  lm::trainer_events events() {
+    lm::trainer_events ev;
+    ev.on_costs_measured = [](const pl::model_costs& c, const std::string& note) {
+      std::cerr << "lstm_lm: " << note << ": embedding " << ms_of(c.embedding) << " ms, lstm 0 " << ms_of(c.lstm.front()) << " ms"
+                << (c.lstm.size() > 1 ? ", lstm 1-" + std::to_string(c.lstm.size() - 1) + " " + ms_of(c.lstm.back()) + " ms each"
+                                      : std::string())
+                << ", decoder " << ms_of(c.decoder) << " ms (forward + backward per micro-batch)\n";
+    };
+    ev.on_start = [this](const lm::training_setup& s) {
+      print_setup(s, o_);
+      windows_ = s.windows;
+      total_steps_ = s.total_steps;
+      bar_.emplace(s.total_steps, s.first_step);
+    };
+    ev.on_step = [this](const lm::step_progress& p) { bar_->update(p.step, p.loss, p.tokens_per_s, p.eta_s); };
+    ev.on_retry = [](std::size_t step, std::size_t attempt, std::size_t retries, const std::string& error) {
+      std::cerr << "\nlstm_lm: step " << step << " failed: " << error << "; retrying (" << attempt << " of " << retries << ")\n";
+    };
+    ev.on_validation = [this](std::size_t step, bool epoch_end, const lm::eval_result& v) { validation(step, epoch_end, v); };
+    return ev;
+  }
+
+  /// Ends the progress line (when one was shown).
+  void finish() {
+    if (bar_) bar_->finish();
+  }
+
+private:
+  void validation(std::size_t step, bool epoch_end, const lm::eval_result& v) {
+    const std::string figures = "validation loss " + fmt(v.loss, 4) + ", perplexity " + fmt(std::exp(v.loss), 2) + " (" +
+                                std::to_string(v.tokens) + " tokens)";
+    if (epoch_end) {
+      bar_->note("epoch " + std::to_string(step / windows_) + ": " + figures);
+    } else if (step < total_steps_) {  // --val-every
+      bar_->note("step " + std::to_string(step) + ": " + figures);
+    } else {
+      bar_->finish();
+      std::cerr << figures << "\n";
+    }
+  }
+
+  const lm::trainer_options& o_;
+  std::optional<progress_line> bar_;
+  std::size_t windows_ = 1, total_steps_ = 0;
+};
+
+/// lm::train, with bad options as usage_error (exit 2).
+lm::training_result train_or_usage_error(const lm::trainer_options& o, const lm::trainer_events& ev) {
+  try {
+    return lm::train(o, ev);
+  } catch (const lm::input_error& e) {
+    throw usage_error(e.what());
+  }
+}
+
+/// The run's figures on rank 0: its steps, the --test file, the closing sample.
+void print_result(const lm::trainer_options& o, const lm::training_result& r) {
+  if (r.steps_this_run > 0)
+    std::cerr << "lstm_lm: " << r.steps_this_run << " steps in " << fmt(r.wall_s, 1) << " s; median step " << fmt(r.step_ms, 1)
+              << " ms (ideal " << fmt(r.ideal_step_ms, 1) << " ms), bubble " << fmt(r.bubble, 3) << " (ideal "
+              << fmt(r.ideal_bubble, 3) << "), " << fmt(r.tokens_per_s, 0) << " tokens/s, parameter norm " << fmt(r.param_norm, 2)
+              << "\n";
+  if (r.test)
+    std::cerr << "lstm_lm: test loss " << fmt(r.test->loss, 4) << ", perplexity " << fmt(std::exp(r.test->loss), 2) << " ("
+              << r.test->tokens << " tokens of " << o.test << ")\n";
+  if (o.sample_length > 0)
+    std::cerr << "lstm_lm: sample (temperature " << fmt(o.sample_temperature, 2) << ", seed " << o.seed << "; prompt from the validation text):\n"
+              << r.sample_prompt << r.sample << "\n";
+}
+
+/// Rank 0's files after the run: the report and the trace (across ranks, every rank's joined).
+void write_outputs(const lm::trainer_options& o, const lm::training_result& r, bool ranked_trace) {
+  if (!o.report.empty())
+    std::cerr << "lstm_lm: report in " << lstm_lm::write_report(r, o.report) << "\n";
+  if (!o.trace.empty()) {  // the trace is written at shutdown: its failure is the run's
+    if (!r.trace_error.empty()) throw std::runtime_error("--trace: " + r.trace_error);
+    if (ranked_trace) std::cerr << lstm_lm::join_rank_traces(o.trace, o.ranks->size(), std::chrono::seconds(60)) << "\n";
+    else std::cerr << "lstm_lm: trace of " << r.trace_events << " events in " << o.trace << "\n";
+  }
+}
+
 }  // namespace
 
 int run_train(lm::trainer_options o) {
   o.handle_signals = true;
   o.program = "lstm_lm";
-  std::optional<progress_line> bar;
-  lm::trainer_events ev;
-  ev.on_costs_measured = [](const pl::model_costs& c, const std::string& note) {
-    std::cerr << "lstm_lm: " << note << ": embedding " << ms_of(c.embedding) << " ms, lstm 0 " << ms_of(c.lstm.front()) << " ms"
-              << (c.lstm.size() > 1 ? ", lstm 1-" + std::to_string(c.lstm.size() - 1) + " " + ms_of(c.lstm.back()) + " ms each"
-                                    : std::string())
-              << ", decoder " << ms_of(c.decoder) << " ms (forward + backward per micro-batch)\n";
-  };
-  std::size_t windows = 1, total_steps = 0;
-  ev.on_start = [&](const lm::training_setup& s) {
-    print_setup(s, o);
-    windows = s.windows;
-    total_steps = s.total_steps;
-    bar.emplace(s.total_steps, s.first_step);
-  };
-  ev.on_step = [&](const lm::step_progress& p) { bar->update(p.step, p.loss, p.tokens_per_s, p.eta_s); };
-  ev.on_retry = [](std::size_t step, std::size_t attempt, std::size_t retries, const std::string& error) {
-    std::cerr << "\nlstm_lm: step " << step << " failed: " << error << "; retrying (" << attempt << " of " << retries << ")\n";
-  };
-  ev.on_validation = [&](std::size_t step, bool epoch_end, const lm::eval_result& v) {
-    const std::string figures = "validation loss " + fmt(v.loss, 4) + ", perplexity " + fmt(std::exp(v.loss), 2) + " (" +
-                                std::to_string(v.tokens) + " tokens)";
-    if (epoch_end) {
-      bar->note("epoch " + std::to_string(step / windows) + ": " + figures);
-    } else if (step < total_steps) {  // --val-every
-      bar->note("step " + std::to_string(step) + ": " + figures);
-    } else {
-      bar->finish();
-      std::cerr << figures << "\n";
-    }
-  };
-  if (o.ranks && o.ranks->rank() != 0) {  // under mpirun rank 0 prints, logs and reports
+  train_display display(o);
+  lm::trainer_events ev = display.events();
+  const bool rank0 = !o.ranks || o.ranks->rank() == 0;
+  if (!rank0) {  // under mpirun rank 0 prints, logs and reports
     ev = {};
     o.report.clear();
   }
   const bool ranked_trace = !o.trace.empty() && o.ranks && o.ranks->size() > 1;
-  if (ranked_trace && o.ranks->rank() == 0) lstm_lm::remove_rank_traces(o.trace, o.ranks->size());
-  lm::training_result r;
-  try {
-    r = lm::train(o, ev);
-  } catch (const lm::input_error& e) {
-    throw usage_error(e.what());
-  }
-  if (bar) bar->finish();
-  if (o.ranks && o.ranks->rank() != 0) {
+  if (ranked_trace && rank0) lstm_lm::remove_rank_traces(o.trace, o.ranks->size());
+  const lm::training_result r = train_or_usage_error(o, ev);
+  display.finish();
+  if (!rank0) {
     // Every rank's trace is the run's: a rank that cannot write its own says so and fails.
     if (ranked_trace && !r.trace_error.empty())
       throw std::runtime_error("--trace on rank " + std::to_string(o.ranks->rank()) + ": " + r.trace_error);
@@ -183,24 +237,8 @@ int run_train(lm::trainer_options o) {
               << "\n";
     return 130;
   }
-  if (r.steps_this_run > 0)
-    std::cerr << "lstm_lm: " << r.steps_this_run << " steps in " << fmt(r.wall_s, 1) << " s; median step " << fmt(r.step_ms, 1)
-              << " ms (ideal " << fmt(r.ideal_step_ms, 1) << " ms), bubble " << fmt(r.bubble, 3) << " (ideal "
-              << fmt(r.ideal_bubble, 3) << "), " << fmt(r.tokens_per_s, 0) << " tokens/s, parameter norm " << fmt(r.param_norm, 2)
-              << "\n";
-  if (r.test)
-    std::cerr << "lstm_lm: test loss " << fmt(r.test->loss, 4) << ", perplexity " << fmt(std::exp(r.test->loss), 2) << " ("
-              << r.test->tokens << " tokens of " << o.test << ")\n";
-  if (o.sample_length > 0)
-    std::cerr << "lstm_lm: sample (temperature " << fmt(o.sample_temperature, 2) << ", seed " << o.seed << "; prompt from the validation text):\n"
-              << r.sample_prompt << r.sample << "\n";
-  if (!o.report.empty())
-    std::cerr << "lstm_lm: report in " << lstm_lm::write_report(r, o.report) << "\n";
-  if (!o.trace.empty()) {  // the trace is written at shutdown: its failure is the run's
-    if (!r.trace_error.empty()) throw std::runtime_error("--trace: " + r.trace_error);
-    if (ranked_trace) std::cerr << lstm_lm::join_rank_traces(o.trace, o.ranks->size(), std::chrono::seconds(60)) << "\n";
-    else std::cerr << "lstm_lm: trace of " << r.trace_events << " events in " << o.trace << "\n";
-  }
+  print_result(o, r);
+  write_outputs(o, r, ranked_trace);
   return 0;
 }
 
