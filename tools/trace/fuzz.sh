@@ -32,6 +32,7 @@ done
 mkdir -p "$work/corpus"
 binary="$work/fuzz_trace_reader"
 sources=(tools/trace/fuzz_reader.cpp tools/trace/src/trace_reader.cpp tools/trace/src/trace_model.cpp tools/trace/src/critical_path.cpp tools/trace/summary.cpp
+         tools/trace/summary_pipeline.cpp tools/trace/summary_critical_path.cpp tools/trace/text_table.cpp
          tools/trace/chrome_export.cpp tools/trace/timeline_svg.cpp tools/trace/message_graph.cpp runtime/src/error.cpp)
 if [[ ! -x "$binary" ]] || [[ -n "$(find "${sources[@]}" tools/trace/*.hpp tools/trace/include/strata/trace_tools/*.hpp -newer "$binary" 2>/dev/null)" ]]; then
   echo "fuzz.sh: building $binary with $cxx"
