@@ -33,7 +33,7 @@ mkdir -p "$work/corpus"
 binary="$work/fuzz_trace_reader"
 sources=(tools/trace/fuzz_reader.cpp tools/trace/src/trace_reader.cpp tools/trace/src/trace_model.cpp tools/trace/src/critical_path.cpp tools/trace/summary.cpp
          tools/trace/summary_pipeline.cpp tools/trace/summary_critical_path.cpp tools/trace/text_table.cpp
-         tools/trace/chrome_export.cpp tools/trace/timeline_svg.cpp tools/trace/message_graph.cpp runtime/src/error.cpp)
+         tools/trace/chrome_export.cpp tools/trace/timeline_rows.cpp tools/trace/timeline_svg.cpp tools/trace/message_graph.cpp runtime/src/error.cpp)
 if [[ ! -x "$binary" ]] || [[ -n "$(find "${sources[@]}" tools/trace/*.hpp tools/trace/include/strata/trace_tools/*.hpp -newer "$binary" 2>/dev/null)" ]]; then
   echo "fuzz.sh: building $binary with $cxx"
   if ! "$cxx" -std=c++20 -O1 -g -fsanitize=fuzzer,address,undefined -fno-sanitize-recover=undefined \
