@@ -31,7 +31,7 @@ for d in /usr/local/include /opt/homebrew/include; do  # /usr/include is searche
 done
 mkdir -p "$work/corpus"
 binary="$work/fuzz_trace_reader"
-sources=(tools/trace/fuzz_reader.cpp tools/trace/src/trace_reader.cpp tools/trace/src/trace_model.cpp tools/trace/src/critical_path.cpp tools/trace/summary.cpp
+sources=(tools/trace/fuzz_reader.cpp tools/trace/src/trace_reader.cpp tools/trace/src/trace_model.cpp tools/trace/src/build_model.cpp tools/trace/src/critical_path.cpp tools/trace/summary.cpp
          tools/trace/summary_pipeline.cpp tools/trace/summary_critical_path.cpp tools/trace/text_table.cpp
          tools/trace/chrome_export.cpp tools/trace/timeline_rows.cpp tools/trace/timeline_svg.cpp tools/trace/message_graph.cpp runtime/src/error.cpp)
 if [[ ! -x "$binary" ]] || [[ -n "$(find "${sources[@]}" tools/trace/*.hpp tools/trace/include/strata/trace_tools/*.hpp -newer "$binary" 2>/dev/null)" ]]; then
