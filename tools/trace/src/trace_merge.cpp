@@ -125,6 +125,170 @@ std::string check_inputs(const std::vector<const trace_file*>& in) {
   return {};
 }
 
+/// The merge of the ranks' traces `in` (sorted by rank, checked) into `result`, a step at a time.
+class rank_merge {
+public:
+  rank_merge(const std::vector<const trace_file*>& in, merge_result& result)
+      : in_(in), out_(result.trace), n_(result.counts), ids_(result.trace) {}
+
+  /// The merged trace's header; one clock: each rank's start on rank 0's wall clock, the merged
+  /// trace starting at the earliest.
+  void header() {
+    n_.ranks = in_.size();
+    out_.name = "merged";
+    out_.version = 2;
+    out_.rank = all_ranks;
+    out_.world_size = in_.front()->world_size;
+    out_.job_id = in_.front()->job_id;
+    start_.resize(in_.size());
+    for (std::size_t i = 0; i < in_.size(); ++i)
+      start_[i] = static_cast<std::int64_t>(in_[i]->start_unix_ns) + in_[i]->clock_offset_ns;
+    origin_ = *std::min_element(start_.begin(), start_.end());
+    out_.start_unix_ns = static_cast<std::uint64_t>(origin_);
+    for (const auto* f : in_) {
+      out_.dropped += f->dropped;
+      out_.clock_uncertainty_ns = std::max(out_.clock_uncertainty_ns, f->clock_uncertainty_ns);
+    }
+  }
+
+  /// Receipts by (sending rank, its message id, receiving rank).
+  void collect_receipts() {
+    for (std::size_t i = 0; i < in_.size(); ++i)
+      for (const auto& e : in_[i]->events)
+        if (e.kind == static_cast<std::uint8_t>(event_kind::remote_recv))
+          receipts_[{e.arg32, e.peer, in_[i]->rank}] = receipt{i, &e, false};
+  }
+
+  /// Actor ids grouped by rank, in the order each rank spawned them.
+  void number_actors() {
+    for (const auto* f : in_)
+      for (const auto& e : f->events)
+        if (e.kind == static_cast<std::uint8_t>(event_kind::spawn)) ids_.actor_id(f->rank, e.actor);
+  }
+
+  /// Links: the receipt's message takes the send's merged id; its receiver is the send's peer.
+  void link_messages() {
+    for (std::size_t i = 0; i < in_.size(); ++i) {
+      const std::uint32_t rank = in_[i]->rank;
+      for (const auto& e : in_[i]->events) {
+        if (e.kind != static_cast<std::uint8_t>(event_kind::remote_send)) continue;
+        auto it = receipts_.find({rank, e.msg, e.arg32});
+        if (it == receipts_.end()) {
+          ++n_.unmatched_sends;
+          continue;
+        }
+        it->second.matched = true;
+        ++n_.linked;
+        const std::uint32_t to = in_[it->second.file]->rank;
+        const std::uint64_t merged = ids_.message_id(rank, e.msg);
+        ids_.alias_message(to, it->second.event->msg, merged);
+        delivered_locally_.insert({to, it->second.event->msg});
+        send_receiver_[&e] = ids_.actor_id(to, it->second.event->actor);
+        if (shifted(it->second.file, it->second.event->ts_ns) < shifted(i, e.ts_ns)) ++n_.handled_before_sent;
+      }
+    }
+    for (const auto& [key, r] : receipts_)
+      if (!r.matched) ++n_.unmatched_receipts;
+  }
+
+  /// Every event, on the one clock with job-wide ids, but the local deliveries of linked
+  /// messages (the sending rank's remote_send stands for them).
+  void copy_events() {
+    for (std::size_t i = 0; i < in_.size(); ++i) {
+      const trace_file& f = *in_[i];
+      for (const auto& e : f.events) {
+        if (e.kind == static_cast<std::uint8_t>(event_kind::send) && delivered_locally_.count({f.rank, e.msg}) != 0)
+          continue;
+        out_.events.push_back(translated(i, e));
+      }
+    }
+  }
+
+  /// Where each actor ran, at the start (kind placement: actor, arg32 = rank); then every event
+  /// in time order.
+  void add_placements() {
+    std::vector<trace::record> placed;
+    for (const auto& [rank, local, merged] : ids_.actors()) {
+      trace::record p{};
+      p.actor = merged;
+      p.arg32 = rank;
+      p.kind = static_cast<std::uint8_t>(event_kind::placement);
+      placed.push_back(p);
+    }
+    out_.events.insert(out_.events.begin(), placed.begin(), placed.end());
+    std::stable_sort(out_.events.begin(), out_.events.end(),
+                     [](const trace::record& a, const trace::record& b) { return a.ts_ns < b.ts_ns; });
+    n_.events = out_.events.size();
+  }
+
+private:
+  struct receipt {
+    std::size_t file = 0;
+    const trace::record* event = nullptr;
+    bool matched = false;
+  };
+
+  std::uint64_t shifted(std::size_t i, std::uint64_t ts) const { return ts + static_cast<std::uint64_t>(start_[i] - origin_); }
+
+  /// Event `e` of input `i` with the merged trace's clock, ids, strings and types.
+  trace::record translated(std::size_t i, const trace::record& e) {
+    const trace_file& f = *in_[i];
+    const std::uint32_t rank = f.rank;
+    trace::record o = e;
+    o.ts_ns = shifted(i, e.ts_ns);
+    if (is_message_kind(e.kind)) {
+      o.actor = ids_.actor_id(rank, e.actor);
+      o.msg = ids_.message_id(rank, e.msg);
+      o.type = static_cast<std::uint16_t>(ids_.type_id(f, e.type));
+    }
+    switch (static_cast<event_kind>(e.kind)) {
+      case event_kind::spawn:
+        o.actor = ids_.actor_id(rank, e.actor);
+        o.peer = ids_.actor_id(rank, e.peer);
+        o.arg32 = ids_.string_id((f.string_at(e.arg32).empty() ? "actor-" + std::to_string(e.actor) : f.string_at(e.arg32)) +
+                                 "@r" + std::to_string(rank));
+        break;
+      case event_kind::exit:
+      case event_kind::tag:
+        o.actor = ids_.actor_id(rank, e.actor);
+        o.msg = ids_.string_id(f.string_at(e.msg));
+        break;
+      case event_kind::remote_send: {
+        auto to = send_receiver_.find(&e);
+        o.peer = to != send_receiver_.end() ? to->second : ids_.actor_id(rank, e.peer);
+        break;
+      }
+      case event_kind::remote_recv:
+        // The sender's message id, which the link made this one's.
+        o.peer = receipts_.at({e.arg32, e.peer, rank}).matched ? o.msg : 0;
+        break;
+      case event_kind::transfer_begin:
+      case event_kind::transfer_end:
+        break;  // actor and peer are ranks already; the MPI tag is the same on both ends
+      case event_kind::device_begin:
+      case event_kind::device_end:
+        o.actor = (std::uint64_t{rank} << 32) | (e.actor & 0xffffffffu);
+        o.arg32 = ids_.string_id(f.string_at(e.arg32));
+        break;
+      default:
+        if (is_message_kind(e.kind)) o.peer = ids_.actor_id(rank, e.peer);
+        else ++n_.unknown_events;  // copied; its fields cannot be translated
+        break;
+    }
+    return o;
+  }
+
+  const std::vector<const trace_file*>& in_;
+  trace_file& out_;
+  merge_counts& n_;
+  merger ids_;
+  std::vector<std::int64_t> start_;
+  std::int64_t origin_ = 0;
+  std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint32_t>, receipt> receipts_;
+  std::unordered_map<const trace::record*, std::uint64_t> send_receiver_;  // remote_send -> merged receiver
+  std::set<rank_key> delivered_locally_;  // (receiving rank, its message id): the proxy's send record
+};
+
 }  // namespace
 
 merge_result merge_traces(const std::vector<trace_file>& ranks) {
@@ -136,132 +300,13 @@ merge_result merge_traces(const std::vector<trace_file>& ranks) {
     result.error = err;
     return result;
   }
-  trace_file& out = result.trace;
-  merge_counts& n = result.counts;
-  n.ranks = in.size();
-  out.name = "merged";
-  out.version = 2;
-  out.rank = all_ranks;
-  out.world_size = in.front()->world_size;
-  out.job_id = in.front()->job_id;
-
-  // One clock: each rank's start on rank 0's wall clock; the merged trace starts at the earliest.
-  std::vector<std::int64_t> start(in.size());
-  for (std::size_t i = 0; i < in.size(); ++i)
-    start[i] = static_cast<std::int64_t>(in[i]->start_unix_ns) + in[i]->clock_offset_ns;
-  const std::int64_t origin = *std::min_element(start.begin(), start.end());
-  out.start_unix_ns = static_cast<std::uint64_t>(origin);
-  for (const auto* f : in) {
-    out.dropped += f->dropped;
-    out.clock_uncertainty_ns = std::max(out.clock_uncertainty_ns, f->clock_uncertainty_ns);
-  }
-  auto shifted = [&](std::size_t i, std::uint64_t ts) { return ts + static_cast<std::uint64_t>(start[i] - origin); };
-
-  // Receipts by (sending rank, its message id, receiving rank).
-  struct receipt {
-    std::size_t file = 0;
-    const trace::record* event = nullptr;
-    bool matched = false;
-  };
-  std::map<std::tuple<std::uint32_t, std::uint64_t, std::uint32_t>, receipt> receipts;
-  for (std::size_t i = 0; i < in.size(); ++i)
-    for (const auto& e : in[i]->events)
-      if (e.kind == static_cast<std::uint8_t>(event_kind::remote_recv))
-        receipts[{e.arg32, e.peer, in[i]->rank}] = receipt{i, &e, false};
-
-  merger ids(out);
-  // Actor ids grouped by rank, in the order each rank spawned them.
-  for (const auto* f : in)
-    for (const auto& e : f->events)
-      if (e.kind == static_cast<std::uint8_t>(event_kind::spawn)) ids.actor_id(f->rank, e.actor);
-  // Links: the receipt's message takes the send's merged id; its receiver is the send's peer.
-  std::unordered_map<const trace::record*, std::uint64_t> send_receiver;  // remote_send -> merged receiver
-  std::set<rank_key> delivered_locally;  // (receiving rank, its message id): the proxy's send record
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    const std::uint32_t rank = in[i]->rank;
-    for (const auto& e : in[i]->events) {
-      if (e.kind != static_cast<std::uint8_t>(event_kind::remote_send)) continue;
-      auto it = receipts.find({rank, e.msg, e.arg32});
-      if (it == receipts.end()) {
-        ++n.unmatched_sends;
-        continue;
-      }
-      it->second.matched = true;
-      ++n.linked;
-      const std::uint32_t to = in[it->second.file]->rank;
-      const std::uint64_t merged = ids.message_id(rank, e.msg);
-      ids.alias_message(to, it->second.event->msg, merged);
-      delivered_locally.insert({to, it->second.event->msg});
-      send_receiver[&e] = ids.actor_id(to, it->second.event->actor);
-      if (shifted(it->second.file, it->second.event->ts_ns) < shifted(i, e.ts_ns)) ++n.handled_before_sent;
-    }
-  }
-  for (const auto& [key, r] : receipts)
-    if (!r.matched) ++n.unmatched_receipts;
-
-  for (std::size_t i = 0; i < in.size(); ++i) {
-    const trace_file& f = *in[i];
-    const std::uint32_t rank = f.rank;
-    for (const auto& e : f.events) {
-      trace::record o = e;
-      o.ts_ns = shifted(i, e.ts_ns);
-      if (e.kind == static_cast<std::uint8_t>(event_kind::send) && delivered_locally.count({rank, e.msg}) != 0)
-        continue;  // the delivery of a linked message: the sending rank's remote_send stands for it
-      if (is_message_kind(e.kind)) {
-        o.actor = ids.actor_id(rank, e.actor);
-        o.msg = ids.message_id(rank, e.msg);
-        o.type = static_cast<std::uint16_t>(ids.type_id(f, e.type));
-      }
-      switch (static_cast<event_kind>(e.kind)) {
-        case event_kind::spawn:
-          o.actor = ids.actor_id(rank, e.actor);
-          o.peer = ids.actor_id(rank, e.peer);
-          o.arg32 = ids.string_id((f.string_at(e.arg32).empty() ? "actor-" + std::to_string(e.actor) : f.string_at(e.arg32)) +
-                                  "@r" + std::to_string(rank));
-          break;
-        case event_kind::exit:
-        case event_kind::tag:
-          o.actor = ids.actor_id(rank, e.actor);
-          o.msg = ids.string_id(f.string_at(e.msg));
-          break;
-        case event_kind::remote_send: {
-          auto to = send_receiver.find(&e);
-          o.peer = to != send_receiver.end() ? to->second : ids.actor_id(rank, e.peer);
-          break;
-        }
-        case event_kind::remote_recv:
-          // The sender's message id, which the link made this one's.
-          o.peer = receipts.at({e.arg32, e.peer, rank}).matched ? o.msg : 0;
-          break;
-        case event_kind::transfer_begin:
-        case event_kind::transfer_end:
-          break;  // actor and peer are ranks already; the MPI tag is the same on both ends
-        case event_kind::device_begin:
-        case event_kind::device_end:
-          o.actor = (std::uint64_t{rank} << 32) | (e.actor & 0xffffffffu);
-          o.arg32 = ids.string_id(f.string_at(e.arg32));
-          break;
-        default:
-          if (is_message_kind(e.kind)) o.peer = ids.actor_id(rank, e.peer);
-          else ++n.unknown_events;  // copied; its fields cannot be translated
-          break;
-      }
-      out.events.push_back(o);
-    }
-  }
-  // Where each actor ran, at the start (kind placement: actor, arg32 = rank).
-  std::vector<trace::record> placed;
-  for (const auto& [rank, local, merged] : ids.actors()) {
-    trace::record p{};
-    p.actor = merged;
-    p.arg32 = rank;
-    p.kind = static_cast<std::uint8_t>(event_kind::placement);
-    placed.push_back(p);
-  }
-  out.events.insert(out.events.begin(), placed.begin(), placed.end());
-  std::stable_sort(out.events.begin(), out.events.end(),
-                   [](const trace::record& a, const trace::record& b) { return a.ts_ns < b.ts_ns; });
-  n.events = out.events.size();
+  rank_merge merge(in, result);
+  merge.header();
+  merge.collect_receipts();
+  merge.number_actors();
+  merge.link_messages();
+  merge.copy_events();
+  merge.add_placements();
   return result;
 }
 
