@@ -206,11 +206,11 @@ expected<std::vector<safetensor>> decode_safetensors(const std::string& bytes) {
   return out;
 }
 
-error save_checkpoint(const std::string& dir_name, const checkpoint& ck) {
-  const fs::path dir(dir_name);
-  std::error_code ec;
-  fs::create_directories(dir, ec);
-  if (ec || !fs::is_directory(dir)) return fail("cannot create checkpoint directory '" + dir_name + "'");
+namespace {
+
+/// The parameters as safetensors (model.safetensors) and, when the run carries LSTM state, that
+/// state (state.safetensors; empty when it does not).
+expected<std::pair<std::string, std::string>> encode_tensors(const checkpoint& ck) {
   std::vector<safetensor> tensors;
   try {
     for (const auto& p : ck.parameters) tensors.push_back({p.name, parameter_shape(ck.config, p.name), p.values});
@@ -233,7 +233,11 @@ error save_checkpoint(const std::string& dir_name, const checkpoint& ck) {
       return fail(std::string("cannot save the checkpoint's carried state: ") + e.what());
     }
   }
-  const std::string vocab = ck.vocab.to_json();
+  return std::pair{std::move(model), std::move(carried)};
+}
+
+/// optimizer.json: the optimizer's settings for people and other tools.
+std::string optimizer_json(const checkpoint& ck) {
   const auto& c = ck.config;
   const bool sgd_family = c.optimizer != optimizer_kind::adam && c.optimizer != optimizer_kind::adamw;
   nlohmann::ordered_json opt = {{"optimizer", to_string(c.optimizer)}, {"lr", c.lr},
@@ -243,7 +247,13 @@ error save_checkpoint(const std::string& dir_name, const checkpoint& ck) {
               {"lr_scale", ck.schedule.lr_scale}});
   opt["note"] = ck.optimizer_state.empty() ? "plain SGD keeps no per-parameter state"
                                            : "per-parameter state in optimizer.kvstore (a strata kvstore checkpoint)";
-  const std::string optimizer = opt.dump(1) + "\n";
+  return opt.dump(1) + "\n";
+}
+
+/// config.json: the model, the position in the run and the schedule, and the size and checksum
+/// of each data file (`bytes_of`, by name).
+nlohmann::ordered_json config_json(const checkpoint& ck, const std::map<std::string, const std::string*>& bytes_of) {
+  const auto& c = ck.config;
   nlohmann::ordered_json cfg = {
       {"format", format_name}, {"version", format_version},
       {"layers", c.layers}, {"hidden", c.hidden}, {"embed", c.embed}, {"vocab", c.vocab},
@@ -254,41 +264,59 @@ error save_checkpoint(const std::string& dir_name, const checkpoint& ck) {
       {"eps", c.eps}, {"weight_decay", c.weight_decay}, {"residual", c.residual},
       {"dropout", c.dropout}, {"lr_schedule", ck.schedule.kind}, {"warmup_steps", ck.schedule.warmup_steps}, {"lr_scale", ck.schedule.lr_scale},
       {"best_val_loss", std::isfinite(ck.schedule.best_val_loss) ? nlohmann::ordered_json(ck.schedule.best_val_loss) : nlohmann::ordered_json(nullptr)},
-      {"stale_validations", ck.schedule.stale_validations},
-      {"files", {{"model.safetensors", {{"bytes", model.size()}, {"fnv1a64", hex64(strata::fnv1a64(model))}}},
-                 {"vocab.json", {{"bytes", vocab.size()}, {"fnv1a64", hex64(strata::fnv1a64(vocab))}}},
-                 {"optimizer.json", {{"bytes", optimizer.size()}, {"fnv1a64", hex64(strata::fnv1a64(optimizer))}}}}}};
+      {"stale_validations", ck.schedule.stale_validations}};
+  // model.safetensors, vocab.json and optimizer.json in that order, then the optional files.
+  nlohmann::ordered_json files = nlohmann::ordered_json::object();
+  for (const char* name : {"model.safetensors", "vocab.json", "optimizer.json", state_file, carry_file})
+    if (auto it = bytes_of.find(name); it != bytes_of.end())
+      files[name] = {{"bytes", it->second->size()}, {"fnv1a64", hex64(strata::fnv1a64(*it->second))}};
+  cfg["files"] = std::move(files);
+  return cfg;
+}
+
+/// Until the new config.json lands, the committed one must stay loadable: each file it records
+/// keeps a copy of that generation as .prev-<name> (a hard link, or a copy where links fail),
+/// which load_checkpoint falls back to. A file that no longer matches it was replaced by an
+/// earlier interrupted save, and its .prev- copy is the committed one already.
+error keep_committed_generation(const fs::path& dir, const std::string& dir_name) {
+  auto committed = read_file(dir / "config.json", dir_name);
+  if (!committed) return {};
+  const json old_cfg = json::parse(*committed, nullptr, false);
+  for (const char* name : all_files) {
+    auto current = read_file(dir / name, dir_name);
+    if (!current || !matches_record(old_cfg, name, *current)) continue;
+    const fs::path staged = dir / (".tmp-prev-" + std::string(name)), prev = dir / (".prev-" + std::string(name));
+    ::unlink(staged.c_str());
+    if (::link((dir / name).c_str(), staged.c_str()) != 0) {
+      if (auto e = write_temporary(dir, "prev-" + std::string(name), *current); e) return e;
+    }
+    if (::rename(staged.c_str(), prev.c_str()) != 0)
+      return fail("cannot rename '" + staged.string() + "' to '" + prev.string() + "': " + std::strerror(errno));
+  }
+  sync_directory(dir);
+  return {};
+}
+
+}  // namespace
+
+error save_checkpoint(const std::string& dir_name, const checkpoint& ck) {
+  const fs::path dir(dir_name);
+  std::error_code ec;
+  fs::create_directories(dir, ec);
+  if (ec || !fs::is_directory(dir)) return fail("cannot create checkpoint directory '" + dir_name + "'");
+  auto encoded = encode_tensors(ck);
+  if (!encoded) return encoded.error();
+  const auto& [model, carried] = *encoded;
+  const std::string vocab = ck.vocab.to_json();
+  const std::string optimizer = optimizer_json(ck);
   std::map<std::string, const std::string*> bytes_of = {
       {"model.safetensors", &model}, {"vocab.json", &vocab}, {"optimizer.json", &optimizer}};
-  if (!ck.optimizer_state.empty()) {
-    bytes_of[state_file] = &ck.optimizer_state;
-    cfg["files"][state_file] = {{"bytes", ck.optimizer_state.size()}, {"fnv1a64", hex64(strata::fnv1a64(ck.optimizer_state))}};
-  }
-  if (!carried.empty()) {
-    bytes_of[carry_file] = &carried;
-    cfg["files"][carry_file] = {{"bytes", carried.size()}, {"fnv1a64", hex64(strata::fnv1a64(carried))}};
-  }
+  if (!ck.optimizer_state.empty()) bytes_of[state_file] = &ck.optimizer_state;
+  if (!carried.empty()) bytes_of[carry_file] = &carried;
+  const auto cfg = config_json(ck, bytes_of);
   for (const auto& [name, bytes] : bytes_of)
     if (auto e = write_temporary(dir, name, *bytes); e) return e;
-  // Until the new config.json lands, the committed one must stay loadable: each file it records
-  // keeps a copy of that generation as .prev-<name> (a hard link, or a copy where links fail),
-  // which load_checkpoint falls back to. A file that no longer matches it was replaced by an
-  // earlier interrupted save, and its .prev- copy is the committed one already.
-  if (auto committed = read_file(dir / "config.json", dir_name)) {
-    const json old_cfg = json::parse(*committed, nullptr, false);
-    for (const char* name : all_files) {
-      auto current = read_file(dir / name, dir_name);
-      if (!current || !matches_record(old_cfg, name, *current)) continue;
-      const fs::path staged = dir / (".tmp-prev-" + std::string(name)), prev = dir / (".prev-" + std::string(name));
-      ::unlink(staged.c_str());
-      if (::link((dir / name).c_str(), staged.c_str()) != 0) {
-        if (auto e = write_temporary(dir, "prev-" + std::string(name), *current); e) return e;
-      }
-      if (::rename(staged.c_str(), prev.c_str()) != 0)
-        return fail("cannot rename '" + staged.string() + "' to '" + prev.string() + "': " + std::strerror(errno));
-    }
-    sync_directory(dir);
-  }
+  if (auto e = keep_committed_generation(dir, dir_name); e) return e;
   for (const auto& [name, bytes] : bytes_of)
     if (auto e = commit_temporary(dir, name); e) return e;
   sync_directory(dir);
@@ -305,9 +333,10 @@ bool checkpoint_exists(const std::string& dir) {
   return fs::is_regular_file(fs::path(dir) / "config.json", ec);
 }
 
-expected<checkpoint> load_checkpoint(const std::string& dir_name) {
-  const fs::path dir(dir_name);
-  const std::string where = "checkpoint '" + dir_name + "'";
+namespace {
+
+/// config.json of the checkpoint in `dir`: a JSON object of this format and version.
+expected<json> read_config_json(const fs::path& dir, const std::string& dir_name, const std::string& where) {
   if (!checkpoint_exists(dir_name)) return fail(where + " has no config.json (not a checkpoint directory)");
   auto cfg_text = read_file(dir / "config.json", dir_name);
   if (!cfg_text) return cfg_text.error();
@@ -315,7 +344,12 @@ expected<checkpoint> load_checkpoint(const std::string& dir_name) {
   if (cfg.is_discarded() || !cfg.is_object()) return fail(where + " has a config.json that is not valid JSON");
   if (!cfg.contains("format") || cfg["format"] != format_name || !cfg.contains("version") || cfg["version"] != format_version)
     return fail(where + " is not a strata lstm_lm checkpoint (config.json format/version)");
-  checkpoint ck;
+  return cfg;
+}
+
+/// The model's configuration, the position in the run and the schedule from config.json into
+/// `ck`: every key known, every field of its type, the configuration valid.
+error read_config_fields(const json& cfg, checkpoint& ck, const std::string& where) {
   try {
     for (auto& [key, value] : cfg.items())
       if (std::find_if(std::begin(config_keys), std::end(config_keys), [&](const char* k) { return key == k; }) ==
@@ -359,6 +393,14 @@ expected<checkpoint> load_checkpoint(const std::string& dir_name) {
   } catch (const std::exception& e) {
     return fail(where + " has a config.json with a missing or bad field (" + e.what() + ")");
   }
+  return {};
+}
+
+/// The data files config.json records, by name: each matching its size and checksum there, or
+/// else its previous generation (.prev-<name>, left by a save interrupted before its config.json
+/// landed).
+expected<std::map<std::string, std::string>> read_data_files(json& cfg, const fs::path& dir, const std::string& dir_name,
+                                                             const std::string& where) {
   std::map<std::string, std::string> files;
   std::vector<std::string> names(std::begin(data_files), std::end(data_files));
   if (cfg["files"].is_object() && cfg["files"].contains(state_file)) names.emplace_back(state_file);
@@ -367,7 +409,6 @@ expected<checkpoint> load_checkpoint(const std::string& dir_name) {
     auto bytes = read_file(dir / name, dir_name);
     if (!bytes) return bytes.error();
     if (!matches_record(cfg, name, *bytes)) {
-      // A save interrupted before its config.json landed: the committed generation is .prev-<name>.
       auto prev = read_file(dir / (".prev-" + std::string(name)), dir_name);
       if (!prev || !matches_record(cfg, name, *prev))
         return fail(where + " is corrupt or from an interrupted save: " + name +
@@ -376,14 +417,13 @@ expected<checkpoint> load_checkpoint(const std::string& dir_name) {
     }
     files[name] = std::move(*bytes);
   }
-  if (files.count(state_file)) ck.optimizer_state = std::move(files[state_file]);
-  auto vocab = vocabulary::from_json(ck.tokens, files["vocab.json"]);
-  if (!vocab) return fail(where + ": " + vocab.error().message());
-  ck.vocab = std::move(*vocab);
-  if (ck.vocab.size() != ck.config.vocab)
-    return fail(where + " has " + std::to_string(ck.vocab.size()) + " tokens in vocab.json but vocab " +
-                std::to_string(ck.config.vocab) + " in config.json");
-  auto tensors = decode_safetensors(files["model.safetensors"]);
+  return files;
+}
+
+/// The parameters from model.safetensors into `ck`: exactly the tensors of its configuration,
+/// each of its shape.
+error read_parameters(const std::string& bytes, checkpoint& ck, const std::string& where) {
+  auto tensors = decode_safetensors(bytes);
   if (!tensors) return fail(where + ": " + tensors.error().message());
   // 4 tensors per layer + 3, checked before listing the names (a huge layer count would not end).
   if (ck.config.layers > tensors->size() || tensors->size() != 4 * ck.config.layers + 3)
@@ -400,23 +440,51 @@ expected<checkpoint> load_checkpoint(const std::string& dir_name) {
     by_name.erase(it);
   }
   if (!by_name.empty()) return fail(where + " has an unexpected tensor '" + by_name.begin()->first + "' in model.safetensors");
-  if (files.count(carry_file)) {
-    auto state = decode_safetensors(files[carry_file]);
-    if (!state) return fail(where + ": " + state.error().message());
-    const std::vector<std::size_t> shape{ck.config.batch, ck.config.hidden};
-    if (state->size() != 2 * ck.config.layers)
-      return fail(where + " has " + std::to_string(state->size()) + " tensors in state.safetensors; " +
-                  std::to_string(ck.config.layers) + " layers carry " + std::to_string(2 * ck.config.layers) + " (h_l<k>, c_l<k>)");
-    for (std::size_t l = 0; l < ck.config.layers; ++l)
-      for (const char* part : {"h_l", "c_l"}) {
-        const std::string name = part + std::to_string(l);
-        auto it = std::find_if(state->begin(), state->end(), [&](const safetensor& t) { return t.name == name; });
-        if (it == state->end()) return fail(where + " lacks '" + name + "' in state.safetensors");
-        if (it->shape != shape)
-          return fail(where + " has carried state '" + name + "' with a shape other than [batch, hidden] of config.json");
-        ck.carried_state.push_back({name, std::move(it->values)});
-      }
-  }
+  return {};
+}
+
+/// The carried LSTM state from state.safetensors into `ck`: h_l<k> and c_l<k> of every layer,
+/// each [batch, hidden].
+error read_carried_state(const std::string& bytes, checkpoint& ck, const std::string& where) {
+  auto state = decode_safetensors(bytes);
+  if (!state) return fail(where + ": " + state.error().message());
+  const std::vector<std::size_t> shape{ck.config.batch, ck.config.hidden};
+  if (state->size() != 2 * ck.config.layers)
+    return fail(where + " has " + std::to_string(state->size()) + " tensors in state.safetensors; " +
+                std::to_string(ck.config.layers) + " layers carry " + std::to_string(2 * ck.config.layers) + " (h_l<k>, c_l<k>)");
+  for (std::size_t l = 0; l < ck.config.layers; ++l)
+    for (const char* part : {"h_l", "c_l"}) {
+      const std::string name = part + std::to_string(l);
+      auto it = std::find_if(state->begin(), state->end(), [&](const safetensor& t) { return t.name == name; });
+      if (it == state->end()) return fail(where + " lacks '" + name + "' in state.safetensors");
+      if (it->shape != shape)
+        return fail(where + " has carried state '" + name + "' with a shape other than [batch, hidden] of config.json");
+      ck.carried_state.push_back({name, std::move(it->values)});
+    }
+  return {};
+}
+
+}  // namespace
+
+expected<checkpoint> load_checkpoint(const std::string& dir_name) {
+  const fs::path dir(dir_name);
+  const std::string where = "checkpoint '" + dir_name + "'";
+  auto cfg = read_config_json(dir, dir_name, where);
+  if (!cfg) return cfg.error();
+  checkpoint ck;
+  if (auto e = read_config_fields(*cfg, ck, where); e) return e;
+  auto files = read_data_files(*cfg, dir, dir_name, where);
+  if (!files) return files.error();
+  if (files->count(state_file)) ck.optimizer_state = std::move((*files)[state_file]);
+  auto vocab = vocabulary::from_json(ck.tokens, (*files)["vocab.json"]);
+  if (!vocab) return fail(where + ": " + vocab.error().message());
+  ck.vocab = std::move(*vocab);
+  if (ck.vocab.size() != ck.config.vocab)
+    return fail(where + " has " + std::to_string(ck.vocab.size()) + " tokens in vocab.json but vocab " +
+                std::to_string(ck.config.vocab) + " in config.json");
+  if (auto e = read_parameters((*files)["model.safetensors"], ck, where); e) return e;
+  if (files->count(carry_file))
+    if (auto e = read_carried_state((*files)[carry_file], ck, where); e) return e;
   return ck;
 }
 
