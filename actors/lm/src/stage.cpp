@@ -29,10 +29,20 @@ lm_stage::lm_stage(const lm::config& config, stage_span span, device dev, const 
   computes_ = dev_.kind() != device_kind::sim;
   bm_ = config_.micro_batch_size();
   tc_ = config_.chunk_steps();
-  const std::size_t H = config_.hidden, M = config_.micro_batches, C = config_.chunks;
-  const std::size_t units = M * C, nl = span_.last - span_.first;
-  std::vector<std::vector<std::size_t>> shapes;
+  const std::size_t units = config_.micro_batches * config_.chunks;
+  input_.assign(units, nullptr);
+  dout_.assign(units, nullptr);
+  stream str = s;
+  make_parameters(str);
+  if (!computes_) return;  // sim: costs only, no activation memory
+  make_activations(str);
+  make_carried_state(str);
+  make_workspaces(str);
+  str.synchronize();  // the initial values are in place before anyone (the store) reads them
+}
 
+void lm_stage::make_parameters(stream& s) {
+  std::vector<std::vector<std::size_t>> shapes;
   for (auto& p : parameter_layout(config_, span_)) {
     if (p.name == "embedding.weight") emb_index_ = names_.size();
     if (p.name == "decoder.weight") dec_w_index_ = names_.size();
@@ -41,9 +51,6 @@ lm_stage::lm_stage(const lm::config& config, stage_span span, device dev, const 
     shapes.push_back(std::move(p.shape));
     names_.push_back(std::move(p.name));
   }
-  input_.assign(units, nullptr);
-  dout_.assign(units, nullptr);
-  stream str = s;
   for (std::size_t i = 0; i < names_.size(); ++i) {
     const auto& name = names_[i];
     std::vector<std::int64_t> shape;
@@ -52,14 +59,15 @@ lm_stage::lm_stage(const lm::config& config, stage_span span, device dev, const 
     grads_.push_back(tensor::empty(shape, dtype::float32, dev_, s));
     if (computes_) {
       auto init = initial_parameter(config_, name);
-      str.copy_from_host(values_.back().storage(), init.data(), init.size() * sizeof(float));
+      s.copy_from_host(values_.back().storage(), init.data(), init.size() * sizeof(float));
       std::vector<float> zeros(init.size(), 0.f);
-      str.copy_from_host(grads_.back().storage(), zeros.data(), zeros.size() * sizeof(float));
+      s.copy_from_host(grads_.back().storage(), zeros.data(), zeros.size() * sizeof(float));
     }
   }
-  if (!computes_) return;  // sim: costs only, no activation memory
+}
 
-  const std::size_t max_in = std::max(config_.embed, H);
+void lm_stage::make_activations(stream& s) {
+  const std::size_t H = config_.hidden, M = config_.micro_batches, units = M * config_.chunks;
   const std::size_t steps_rows = tc_ * bm_;
   for (std::size_t mb = 0; mb < M; ++mb) {
     const auto n = static_cast<std::int64_t>(config_.seq * bm_);
@@ -84,21 +92,30 @@ lm_stage::lm_stage(const lm::config& config, stage_span span, device dev, const 
     if (span_.decoder) dtop_[u] = floats(steps_rows * H, s);
     if (!span_.embedding) dx_out_[u] = floats(steps_rows * layer_input(span_.first), s);
   }
+}
+
+void lm_stage::make_carried_state(stream& s) {
+  const std::size_t H = config_.hidden, M = config_.micro_batches, nl = span_.last - span_.first;
   carry_.resize(M * nl);
   for (auto& c : carry_)
     for (int i = 0; i < 4; ++i) c.push_back(floats(bm_ * H, s));
-  if (carry_state_) {
-    state_h_.resize(M);
-    state_c_.resize(M);
-    std::vector<float> zeros(bm_ * H, 0.f);
-    for (std::size_t mb = 0; mb < M; ++mb)
-      for (std::size_t kl = 0; kl < nl; ++kl) {
-        state_h_[mb].push_back(floats(bm_ * H, s));
-        state_c_[mb].push_back(floats(bm_ * H, s));
-        str.copy_from_host(state_h_[mb].back().storage(), zeros.data(), zeros.size() * sizeof(float));
-        str.copy_from_host(state_c_[mb].back().storage(), zeros.data(), zeros.size() * sizeof(float));
-      }
-  }
+  if (!carry_state_) return;
+  state_h_.resize(M);
+  state_c_.resize(M);
+  std::vector<float> zeros(bm_ * H, 0.f);
+  for (std::size_t mb = 0; mb < M; ++mb)
+    for (std::size_t kl = 0; kl < nl; ++kl) {
+      state_h_[mb].push_back(floats(bm_ * H, s));
+      state_c_[mb].push_back(floats(bm_ * H, s));
+      s.copy_from_host(state_h_[mb].back().storage(), zeros.data(), zeros.size() * sizeof(float));
+      s.copy_from_host(state_c_[mb].back().storage(), zeros.data(), zeros.size() * sizeof(float));
+    }
+}
+
+void lm_stage::make_workspaces(stream& s) {
+  const std::size_t H = config_.hidden, units = config_.micro_batches * config_.chunks;
+  const std::size_t max_in = std::max(config_.embed, H);
+  const std::size_t steps_rows = tc_ * bm_;
   dx_a_ = floats(steps_rows * max_in, s);
   dx_b_ = floats(steps_rows * max_in, s);
   workspace_ = floats(k::lstm_backward_workspace_size({tc_, bm_, max_in, H}), s);
@@ -114,8 +131,7 @@ lm_stage::lm_stage(const lm::config& config, stage_span span, device dev, const 
   scalars_ = floats(2 * (units + 1), s);
   host_scalars_.assign(units + 1, 0.0);
   std::vector<float> zeros(2 * (units + 1), 0.f);
-  str.copy_from_host(scalars_.storage(), zeros.data(), zeros.size() * sizeof(float));
-  str.synchronize();  // the initial values are in place before anyone (the store) reads them
+  s.copy_from_host(scalars_.storage(), zeros.data(), zeros.size() * sizeof(float));
 }
 
 std::vector<float> lm_stage::read_value(std::size_t i, const stream& s) const {

@@ -104,6 +104,13 @@ private:
   template <class Ops>
   void zero_state_math(const Ops& ops);
 
+  // The constructor's steps: the parameters (and their gradients), then on devices that compute
+  // the activations per unit, the carried state, the workspaces and the step's scalars.
+  void make_parameters(stream& s);
+  void make_activations(stream& s);
+  void make_carried_state(stream& s);
+  void make_workspaces(stream& s);
+
   std::size_t unit(std::size_t mb, std::size_t chunk) const noexcept { return mb * config_.chunks + chunk; }
   std::size_t layer_input(std::size_t layer) const noexcept { return layer == 0 ? config_.embed : config_.hidden; }
   tensor floats(std::size_t n, const stream& s);
