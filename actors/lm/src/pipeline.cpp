@@ -18,11 +18,10 @@
 
 namespace strata::lm {
 
-lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm::config config,
-                         pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts,
-                         lm_pipeline_options options)
-    : state_(std::make_unique<state>()) {
-  config.validate();
+namespace {
+
+/// A pipeline's devices: at least one, valid, all of one kind.
+void check_devices(const std::vector<device>& devices) {
   if (devices.empty()) throw std::invalid_argument("a pipeline needs at least one device");
   for (const auto& d : devices) {
     if (!d.valid()) throw std::invalid_argument("a pipeline device is an empty handle");
@@ -30,26 +29,84 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm::
       throw std::invalid_argument("a pipeline's devices must all be of one kind (cpu, sim or cuda); got " +
                                   devices.front().name() + " and " + d.name());
   }
-  device store_device = std::move(options.store_device);
-  lm::config stage_config = config;  // replicas: each trains on its share of the batch's columns
-  if (options.ranks) {  // one stage per rank: this rank's device serves its stage, the others stay empty
-    const auto rank = static_cast<std::size_t>(options.ranks->rank()), world = static_cast<std::size_t>(options.ranks->size());
-    const std::size_t R = options.replicas;
-    if (devices.size() != 1)
-      throw std::invalid_argument("a pipeline across ranks runs one stage per rank on one device of its own; got " +
-                                  std::to_string(devices.size()) + " devices on rank " + std::to_string(rank));
-    if (R < 1 || layer_counts.size() * R != world)
-      throw std::invalid_argument("a job of " + std::to_string(world) + " ranks cannot hold " + std::to_string(R) +
-                                  " replicas of " + std::to_string(layer_counts.size()) + " stages (one stage per rank)");
-    if (R > 1 && (config.batch % (R * config.micro_batches) != 0 || devices.front().kind() != device_kind::cpu))
-      throw std::invalid_argument("replicas need cpu stages and a batch (" + std::to_string(config.batch) +
-                                  ") that splits into " + std::to_string(R) + " replicas x " +
-                                  std::to_string(config.micro_batches) + " micro-batches");
-    stage_config.batch = config.batch / R;
-    std::vector<device> per_stage(layer_counts.size());
-    per_stage[rank % layer_counts.size()] = devices.front();
-    devices = std::move(per_stage);
+}
+
+/// Across ranks, one stage per rank: this rank's device serves its stage, the others stay
+/// empty in `devices`. Returns the stages' configuration: with replicas, each trains on its share
+/// of the batch's columns.
+lm::config spread_over_ranks(const lm::config& config, std::vector<device>& devices, const std::vector<std::size_t>& layer_counts,
+                            const lm_pipeline_options& options) {
+  lm::config stage_config = config;
+  const auto rank = static_cast<std::size_t>(options.ranks->rank()), world = static_cast<std::size_t>(options.ranks->size());
+  const std::size_t R = options.replicas;
+  if (devices.size() != 1)
+    throw std::invalid_argument("a pipeline across ranks runs one stage per rank on one device of its own; got " +
+                                std::to_string(devices.size()) + " devices on rank " + std::to_string(rank));
+  if (R < 1 || layer_counts.size() * R != world)
+    throw std::invalid_argument("a job of " + std::to_string(world) + " ranks cannot hold " + std::to_string(R) +
+                                " replicas of " + std::to_string(layer_counts.size()) + " stages (one stage per rank)");
+  if (R > 1 && (config.batch % (R * config.micro_batches) != 0 || devices.front().kind() != device_kind::cpu))
+    throw std::invalid_argument("replicas need cpu stages and a batch (" + std::to_string(config.batch) +
+                                ") that splits into " + std::to_string(R) + " replicas x " +
+                                std::to_string(config.micro_batches) + " micro-batches");
+  stage_config.batch = config.batch / R;
+  std::vector<device> per_stage(layer_counts.size());
+  per_stage[rank % layer_counts.size()] = devices.front();
+  devices = std::move(per_stage);
+  return stage_config;
+}
+
+/// Busy time per kind of work of a stage's device, for the log; the trace's stage device tracks
+/// are written by the stage actor (one slice per micro-batch and chunk,
+/// strata/pipeline/stage_actor.hpp).
+void observe_stage_work(device& dev, const std::shared_ptr<stage_clock>& clock) {
+  dev.set_work_observer([clock](const work_record& r) {
+    const auto ns = (r.end - r.start).count();
+    const std::string& name = *r.name;
+    if (r.stream_id == clock->copy_stream.load(std::memory_order_relaxed)) {
+      // an incoming activation or gradient: not busy time
+    } else if (name == "forward") {
+      clock->forward_ns += ns;
+      ++clock->forward_items;
+    } else if (name == "backward") {
+      clock->backward_ns += ns;
+      ++clock->backward_items;
+    } else {
+      clock->other_ns += ns;
+    }
+  });
+}
+
+}  // namespace
+
+void lm_pipeline::state::add_stage(std::size_t s, const stage_span& span, const lm::config& stage_config,
+                                   const lm_pipeline_options& options) {
+  if (!devices[s].valid()) {  // another rank's stage
+    contexts.emplace_back();
+    models.emplace_back();
+    stage_models.emplace_back();
+    clocks.push_back(std::make_shared<stage_clock>());
+    return;
   }
+  contexts.push_back(std::make_shared<pipeline::stage_context>(static_cast<int>(s), devices[s]));
+  models.push_back(std::make_shared<lm_stage>(stage_config, span, devices[s], contexts[s]->compute(), options.carry_state));
+  stage_models.push_back(std::make_shared<lstm_stage_model>(models.back()));
+  if (options.ranks && options.replicas > 1)
+    stage_models.back()->before_norm = [this, s](lm_stage& m, stream& on) { sum_gradients_over_replicas(s, m, on); };
+  auto clock = std::make_shared<stage_clock>();
+  clock->copy_stream = contexts[s]->copies().id();
+  clocks.push_back(clock);
+  observe_stage_work(devices[s], clock);
+}
+
+lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm::config config,
+                         pipeline::schedule_kind schedule, std::vector<std::size_t> layer_counts,
+                         lm_pipeline_options options)
+    : state_(std::make_unique<state>()) {
+  config.validate();
+  check_devices(devices);
+  device store_device = std::move(options.store_device);
+  const lm::config stage_config = options.ranks ? spread_over_ranks(config, devices, layer_counts, options) : config;
   if (layer_counts.size() != devices.size())
     throw std::invalid_argument("the partition names " + std::to_string(layer_counts.size()) + " stages for " +
                                 std::to_string(devices.size()) + " devices");
@@ -72,41 +129,7 @@ lm_pipeline::lm_pipeline(actor_system& system, std::vector<device> devices, lm::
     st.replicas = options.replicas;
     st.replica = static_cast<std::size_t>(st.ranks->rank()) / spans.size();
   }
-  for (std::size_t s = 0; s < spans.size(); ++s) {
-    if (!st.devices[s].valid()) {  // another rank's stage
-      st.contexts.emplace_back();
-      st.models.emplace_back();
-      st.stage_models.emplace_back();
-      st.clocks.push_back(std::make_shared<stage_clock>());
-      continue;
-    }
-    st.contexts.push_back(std::make_shared<pipeline::stage_context>(static_cast<int>(s), st.devices[s]));
-    st.models.push_back(
-        std::make_shared<lm_stage>(stage_config, spans[s], st.devices[s], st.contexts[s]->compute(), options.carry_state));
-    st.stage_models.push_back(std::make_shared<lstm_stage_model>(st.models.back()));
-    if (options.ranks && options.replicas > 1)
-      st.stage_models.back()->before_norm = [&st, s](lm_stage& m, stream& on) { st.sum_gradients_over_replicas(s, m, on); };
-    auto clock = std::make_shared<stage_clock>();
-    clock->copy_stream = st.contexts[s]->copies().id();
-    st.clocks.push_back(clock);
-    // Busy time per kind of work for the log; the trace's stage device tracks are written by the
-    // stage actor (one slice per micro-batch and chunk, strata/pipeline/stage_actor.hpp).
-    st.devices[s].set_work_observer([clock](const work_record& r) {
-      const auto ns = (r.end - r.start).count();
-      const std::string& name = *r.name;
-      if (r.stream_id == clock->copy_stream.load(std::memory_order_relaxed)) {
-        // an incoming activation or gradient: not busy time
-      } else if (name == "forward") {
-        clock->forward_ns += ns;
-        ++clock->forward_items;
-      } else if (name == "backward") {
-        clock->backward_ns += ns;
-        ++clock->backward_items;
-      } else {
-        clock->other_ns += ns;
-      }
-    });
-  }
+  for (std::size_t s = 0; s < spans.size(); ++s) st.add_stage(s, spans[s], stage_config, options);
   if (store_device.valid()) {
     st.store_device = store_device;
     st.store_clock = std::make_shared<stage_clock>();

@@ -168,6 +168,10 @@ struct lm_pipeline::state {
     return devices.front();
   }
 
+  /// Stage s's device context, model and clock (pipeline.cpp); across ranks, empty ones for
+  /// another rank's stage.
+  void add_stage(std::size_t s, const stage_span& span, const lm::config& stage_config, const lm_pipeline_options& options);
+
   // pipeline_ranks.cpp: the collective parts of a pipeline across ranks.
   void spawn_actors_across_ranks(pipeline::pipeline_options o);
   int driver_rank() const;
