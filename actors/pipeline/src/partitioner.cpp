@@ -238,6 +238,138 @@ std::vector<layer_range> refine_by_simulation(const plan& p, const model_costs& 
   return best;
 }
 
+/// Fails unless `model` has LSTM layers, at least as many as `devices` (at least one), and every
+/// measured time is finite and non-negative.
+void check_model_and_devices(const model_costs& model, int D) {
+  const int L = static_cast<int>(model.lstm.size());
+  if (D < 1) fail("cannot place layers on an empty device list");
+  if (L < 1) fail("cannot place a model without LSTM layers");
+  if (D > L)
+    fail("cannot place " + std::to_string(L) + " LSTM layers on " + std::to_string(D) +
+         " devices: every device needs at least one LSTM layer");
+  auto check_time = [](const layer_cost& c, const std::string& what) {
+    if (!(c.forward_s >= 0) || !(c.backward_s >= 0) || !std::isfinite(c.forward_s + c.backward_s))
+      fail("the measured times of " + what + " must be finite and non-negative");
+  };
+  check_time(model.embedding, "the embedding");
+  check_time(model.decoder, "the decoder");
+  for (int l = 0; l < L; ++l) check_time(model.lstm[static_cast<std::size_t>(l)], "LSTM layer " + std::to_string(l));
+}
+
+/// The links between ranks the cuts pay (none when `cross` names no ranks), checked.
+link_costs links_of(const cross_rank_links& cross, int D) {
+  link_costs links;
+  if (!cross.placement.ranks.empty()) {
+    if (auto err = check_link(cross.link)) fail(err.message());
+    if (auto err = check_rank_placement(cross.placement, D)) fail(err.message());
+    links = {cross.placement.ranks, cross.placement.num_ranks, cross.link};
+  }
+  return links;
+}
+
+/// The ranges of an even or explicit partition: one per device, covering every layer in order,
+/// each fitting its device's memory.
+std::vector<layer_range> given_ranges(const partition_spec& spec, const segment_costs& sums,
+                                      const std::vector<device_slot>& devices, int L) {
+  const int D = static_cast<int>(devices.size());
+  std::vector<layer_range> ranges = spec.ranges;
+  const bool fits = static_cast<int>(ranges.size()) == D && !ranges.empty() && ranges.front().first == 0 &&
+                    ranges.back().last == L - 1 &&
+                    std::adjacent_find(ranges.begin(), ranges.end(), [](const layer_range& a, const layer_range& b) {
+                      return b.first != a.last + 1;
+                    }) == ranges.end() &&
+                    std::all_of(ranges.begin(), ranges.end(), [](const layer_range& r) { return r.first <= r.last; });
+  if (!fits)
+    fail("the partition names " + std::to_string(ranges.size()) + " ranges that do not cover LSTM layers 0-" +
+         std::to_string(L - 1) + " on " + std::to_string(D) + " devices; parse it with parse_partition for this model");
+  for (int d = 0; d < D; ++d) {
+    const auto& r = ranges[static_cast<std::size_t>(d)];
+    const long double need = sums.memory(d, r.first, r.last + 1);
+    const auto& dev = devices[static_cast<std::size_t>(d)];
+    if (need > static_cast<long double>(dev.memory_limit))
+      fail("stage " + std::to_string(d) + " (lstm " + range_text(r) + ") needs " +
+           human_bytes(static_cast<std::uint64_t>(need)) + " but device " + dev.name + " has " +
+           human_bytes(dev.memory_limit));
+  }
+  return ranges;
+}
+
+/// The contiguous split with the smallest bottleneck (stage time, or a cut's link) that fits
+/// every device's memory, by dynamic programming over (devices, layers); among optima the later
+/// stages stay as small as possible.
+std::vector<layer_range> balanced_ranges(const model_costs& model, const segment_costs& sums,
+                                         const std::vector<device_slot>& devices, const link_costs& links) {
+  const int L = static_cast<int>(model.lstm.size());
+  const int D = static_cast<int>(devices.size());
+  // best[d][j]: the smallest bottleneck placing lstm[0, j) on devices 0..d-1, device d-1
+  // ending at j; cut[d][j] the start of device d-1's range in that optimum.
+  constexpr double inf = std::numeric_limits<double>::infinity();
+  const auto Ds = static_cast<std::size_t>(D);
+  const auto Ls = static_cast<std::size_t>(L);
+  std::vector<std::vector<double>> best(Ds + 1, std::vector<double>(Ls + 1, inf));
+  std::vector<std::vector<int>> cut(Ds + 1, std::vector<int>(Ls + 1, -1));
+  best[0][0] = 0;
+  for (int d = 1; d <= D; ++d) {
+    const int dev = d - 1;
+    const auto limit = static_cast<long double>(devices[static_cast<std::size_t>(dev)].memory_limit);
+    for (int j = d; j <= L - (D - d); ++j) {
+      // Largest cut first, with a strict improvement to replace it: among optima the
+      // later stages stay as small as possible.
+      for (int i = j - 1; i >= d - 1; --i) {
+        const double before = best[static_cast<std::size_t>(d - 1)][static_cast<std::size_t>(i)];
+        if (before == inf || sums.memory(dev, i, j) > limit) continue;
+        double worst = std::max(before, sums.time(dev, i, j));
+        if (dev > 0) worst = std::max(worst, links.transfer(model, dev - 1, i - 1));  // the cut before it
+        if (worst < best[static_cast<std::size_t>(d)][static_cast<std::size_t>(j)]) {
+          best[static_cast<std::size_t>(d)][static_cast<std::size_t>(j)] = worst;
+          cut[static_cast<std::size_t>(d)][static_cast<std::size_t>(j)] = i;
+        }
+      }
+    }
+  }
+  if (best[Ds][Ls] == inf) {
+    std::string names;
+    for (const auto& dev : devices) names += (names.empty() ? "" : ", ") + dev.name + " " + human_bytes(dev.memory_limit);
+    fail("no contiguous split of " + std::to_string(L) + " LSTM layers (with embedding and decoder) fits in the memory of " +
+         std::to_string(D) + " devices (" + names + ")");
+  }
+  std::vector<layer_range> ranges(Ds);
+  int j = L;
+  for (int d = D; d >= 1; --d) {
+    const int i = cut[static_cast<std::size_t>(d)][static_cast<std::size_t>(j)];
+    ranges[static_cast<std::size_t>(d - 1)] = {i, j - 1};
+    j = i;
+  }
+  return ranges;
+}
+
+/// Stage `d` of the placement on `ranges`: its device, layers, times with `costs`, memory and
+/// the link its output crosses.
+stage_placement placed_stage(int d, const model_costs& model, const std::vector<layer_range>& ranges, const cost_model& costs,
+                             const segment_costs& sums, const std::vector<device_slot>& devices, const link_costs& links,
+                             const pipeline_shape& shape) {
+  const int D = static_cast<int>(devices.size());
+  const auto& r = ranges[static_cast<std::size_t>(d)];
+  stage_placement st;
+  st.device = d;
+  st.device_name = devices[static_cast<std::size_t>(d)].name;
+  st.has_embedding = d == 0;
+  st.has_decoder = d == D - 1;
+  st.lstm = r;
+  st.forward_s = costs.forward[static_cast<std::size_t>(d)];
+  st.backward_s = costs.backward[static_cast<std::size_t>(d)];
+  st.memory_bytes = static_cast<std::uint64_t>(std::min<long double>(sums.memory(d, r.first, r.last + 1),
+                                                                     static_cast<long double>(UINT64_MAX)));
+  st.memory_limit = devices[static_cast<std::size_t>(d)].memory_limit;
+  st.step_s = shape.micro_batches * (st.forward_s + st.backward_s);
+  if (links.active()) st.rank = links.ranks[static_cast<std::size_t>(d)];
+  if (d + 1 < D) {
+    st.output_bytes = model.lstm[static_cast<std::size_t>(r.last)].output_bytes;
+    if (links.crosses(d)) st.link_s = links.link.seconds(static_cast<double>(st.output_bytes));
+  }
+  return st;
+}
+
 }  // namespace
 
 partition_spec parse_partition(std::string_view text, int lstm_layers, int devices) {
@@ -318,118 +450,22 @@ placement place_layers(const model_costs& model, const std::vector<device_slot>&
                        const pipeline_shape& shape, const cross_rank_links& cross) {
   const int L = static_cast<int>(model.lstm.size());
   const int D = static_cast<int>(devices.size());
-  if (D < 1) fail("cannot place layers on an empty device list");
-  if (L < 1) fail("cannot place a model without LSTM layers");
-  if (D > L)
-    fail("cannot place " + std::to_string(L) + " LSTM layers on " + std::to_string(D) +
-         " devices: every device needs at least one LSTM layer");
-  auto check_time = [](const layer_cost& c, const std::string& what) {
-    if (!(c.forward_s >= 0) || !(c.backward_s >= 0) || !std::isfinite(c.forward_s + c.backward_s))
-      fail("the measured times of " + what + " must be finite and non-negative");
-  };
-  check_time(model.embedding, "the embedding");
-  check_time(model.decoder, "the decoder");
-  for (int l = 0; l < L; ++l) check_time(model.lstm[static_cast<std::size_t>(l)], "LSTM layer " + std::to_string(l));
-
-  link_costs links;
-  if (!cross.placement.ranks.empty()) {
-    if (auto err = check_link(cross.link)) fail(err.message());
-    if (auto err = check_rank_placement(cross.placement, D)) fail(err.message());
-    links = {cross.placement.ranks, cross.placement.num_ranks, cross.link};
-  }
-
+  check_model_and_devices(model, D);
+  const link_costs links = links_of(cross, D);
   // Also validates the shape (stage, micro-batch and chunk counts) with make_plan's sentences.
   const plan p = make_plan(shape.schedule, D, shape.micro_batches, shape.chunks);
   const segment_costs sums(model, D, peak_units(p), shape.chunks);
-
-  std::vector<layer_range> ranges;
-  if (spec.kind != partition_spec::kind_t::automatic) {
-    ranges = spec.ranges;
-    const bool fits = static_cast<int>(ranges.size()) == D && !ranges.empty() && ranges.front().first == 0 &&
-                      ranges.back().last == L - 1 &&
-                      std::adjacent_find(ranges.begin(), ranges.end(), [](const layer_range& a, const layer_range& b) {
-                        return b.first != a.last + 1;
-                      }) == ranges.end() &&
-                      std::all_of(ranges.begin(), ranges.end(), [](const layer_range& r) { return r.first <= r.last; });
-    if (!fits)
-      fail("the partition names " + std::to_string(ranges.size()) + " ranges that do not cover LSTM layers 0-" +
-           std::to_string(L - 1) + " on " + std::to_string(D) + " devices; parse it with parse_partition for this model");
-    for (int d = 0; d < D; ++d) {
-      const auto& r = ranges[static_cast<std::size_t>(d)];
-      const long double need = sums.memory(d, r.first, r.last + 1);
-      const auto& dev = devices[static_cast<std::size_t>(d)];
-      if (need > static_cast<long double>(dev.memory_limit))
-        fail("stage " + std::to_string(d) + " (lstm " + range_text(r) + ") needs " +
-             human_bytes(static_cast<std::uint64_t>(need)) + " but device " + dev.name + " has " +
-             human_bytes(dev.memory_limit));
-    }
-  } else {
-    // best[d][j]: the smallest bottleneck placing lstm[0, j) on devices 0..d-1, device d-1
-    // ending at j; cut[d][j] the start of device d-1's range in that optimum.
-    constexpr double inf = std::numeric_limits<double>::infinity();
-    const auto Ds = static_cast<std::size_t>(D);
-    const auto Ls = static_cast<std::size_t>(L);
-    std::vector<std::vector<double>> best(Ds + 1, std::vector<double>(Ls + 1, inf));
-    std::vector<std::vector<int>> cut(Ds + 1, std::vector<int>(Ls + 1, -1));
-    best[0][0] = 0;
-    for (int d = 1; d <= D; ++d) {
-      const int dev = d - 1;
-      const auto limit = static_cast<long double>(devices[static_cast<std::size_t>(dev)].memory_limit);
-      for (int j = d; j <= L - (D - d); ++j) {
-        // Largest cut first, with a strict improvement to replace it: among optima the
-        // later stages stay as small as possible.
-        for (int i = j - 1; i >= d - 1; --i) {
-          const double before = best[static_cast<std::size_t>(d - 1)][static_cast<std::size_t>(i)];
-          if (before == inf || sums.memory(dev, i, j) > limit) continue;
-          double worst = std::max(before, sums.time(dev, i, j));
-          if (dev > 0) worst = std::max(worst, links.transfer(model, dev - 1, i - 1));  // the cut before it
-          if (worst < best[static_cast<std::size_t>(d)][static_cast<std::size_t>(j)]) {
-            best[static_cast<std::size_t>(d)][static_cast<std::size_t>(j)] = worst;
-            cut[static_cast<std::size_t>(d)][static_cast<std::size_t>(j)] = i;
-          }
-        }
-      }
-    }
-    if (best[Ds][Ls] == inf) {
-      std::string names;
-      for (const auto& dev : devices) names += (names.empty() ? "" : ", ") + dev.name + " " + human_bytes(dev.memory_limit);
-      fail("no contiguous split of " + std::to_string(L) + " LSTM layers (with embedding and decoder) fits in the memory of " +
-           std::to_string(D) + " devices (" + names + ")");
-    }
-    ranges.resize(Ds);
-    int j = L;
-    for (int d = D; d >= 1; --d) {
-      const int i = cut[static_cast<std::size_t>(d)][static_cast<std::size_t>(j)];
-      ranges[static_cast<std::size_t>(d - 1)] = {i, j - 1};
-      j = i;
-    }
-    ranges = refine_by_simulation(p, model, sums, devices, links, std::move(ranges));
-  }
+  const std::vector<layer_range> ranges =
+      spec.kind != partition_spec::kind_t::automatic
+          ? given_ranges(spec, sums, devices, L)
+          : refine_by_simulation(p, model, sums, devices, links, balanced_ranges(model, sums, devices, links));
 
   placement out;
   out.shape = shape;
   const cost_model costs = linked_costs(model, ranges, links);
   for (int d = 0; d < D; ++d) {
-    const auto& r = ranges[static_cast<std::size_t>(d)];
-    stage_placement st;
-    st.device = d;
-    st.device_name = devices[static_cast<std::size_t>(d)].name;
-    st.has_embedding = d == 0;
-    st.has_decoder = d == D - 1;
-    st.lstm = r;
-    st.forward_s = costs.forward[static_cast<std::size_t>(d)];
-    st.backward_s = costs.backward[static_cast<std::size_t>(d)];
-    st.memory_bytes = static_cast<std::uint64_t>(std::min<long double>(sums.memory(d, r.first, r.last + 1),
-                                                                       static_cast<long double>(UINT64_MAX)));
-    st.memory_limit = devices[static_cast<std::size_t>(d)].memory_limit;
-    st.step_s = shape.micro_batches * (st.forward_s + st.backward_s);
-    if (links.active()) st.rank = links.ranks[static_cast<std::size_t>(d)];
-    if (d + 1 < D) {
-      st.output_bytes = model.lstm[static_cast<std::size_t>(r.last)].output_bytes;
-      if (links.crosses(d)) st.link_s = links.link.seconds(static_cast<double>(st.output_bytes));
-    }
+    out.stages.push_back(placed_stage(d, model, ranges, costs, sums, devices, links, shape));
     out.across_ranks = out.across_ranks || (d + 1 < D && links.crosses(d));
-    out.stages.push_back(std::move(st));
   }
   for (int d = 1; d < D; ++d) {
     const auto& a = out.stages[static_cast<std::size_t>(d)];
