@@ -8,6 +8,7 @@
 #include <filesystem>
 #include <fstream>
 #include <iostream>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -49,37 +50,50 @@ int merge_ranks(const std::string& out, const std::vector<std::string>& files) {
   return 0;
 }
 
-}  // namespace
-
-int main(int argc, char** argv) {
+/// strata-trace's subcommands and their options.
+struct command_line {
   CLI::App app{"strata-trace: read a strata trace file (docs/trace-format.md) and summarise, export or draw it"};
-  app.require_subcommand(1);
   std::string file, out;
   bool json = false;
   int width = 1600;
-
-  auto* summary = app.add_subcommand("summary", "Per-actor, per-message-type, per-stream and pipeline figures");
-  summary->add_option("FILE", file, "Trace file")->required();
-  summary->add_flag("--json", json, "Machine-readable JSON instead of tables");
-
-  auto* exp = app.add_subcommand("export", "Chrome Trace Event JSON for Perfetto (ui.perfetto.dev) and chrome://tracing");
-  exp->add_option("FILE", file, "Trace file")->required();
-  exp->add_option("-o,--output", out, "Output .json file")->required();
-
-  auto* timeline = app.add_subcommand("timeline", "SVG timeline: a row per actor and device stream");
-  timeline->add_option("FILE", file, "Trace file")->required();
-  timeline->add_option("-o,--output", out, "Output .svg file")->required();
-  timeline->add_option("--width", width, "Picture width in pixels")->check(CLI::Range(400, 20000));
-
-  auto* dot = app.add_subcommand("dot", "Graphviz message graph: actors as nodes, edges weighted by message count");
-  dot->add_option("FILE", file, "Trace file")->required();
-  dot->add_option("-o,--output", out, "Output .dot file")->required();
-
   std::vector<std::string> rank_files;
-  auto* merge = app.add_subcommand("merge", "Join the per-rank traces of one mpirun job (FILE.rank<r>) into one trace");
-  merge->add_option("OUT", out, "Merged trace file to write")->required();
-  merge->add_option("FILES", rank_files, "Per-rank trace files (FILE.rank0 FILE.rank1 ...)")->required();
+  CLI::App* summary = nullptr;
+  CLI::App* exp = nullptr;
+  CLI::App* timeline = nullptr;
+  CLI::App* dot = nullptr;
+  CLI::App* merge = nullptr;
 
+  command_line() {
+    app.require_subcommand(1);
+    summary = app.add_subcommand("summary", "Per-actor, per-message-type, per-stream and pipeline figures");
+    summary->add_option("FILE", file, "Trace file")->required();
+    summary->add_flag("--json", json, "Machine-readable JSON instead of tables");
+
+    exp = add_view("export", "Chrome Trace Event JSON for Perfetto (ui.perfetto.dev) and chrome://tracing", "Output .json file");
+    timeline = add_view("timeline", "SVG timeline: a row per actor and device stream", "Output .svg file");
+    timeline->add_option("--width", width, "Picture width in pixels")->check(CLI::Range(400, 20000));
+    dot = add_view("dot", "Graphviz message graph: actors as nodes, edges weighted by message count", "Output .dot file");
+
+    merge = app.add_subcommand("merge", "Join the per-rank traces of one mpirun job (FILE.rank<r>) into one trace");
+    merge->add_option("OUT", out, "Merged trace file to write")->required();
+    merge->add_option("FILES", rank_files, "Per-rank trace files (FILE.rank0 FILE.rank1 ...)")->required();
+  }
+  command_line(const command_line&) = delete;  // the options point into it
+  command_line& operator=(const command_line&) = delete;
+
+private:
+  /// A view of the trace FILE written into -o (`output` describes that file).
+  CLI::App* add_view(const char* name, const char* what, const char* output) {
+    auto* view = app.add_subcommand(name, what);
+    view->add_option("FILE", file, "Trace file")->required();
+    view->add_option("-o,--output", out, output)->required();
+    return view;
+  }
+};
+
+/// Parses the command line: the exit status when it ends here (help, or one sentence for an
+/// unknown subcommand or a bad flag), else nothing.
+std::optional<int> parse(command_line& cl, int argc, char** argv) {
   // CLI11 would call an unknown word "a subcommand is required"; name it instead.
   if (argc > 1 && argv[1][0] != '-') {
     const std::string word = argv[1];
@@ -87,21 +101,27 @@ int main(int argc, char** argv) {
       return complain("unknown subcommand '" + word + "' (expected summary, export, timeline, dot or merge)");
   }
   try {
-    app.parse(argc, argv);
+    cl.app.parse(argc, argv);
   } catch (const CLI::CallForHelp&) {
-    return app.exit(CLI::CallForHelp());
+    return cl.app.exit(CLI::CallForHelp());
   } catch (const CLI::CallForAllHelp&) {
-    return app.exit(CLI::CallForAllHelp());
+    return cl.app.exit(CLI::CallForAllHelp());
   } catch (const CLI::ParseError& e) {
-    if (e.get_exit_code() == 0) return app.exit(e);  // --help of a subcommand, --version
+    if (e.get_exit_code() == 0) return cl.app.exit(e);  // --help of a subcommand, --version
     std::string what = e.what();
     while (!what.empty() && (what.back() == '\n' || what.back() == ' ')) what.pop_back();
     for (auto& c : what)
       if (c == '\n') c = ' ';
     return complain(what + " (run strata-trace --help for usage)");
   }
+  return std::nullopt;
+}
 
-  if (*merge) return merge_ranks(out, rank_files);
+/// `summary` to stdout, or `export`, `timeline` or `dot` into -o: one sentence and exit 1 on any
+/// bad input.
+int show(const command_line& cl) {
+  const std::string& file = cl.file;
+  const std::string& out = cl.out;
   // -o naming the trace itself would replace the recording with its own export.
   if (std::error_code ec; !out.empty() && std::filesystem::equivalent(file, out, ec))
     return complain("the output " + out + " is the input trace; choose another -o");
@@ -109,15 +129,15 @@ int main(int argc, char** argv) {
   if (!read.ok()) return complain(read.error);
   try {
     const auto model = tt::build_model(read.trace);
-    if (*summary) {
+    if (*cl.summary) {
       auto s = tt::summary_json(model);
-      if (json) std::cout << dump(s, 2) << '\n';
+      if (cl.json) std::cout << dump(s, 2) << '\n';
       else tt::print_summary(s, std::cout);
       return 0;
     }
     std::string text;
-    if (*exp) text = dump(tt::chrome_trace(model), -1);
-    else if (*timeline) text = tt::timeline_svg(model, {.width = width});
+    if (*cl.exp) text = dump(tt::chrome_trace(model), -1);
+    else if (*cl.timeline) text = tt::timeline_svg(model, {.width = cl.width});
     else text = tt::message_graph_dot(model);
     if (auto err = write_file(out, text); !err.empty()) return complain(err);
     // The format asks readers to skip kinds they do not know; say so rather than drop them
@@ -133,4 +153,13 @@ int main(int argc, char** argv) {
     return complain(file + ": " + e.what());
   }
   return 0;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  command_line cl;
+  if (auto status = parse(cl, argc, argv)) return *status;
+  if (*cl.merge) return merge_ranks(cl.out, cl.rank_files);
+  return show(cl);
 }
