@@ -137,75 +137,95 @@ std::string errc_name(std::uint32_t code) {
   return to_string(static_cast<errc>(code));
 }
 
-read_result parse_trace(std::string_view bytes, const std::string& name) {
-  if (bytes.empty()) return fail(name, "the file is empty (expected a strata trace starting with \"STRATATR\")");
-  if (bytes.size() < 8 || bytes.substr(0, 8) != std::string_view("STRATATR", 8))
-    return fail(name, "not a strata trace (the file does not start with the magic bytes \"STRATATR\")");
-  byte_cursor in(bytes);
-  char magic[8];
-  in.take(magic);
-  read_result r;
-  trace_file& t = r.trace;
-  t.name = name;
-  if (!in.take(t.version))
-    return fail(name, "truncated header (" + std::to_string(bytes.size()) + " bytes; a version-1 header has " +
-                          std::to_string(header_size) + ")");
-  if (t.version != 1 && t.version != 2)
-    return fail(name, "trace format version " + std::to_string(t.version) +
-                          " is not supported (this strata-trace reads versions 1 and 2)");
+namespace {
+
+/// The counts a header announces.
+struct header_counts {
+  std::uint32_t strings = 0, types = 0;
+  std::uint64_t events = 0;
+};
+
+/// The header after the magic bytes into `t` and `n`; false (with `why`) for a version this
+/// reader does not know, a truncated or inconsistent header. `size`: the file's.
+bool read_header(byte_cursor& in, std::size_t size, trace_file& t, header_counts& n, std::string& why) {
+  if (!in.take(t.version)) {
+    why = "truncated header (" + std::to_string(size) + " bytes; a version-1 header has " + std::to_string(header_size) + ")";
+    return false;
+  }
+  if (t.version != 1 && t.version != 2) {
+    why = "trace format version " + std::to_string(t.version) + " is not supported (this strata-trace reads versions 1 and 2)";
+    return false;
+  }
   const std::size_t header = t.version == 1 ? header_size : header_size_v2;
-  if (bytes.size() < header)
-    return fail(name, "truncated header (" + std::to_string(bytes.size()) + " bytes; a version-" +
-                          std::to_string(t.version) + " header has " + std::to_string(header) + ")");
-  std::uint32_t record_size = 0, string_count = 0, type_count = 0;
-  std::uint64_t event_count = 0;
+  if (size < header) {
+    why = "truncated header (" + std::to_string(size) + " bytes; a version-" + std::to_string(t.version) + " header has " +
+          std::to_string(header) + ")";
+    return false;
+  }
+  std::uint32_t record_size = 0;
   in.take(record_size);
   in.take(t.start_unix_ns);
-  in.take(event_count);
+  in.take(n.events);
   in.take(t.dropped);
-  in.take(string_count);
-  in.take(type_count);
+  in.take(n.strings);
+  in.take(n.types);
   if (t.version == 2) {
     in.take(t.rank);
     in.take(t.world_size);
     in.take(t.job_id);
     in.take(t.clock_offset_ns);
     in.take(t.clock_uncertainty_ns);
-    if (t.rank != all_ranks && t.world_size != 0 && t.rank >= t.world_size)
-      return fail(name, "the header names rank " + std::to_string(t.rank) + " of a world of " +
-                            std::to_string(t.world_size) + " ranks (the file is corrupt)");
+    if (t.rank != all_ranks && t.world_size != 0 && t.rank >= t.world_size) {
+      why = "the header names rank " + std::to_string(t.rank) + " of a world of " + std::to_string(t.world_size) +
+            " ranks (the file is corrupt)";
+      return false;
+    }
   }
-  if (record_size != sizeof(trace::record))
-    return fail(name, "the header gives an event record size of " + std::to_string(record_size) +
-                          " bytes; records are " + std::to_string(sizeof(trace::record)));
-  std::string why;
-  if (!read_table(in, string_count, "string", t.strings, why)) return fail(name, why);
-  t.types.emplace_back();
-  if (!read_table(in, type_count, "message type", t.types, why)) return fail(name, why);
-  if (event_count > in.remaining() / sizeof(trace::record))
-    return fail(name, "truncated: the header announces " + std::to_string(event_count) + " events (" +
-                          (event_count > UINT64_MAX / sizeof(trace::record)
-                               ? std::string("more than the address space")
-                               : std::to_string(event_count * sizeof(trace::record)) + " bytes") +
-                          ") but only " + std::to_string(in.remaining()) + " bytes follow the tables");
-  const std::size_t event_bytes = static_cast<std::size_t>(event_count) * sizeof(trace::record);
-  if (in.remaining() != event_bytes)
-    return fail(name, std::to_string(in.remaining() - event_bytes) + " bytes of unexpected data follow the " +
-                          std::to_string(event_count) + " events (the event count or the tables are corrupt)");
-  t.events.resize(static_cast<std::size_t>(event_count));
-  if (event_bytes != 0) std::memcpy(t.events.data(), in.here(), event_bytes);
+  if (record_size != sizeof(trace::record)) {
+    why = "the header gives an event record size of " + std::to_string(record_size) + " bytes; records are " +
+          std::to_string(sizeof(trace::record));
+    return false;
+  }
+  return true;
+}
 
+/// The `count` event records that end the file; false (with `why`) when the file holds fewer or
+/// more bytes than they take.
+bool read_events(byte_cursor& in, std::uint64_t count, trace_file& t, std::string& why) {
+  if (count > in.remaining() / sizeof(trace::record)) {
+    why = "truncated: the header announces " + std::to_string(count) + " events (" +
+          (count > UINT64_MAX / sizeof(trace::record) ? std::string("more than the address space")
+                                                      : std::to_string(count * sizeof(trace::record)) + " bytes") +
+          ") but only " + std::to_string(in.remaining()) + " bytes follow the tables";
+    return false;
+  }
+  const std::size_t event_bytes = static_cast<std::size_t>(count) * sizeof(trace::record);
+  if (in.remaining() != event_bytes) {
+    why = std::to_string(in.remaining() - event_bytes) + " bytes of unexpected data follow the " + std::to_string(count) +
+          " events (the event count or the tables are corrupt)";
+    return false;
+  }
+  t.events.resize(static_cast<std::size_t>(count));
+  if (event_bytes != 0) std::memcpy(t.events.data(), in.here(), event_bytes);
+  return true;
+}
+
+/// False (with `why`) unless the events are sorted by time and every string and message type
+/// they name is in the tables.
+bool check_events(const trace_file& t, std::string& why) {
   const std::uint64_t nstrings = t.strings.size();
   const std::uint64_t ntypes = t.types.size();
   for (std::size_t i = 0; i < t.events.size(); ++i) {
     const auto& e = t.events[i];
-    if (i > 0 && e.ts_ns < t.events[i - 1].ts_ns)
-      return fail(name, "event " + std::to_string(i) + " is earlier than the event before it (events must be "
-                                                       "sorted by time; the file is corrupt)");
+    if (i > 0 && e.ts_ns < t.events[i - 1].ts_ns) {
+      why = "event " + std::to_string(i) + " is earlier than the event before it (events must be sorted by time; the "
+            "file is corrupt)";
+      return false;
+    }
     auto bad_string = [&](std::uint64_t id) {
-      return fail(name, "event " + std::to_string(i) + " (" + kind_name(e.kind) + ") refers to string " +
-                            std::to_string(id) + " but the string table has " + std::to_string(nstrings) +
-                            " entries (the file is corrupt)");
+      why = "event " + std::to_string(i) + " (" + kind_name(e.kind) + ") refers to string " + std::to_string(id) +
+            " but the string table has " + std::to_string(nstrings) + " entries (the file is corrupt)";
+      return false;
     };
     switch (static_cast<event_kind>(e.kind)) {
       case event_kind::spawn:
@@ -220,11 +240,35 @@ read_result parse_trace(std::string_view bytes, const std::string& name) {
       default:
         break;
     }
-    if (is_message_kind(e.kind) && e.type != 0xffff && e.type >= ntypes)
-      return fail(name, "event " + std::to_string(i) + " (" + kind_name(e.kind) + ") has message type " +
-                            std::to_string(e.type) + " but the type table has " + std::to_string(ntypes - 1) +
-                            " entries (the file is corrupt)");
+    if (is_message_kind(e.kind) && e.type != 0xffff && e.type >= ntypes) {
+      why = "event " + std::to_string(i) + " (" + kind_name(e.kind) + ") has message type " + std::to_string(e.type) +
+            " but the type table has " + std::to_string(ntypes - 1) + " entries (the file is corrupt)";
+      return false;
+    }
   }
+  return true;
+}
+
+}  // namespace
+
+read_result parse_trace(std::string_view bytes, const std::string& name) {
+  if (bytes.empty()) return fail(name, "the file is empty (expected a strata trace starting with \"STRATATR\")");
+  if (bytes.size() < 8 || bytes.substr(0, 8) != std::string_view("STRATATR", 8))
+    return fail(name, "not a strata trace (the file does not start with the magic bytes \"STRATATR\")");
+  byte_cursor in(bytes);
+  char magic[8];
+  in.take(magic);
+  read_result r;
+  trace_file& t = r.trace;
+  t.name = name;
+  header_counts n;
+  std::string why;
+  if (!read_header(in, bytes.size(), t, n, why)) return fail(name, why);
+  if (!read_table(in, n.strings, "string", t.strings, why)) return fail(name, why);
+  t.types.emplace_back();
+  if (!read_table(in, n.types, "message type", t.types, why)) return fail(name, why);
+  if (!read_events(in, n.events, t, why)) return fail(name, why);
+  if (!check_events(t, why)) return fail(name, why);
   return r;
 }
 
