@@ -128,8 +128,17 @@ void lm_pipeline::state::sum_gradients_over_replicas(std::size_t, lm_stage& m, s
   reduce_done.notify_all();
 }
 
+namespace {
+
+// After a step across ranks, rank 0 tells every rank how it went: `shared_head` floats ([failed,
+// loss, norm, step ms]) and each driver its replica's summed loss (two floats: exact in float, the
+// rest); then every stage's device times, `times_per_stage` floats each ([busy, forward,
+// backward, other]).
+constexpr std::size_t shared_head = 4, times_per_stage = 4;
+
+}  // namespace
+
 expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::milliseconds timeout) {
-  const auto S = models.size();
   // Every rank's stage holds its step data before rank 0's driver begins the step.
   std::vector<float> ready{1.0f};
   if (auto r = ranks->sum(ready); !r) return r.error();
@@ -148,14 +157,40 @@ expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::millise
     if (!reduce_done.wait_for(lock, timeout, [&] { return reduced_steps >= steps_run; }))
       return error(errc::request_timeout, "the replicas did not sum their gradients within the step's timeout");
   }
-  // Then rank 0 tells every rank how the step went ([failed, loss, norm, step ms]) and each
-  // driver its replica's summed loss (two floats: exact in float, the rest).
-  constexpr std::size_t head = 4, per_stage = 4;
-  std::vector<float> shared(head + 2 * replicas, 0.0f);
-  const double count = static_cast<double>(config.seq * config.batch);
-  const double units = static_cast<double>(config.micro_batches);
   step_result r;
   double loss_sum = 0;
+  std::vector<float> shared = outcome_to_share(outcome, driver, r, loss_sum);
+  if (auto e = ranks->sum(shared); !e) return e.error();
+  if (shared[0] != 0.0f) {
+    failed = true;
+    if (!outcome && ranks->rank() == 0) return outcome.error();
+    return error(errc::runtime_failure, "the step failed on rank 0 (its output names the reason)");
+  }
+  // Each rank of replica 0 gives its stages' device times in a second sum: a rank that is no
+  // driver joined the first one as soon as its step data was set, before its stages ran; the step
+  // is through now (the driver heard every stage say its update was done), so their clocks are
+  // whole.
+  std::vector<float> times = local_stage_times();
+  if (auto e = ranks->sum(times); !e) return e.error();
+  const double count = static_cast<double>(config.seq * config.batch);
+  if (ranks->rank() == 0) {  // the mean over the whole batch, summed in double in replica order
+    double total = 0;
+    for (std::size_t j = 0; j < replicas; ++j)
+      total += static_cast<double>(shared[shared_head + 2 * j]) + static_cast<double>(shared[shared_head + 2 * j + 1]);
+    r.loss = replicas == 1 ? loss_sum / count : total / count;
+  } else {  // the others get the step's figures in float
+    r.loss = shared[1];
+    r.grad_norm = shared[2];
+    r.step_ms = shared[3];
+  }
+  take_stage_times(r, times);
+  return r;
+}
+
+std::vector<float> lm_pipeline::state::outcome_to_share(const expected<pipeline::step_outcome>& outcome, bool driver,
+                                                        step_result& r, double& loss_sum) const {
+  std::vector<float> shared(shared_head + 2 * replicas, 0.0f);
+  const double count = static_cast<double>(config.seq * config.batch);
   if (driver) {
     if (outcome) {
       for (const auto& report : outcome->reports) loss_sum += report.at(1);
@@ -163,8 +198,8 @@ expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::millise
       r.step_ms = outcome->step_ms;
     }
     const auto hi = static_cast<float>(loss_sum);
-    shared[head + 2 * replica] = hi;
-    shared[head + 2 * replica + 1] = static_cast<float>(loss_sum - static_cast<double>(hi));
+    shared[shared_head + 2 * replica] = hi;
+    shared[shared_head + 2 * replica + 1] = static_cast<float>(loss_sum - static_cast<double>(hi));
   }
   if (ranks->rank() == 0) {
     shared[0] = outcome ? 0.0f : 1.0f;
@@ -172,38 +207,27 @@ expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::millise
     shared[2] = static_cast<float>(r.grad_norm);
     shared[3] = static_cast<float>(r.step_ms);
   }
-  if (auto e = ranks->sum(shared); !e) return e.error();
-  if (shared[0] != 0.0f) {
-    failed = true;
-    if (!outcome && ranks->rank() == 0) return outcome.error();
-    return error(errc::runtime_failure, "the step failed on rank 0 (its output names the reason)");
-  }
-  // Each rank of replica 0 gives its stages' device times ([busy, forward, backward, other] per
-  // stage) in a second sum: a rank that is no driver joined the first one as soon as its step
-  // data was set, before its stages ran; the step is through now (the driver heard every stage
-  // say its update was done), so their clocks are whole.
-  std::vector<float> times(per_stage * S, 0.0f);
-  for (std::size_t s = 0; s < S; ++s) {
+  return shared;
+}
+
+std::vector<float> lm_pipeline::state::local_stage_times() const {
+  const double units = static_cast<double>(config.micro_batches);
+  std::vector<float> times(times_per_stage * models.size(), 0.0f);
+  for (std::size_t s = 0; s < models.size(); ++s) {
     if (!local(s) || replica != 0) continue;
-    float* out = &times[per_stage * s];
+    float* out = &times[times_per_stage * s];
     out[0] = static_cast<float>(clocks[s]->busy_ms());
     out[1] = static_cast<float>(static_cast<double>(clocks[s]->forward_ns.load()) / 1e6 / units);
     out[2] = static_cast<float>(static_cast<double>(clocks[s]->backward_ns.load()) / 1e6 / units);
     out[3] = static_cast<float>(static_cast<double>(clocks[s]->other_ns.load()) / 1e6);
   }
-  if (auto e = ranks->sum(times); !e) return e.error();
-  if (ranks->rank() == 0) {  // the mean over the whole batch, summed in double in replica order
-    double total = 0;
-    for (std::size_t j = 0; j < replicas; ++j)
-      total += static_cast<double>(shared[head + 2 * j]) + static_cast<double>(shared[head + 2 * j + 1]);
-    r.loss = replicas == 1 ? loss_sum / count : total / count;
-  } else {  // the others get the step's figures in float
-    r.loss = shared[1];
-    r.grad_norm = shared[2];
-    r.step_ms = shared[3];
-  }
-  for (std::size_t s = 0; s < S; ++s) {
-    const float* in = &times[per_stage * s];
+  return times;
+}
+
+void lm_pipeline::state::take_stage_times(step_result& r, const std::vector<float>& times) {
+  const double units = static_cast<double>(config.micro_batches);
+  for (std::size_t s = 0; s < models.size(); ++s) {
+    const float* in = &times[times_per_stage * s];
     r.stage_busy_ms.push_back(in[0]);
     r.stage_forward_ms.push_back(in[1]);
     r.stage_backward_ms.push_back(in[2]);
@@ -213,7 +237,6 @@ expected<step_result> lm_pipeline::state::step_across_ranks(std::chrono::millise
       clocks[s]->backward_ns = static_cast<std::int64_t>(static_cast<double>(in[2]) * 1e6 * units);
     }
   }
-  return r;
 }
 
 expected<std::vector<named_parameter>> lm_pipeline::state::gather_parameters(

@@ -178,6 +178,12 @@ struct lm_pipeline::state {
   void sum_gradients_over_replicas(std::size_t stage, lm_stage& m, stream& s);
   std::map<std::string, std::pair<std::size_t, std::size_t>> parameter_offsets(std::size_t& total) const;
   expected<step_result> step_across_ranks(std::chrono::milliseconds timeout);
+  // step_across_ranks's parts: what rank 0 and the drivers share after the step (fills `r`'s
+  // driver figures and `loss_sum`), this rank's stages' device times, and every rank's taken.
+  std::vector<float> outcome_to_share(const expected<pipeline::step_outcome>& outcome, bool driver, step_result& r,
+                                      double& loss_sum) const;
+  std::vector<float> local_stage_times() const;
+  void take_stage_times(step_result& r, const std::vector<float>& times);
   expected<std::vector<named_parameter>> gather_parameters(std::map<std::string, std::vector<float>> local_values);
   expected<std::string> gather_optimizer_state(std::string local_bytes);
   expected<std::string> local_part_of_optimizer_state(const std::string& bytes);
