@@ -24,7 +24,8 @@ fi
 cache() { sed -n "s/^$1:[A-Z]*=//p" "$build/CMakeCache.txt"; }
 [ "$(cache STRATA_CUDA)" = ON ] || die "$build is configured with STRATA_CUDA=$(cache STRATA_CUDA); expected ON."
 [ "$(cache CMAKE_BUILD_TYPE)" = Release ] || die "$build is a '$(cache CMAKE_BUILD_TYPE)' build; expected Release (timings)."
-arch=$(grep -ho -- '--generate-code=[^ ]*' "$build"/kernels/CMakeFiles/*/flags.make 2>/dev/null | sort -u | paste -sd' ' -)
+# The CUDA code generation flags, from Make's flags.make or Ninja's build.ninja.
+arch=$(grep -ho -- '--generate-code=[^ ]*' "$build"/kernels/CMakeFiles/*/flags.make "$build"/build.ninja 2>/dev/null | sort -u | paste -sd' ' -)
 case "$arch" in
   *sm_90*) ;;
   *) die "$build compiles CUDA as '${arch:-nothing}'; the H200 needs sm_90 (CMAKE_CUDA_ARCHITECTURES=90)." ;;

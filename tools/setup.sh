@@ -4,16 +4,20 @@
 #
 #   tools/setup.sh            build dependencies + build everything (libraries, samples, tools, tests, benchmarks)
 #   tools/setup.sh lstm_lm    build dependencies + only the named targets and what they need (the
-#                             README's first command: the main job, nothing else)
+#                             README's first command: the main job, nothing else; the test-only
+#                             packages are left for the whole build)
 #   tools/setup.sh --bench    also the benchmark-only packages (CAF 0.17, PyTorch for the CPU anchor)
 #
 # Extra CMake arguments: STRATA_CMAKE_ARGS="-DSTRATA_CUDA=OFF ...". CI=true turns warnings into errors.
 set -euo pipefail
 cd "$(dirname "$0")/.."
 
-packages=(build-essential cmake libasio-dev libtbb-dev libboost-test-dev libopenblas-dev
-          nlohmann-json3-dev libcli11-dev prometheus-cpp-dev libcaf-dev fortunes librsvg2-bin
-          libopenmpi-dev openmpi-bin)
+# What every build needs (the libraries, samples and tools: the main job)...
+packages=(build-essential cmake ninja-build libasio-dev libtbb-dev libopenblas-dev
+          nlohmann-json3-dev libcli11-dev prometheus-cpp-dev fortunes libopenmpi-dev openmpi-bin)
+# ...and what only the whole build needs: Boost.Test for the suites, CAF for the messaging
+# benchmark's anchor, rsvg-convert for the trace timeline's PNG test.
+test_packages=(libboost-test-dev libcaf-dev librsvg2-bin)
 targets=()
 for arg in "$@"; do
   if [[ "$arg" == "--bench" ]]; then
@@ -26,9 +30,12 @@ for arg in "$@"; do
   fi
 done
 
+if ((${#targets[@]} == 0)); then packages+=("${test_packages[@]}"); fi
+installed() { dpkg-query -W -f='${Status}' "$1" 2>/dev/null | grep -q "install ok installed"; }
+
 missing=()
 for p in "${packages[@]}"; do
-  if ! dpkg-query -W -f='${Status}' "$p" 2>/dev/null | grep -q "install ok installed"; then
+  if ! installed "$p"; then
     missing+=("$p")
   fi
 done
@@ -48,12 +55,23 @@ fi
 build_dir="${STRATA_BUILD_DIR:-build}"
 werror=OFF
 if [[ "${CI:-}" == "true" ]]; then werror=ON; fi
+# Ninja for a new build folder (an existing one keeps its generator): it starts a target's
+# compiles while the libraries it links still build, which keeps every core busy.
+if [[ -z "${CMAKE_GENERATOR:-}" && ! -f "$build_dir/CMakeCache.txt" ]] && command -v ninja >/dev/null; then
+  export CMAKE_GENERATOR=Ninja
+fi
+# The suites are configured where Boost.Test is installed: always for the whole build, and for
+# named targets (the main job on a fresh machine) only when it is already there.
+tests=ON
+if ((${#targets[@]})) && ! installed libboost-test-dev; then tests=OFF; fi
 # shellcheck disable=SC2086
-cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=$werror ${STRATA_CMAKE_ARGS:-} >/dev/null
+cmake -S . -B "$build_dir" -DCMAKE_BUILD_TYPE=Release -DSTRATA_WERROR=$werror -DSTRATA_BUILD_TESTS=$tests \
+  ${STRATA_CMAKE_ARGS:-} >/dev/null
 if ((${#targets[@]})); then
-  known=$(cmake --build "$build_dir" --target help)
+  # The targets, as Make ("... NAME") or Ninja ("NAME: phony") lists them.
+  known=$(cmake --build "$build_dir" --target help | sed -n -e 's/^\.\.\. \([^ ]*\).*/\1/p' -e 's/^\([^ /:]*\): phony$/\1/p')
   for t in "${targets[@]}"; do
-    if ! grep -qE "^\.\.\. $t( |\$)" <<<"$known"; then
+    if ! grep -qxF "$t" <<<"$known"; then
       echo "setup.sh: '$t' is not a build target of strata (cmake --build $build_dir --target help lists them)" >&2
       exit 2
     fi

@@ -64,25 +64,36 @@ run_one() {
       ;;
   esac
   local t0=$SECONDS
+  # Ninja for a new build folder, as tools/setup.sh does.
+  local generator=()
+  if [[ -z "${CMAKE_GENERATOR:-}" && ! -f "$dir/CMakeCache.txt" ]] && command -v ninja >/dev/null; then generator=(-G Ninja); fi
   # -O1 -g1: fast enough to run the suites, line tables for the reports' stack traces.
-  cmake -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
+  cmake "${generator[@]}" -S . -B "$dir" -DCMAKE_BUILD_TYPE=RelWithDebInfo \
     -DCMAKE_CXX_FLAGS_RELWITHDEBINFO="-O1 -g1" \
     -DCMAKE_CXX_FLAGS="$flags" \
     -DCMAKE_EXE_LINKER_FLAGS="$flags" -DCMAKE_SHARED_LINKER_FLAGS="$flags" -DCMAKE_MODULE_LINKER_FLAGS="$flags" \
     -DSTRATA_CUDA=OFF -DSTRATA_MPI=AUTO -DSTRATA_BUILD_BENCH=OFF -DSTRATA_WERROR=$werror >/dev/null
   local skip="$exclude"
-  # TSan: the kernels suite runs on one thread there (no oneTBB under TSan, see tsan.supp) and
-  # takes > 10 min; ASan+UBSan runs it.
-  if [[ "$kind" == tsan ]]; then skip="${exclude%)\$}|kernels)\$"; fi
-  # Build only what the tests run: the targets whose files the tests' commands name (test
-  # executables, samples, tools; what those start by themselves is a declared dependency), read
-  # from the generated CTestTestfile.cmake files (ctest --show-only leaves out the command of a
-  # test whose executable does not exist yet). Not built: the header checks and other targets no
-  # test names.
+  # TSan: the kernels suites run on one thread there (no oneTBB under TSan, see tsan.supp) and
+  # take > 10 min; ASan+UBSan runs them.
+  if [[ "$kind" == tsan ]]; then skip="${exclude%)\$}|kernels|kernels_isa_.*)\$"; fi
+  # Build only what the tests that run here run: the files named by the commands of the tests
+  # neither skipped by name nor labelled load (test executables, samples, tools; what those start
+  # by themselves is a declared dependency), read from the generated CTestTestfile.cmake files
+  # (ctest --show-only leaves out the command of a test whose executable does not exist yet).
+  # Not built: the header checks, the load tests' program, and (TSan) the kernels suite.
   local named known targets
-  named=$(find "$dir" -name CTestTestfile.cmake -exec grep -ohE "$root/$dir/[^\"[:space:];]+" {} + |
+  named=$(find "$dir" -name CTestTestfile.cmake -exec cat {} + |
+          awk -v skip="$skip" -v dir="$root/$dir" '
+            /^add_test\(/ { match($0, /\[=\[[^]]*\]=\]/); t = substr($0, RSTART + 3, RLENGTH - 6); cmd[t] = $0; order[++n] = t }
+            /^set_tests_properties\(/ { match($0, /\[=\[[^]]*\]=\]/); t = substr($0, RSTART + 3, RLENGTH - 6)
+                                        if (match($0, /LABELS "[^"]*"/)) labels[t] = substr($0, RSTART + 8, RLENGTH - 9) }
+            END { for (i = 1; i <= n; i++) { t = order[i]
+                    if (t ~ skip || labels[t] ~ /(^|;)load(;|$)/) continue
+                    line = cmd[t]
+                    while (match(line, dir "/[^\"[:space:];]+")) { print substr(line, RSTART, RLENGTH); line = substr(line, RSTART + RLENGTH) } } }' |
           xargs -r -n1 basename | sort -u)
-  known=$(cmake --build "$dir" --target help | sed -n 's/^\.\.\. \([^ ]*\).*/\1/p' | sort -u)
+  known=$(cmake --build "$dir" --target help | sed -n -e 's/^\.\.\. \([^ ]*\).*/\1/p' -e 's/^\([^ /:]*\): phony$/\1/p' | sort -u)
   targets=$(comm -12 <(echo "$named") <(echo "$known") | tr '\n' ' ')
   if [[ -z "$targets" ]]; then echo "sanitizers.sh: found no test targets to build in $dir"; return 1; fi
   # shellcheck disable=SC2086
