@@ -29,12 +29,6 @@ namespace lm = strata::lm;
 namespace pl = strata::pipeline;
 using json = nlohmann::ordered_json;
 
-std::string fmt(double v, int prec) {
-  char buf[64];
-  std::snprintf(buf, sizeof buf, "%.*f", prec, v);
-  return buf;
-}
-
 std::string hms(double seconds) {
   if (!(seconds >= 0) || seconds > 1e7) return "--:--";
   auto s = static_cast<long>(seconds + 0.5);

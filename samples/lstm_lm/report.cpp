@@ -10,13 +10,13 @@
 
 namespace lstm_lm {
 
-namespace {
-
-std::string fmt(double v, int prec = 2) {
+std::string fmt(double v, int prec) {
   char buf[64];
   std::snprintf(buf, sizeof buf, "%.*f", prec, v);
   return buf;
 }
+
+namespace {
 
 void write_text(const std::filesystem::path& path, const std::string& text) {
   std::ofstream out(path, std::ios::binary);

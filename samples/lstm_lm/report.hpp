@@ -32,6 +32,9 @@ std::string timeline_svg(const std::vector<strata::pipeline::timeline_entry>& ti
 std::string index_html(const std::string& title, const std::vector<std::pair<std::string, std::string>>& figures,
                        const std::string& plan_text);
 
+/// `v` with `prec` digits after the point ("%.*f"), for the report and the progress lines.
+std::string fmt(double v, int prec = 2);
+
 /// `lstm_lm train --report DIR`: writes loss.svg, timeline.svg and index.html of the run `r` into
 /// `dir` (created when missing) and returns index.html's path. Throws std::runtime_error when a
 /// file cannot be written.

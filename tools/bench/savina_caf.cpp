@@ -48,7 +48,7 @@ result checked(double seconds, std::uint64_t got, std::uint64_t expected, const 
   return {seconds, got == expected, std::string(what) + " " + std::to_string(got) + " of " + std::to_string(expected)};
 }
 
-void configure(caf::actor_system_config& cfg, std::size_t threads) {
+void configure_scheduler(caf::actor_system_config& cfg, std::size_t threads) {
   cfg.set("scheduler.policy", caf::atom("stealing"));
   cfg.set("scheduler.max-threads", static_cast<caf::config_value::integer>(std::max<std::size_t>(1, threads)));
 }
@@ -71,7 +71,7 @@ void stop_all(std::vector<caf::actor>& actors) {
 
 result caf_counting(const params& p) {
   caf::actor_system_config cfg;
-  configure(cfg, p.threads);
+  configure_scheduler(cfg, p.threads);
   caf::actor_system sys{cfg};
   std::promise<std::uint64_t> done;
   auto finished = done.get_future();
@@ -98,7 +98,7 @@ result caf_counting(const params& p) {
 
 result caf_fork_join(const params& p) {
   caf::actor_system_config cfg;
-  configure(cfg, p.threads);
+  configure_scheduler(cfg, p.threads);
   caf::actor_system sys{cfg};
   struct worker_state {
     std::uint64_t count = 0;
@@ -129,7 +129,7 @@ result caf_fork_join(const params& p) {
 
 result caf_thread_ring(const params& p) {
   caf::actor_system_config cfg;
-  configure(cfg, p.threads);
+  configure_scheduler(cfg, p.threads);
   caf::actor_system sys{cfg};
   struct node_state {
     caf::actor next;
@@ -166,7 +166,7 @@ result caf_thread_ring(const params& p) {
 
 result caf_chameneos(const params& p) {
   caf::actor_system_config cfg;
-  configure(cfg, p.threads);
+  configure_scheduler(cfg, p.threads);
   caf::actor_system sys{cfg};
   struct mall_state {
     std::uint64_t left = 0;
@@ -232,7 +232,7 @@ result caf_chameneos(const params& p) {
 
 result caf_big(const params& p) {
   caf::actor_system_config cfg;
-  configure(cfg, p.threads);
+  configure_scheduler(cfg, p.threads);
   caf::actor_system sys{cfg};
   struct big_state {
     std::vector<caf::actor> all;

@@ -14,7 +14,7 @@ namespace strata::lm::detail {
 namespace {
 
 namespace pl = strata::pipeline;
-using json = run_log::json;
+using log_json = run_log::json;
 
 double param_norm(const std::vector<named_parameter>& params) {
   double sq = 0;
@@ -99,11 +99,11 @@ void training_run::summarise(std::size_t final_step) {
 
 /// The log's summary line.
 void training_run::write_summary(std::size_t final_step) {
-  json link_keys = json::object();  // under mpirun: the link the placement and the ideal step charged
+  log_json link_keys = log_json::object();  // under mpirun: the link the placement and the ideal step charged
   if (o_.ranks) {
     const auto& link = su_.link;  // none with one stage per replica
-    link_keys["link_latency_us"] = link ? json(link->latency_us) : json(nullptr);
-    link_keys["link_gbps"] = link && std::isfinite(link->gbps) ? json(link->gbps) : json(nullptr);
+    link_keys["link_latency_us"] = link ? log_json(link->latency_us) : log_json(nullptr);
+    link_keys["link_gbps"] = link && std::isfinite(link->gbps) ? log_json(link->gbps) : log_json(nullptr);
   }
   const training_result& r = result_;
   log_.write({{"summary", true},
@@ -119,8 +119,8 @@ void training_run::write_summary(std::size_t final_step) {
               {"loss", r.loss},
               {"val_loss", r.validation.loss},
               {"val_ppl", std::exp(r.validation.loss)},
-              {"test_loss", r.test ? json(r.test->loss) : json(nullptr)},
-              {"test_ppl", r.test ? json(std::exp(r.test->loss)) : json(nullptr)},
+              {"test_loss", r.test ? log_json(r.test->loss) : log_json(nullptr)},
+              {"test_ppl", r.test ? log_json(std::exp(r.test->loss)) : log_json(nullptr)},
               {"param_norm", r.param_norm},
               {"step_ms", r.step_ms},
               {"ideal_step_ms", r.ideal_step_ms},
@@ -131,7 +131,7 @@ void training_run::write_summary(std::size_t final_step) {
               {"stage_backward_ms", r.stage_backward_ms},
               {"wall_s", r.wall_s},
               {"devices", su_.devices},
-              {"cpu_threads_per_device", su_.cpu_stages ? json(su_.cpu_threads) : json(nullptr)},
+              {"cpu_threads_per_device", su_.cpu_stages ? log_json(su_.cpu_threads) : log_json(nullptr)},
               {"schedule", pl::to_string(su_.schedule)},
               {"micro_batches", cfg_.micro_batches},
               {"chunks", cfg_.chunks},

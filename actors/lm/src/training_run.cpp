@@ -16,7 +16,6 @@ namespace strata::lm::detail {
 namespace {
 
 namespace pl = strata::pipeline;
-using json = run_log::json;
 
 /// The pipeline on `run`'s devices (which it takes), placed as `su` says.
 std::unique_ptr<lm_pipeline> build_pipeline(actor_system& system, prepared_run& run, const training_setup& su,
