@@ -31,7 +31,7 @@ case "$arch" in
   *) die "$build compiles CUDA as '${arch:-nothing}'; the H200 needs sm_90 (CMAKE_CUDA_ARCHITECTURES=90)." ;;
 esac
 
-programs=(tests/kernels_cuda/test_kernels_cuda tests/device/test_device_cuda tests/actors/test_kvstore_cuda
+programs=(tests/kernels_cuda/test_kernels_cuda tests/device/test_device_cuda tests/kvstore/test_kvstore_cuda
           tests/lm/test_lm_cuda tools/bench/strata-bench-lm-gpu samples/lstm_lm/lstm_lm)
 # Where the build has MPI: cuda tensors between 2 ranks (net_cuda_np2), the NCCL smoke test
 # (nccl_cuda alone; nccl_cuda_np2 needs 2 GPUs) where it has strata::nccl, and the allreduce store

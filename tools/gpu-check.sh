@@ -234,7 +234,7 @@ else
   fi
   row build ok "$(elapsed "$step_t")"
   tests=(kernels_cuda:tests/kernels_cuda/test_kernels_cuda device_cuda:tests/device/test_device_cuda
-         kvstore_cuda:tests/actors/test_kvstore_cuda lm_cuda:tests/lm/test_lm_cuda)
+         kvstore_cuda:tests/kvstore/test_kvstore_cuda lm_cuda:tests/lm/test_lm_cuda)
   [ -x "$build/tests/net_cuda/test_nccl_cuda" ] && tests+=(nccl_cuda:tests/net_cuda/test_nccl_cuda)
   [ -x "$build/tests/net_cuda/test_kvstore_dist_cuda" ] && tests+=(kvstore_dist_cuda:tests/net_cuda/test_kvstore_dist_cuda)
   for i in "${!tests[@]}"; do tests[$i]="${tests[$i]%%:*}:$build/${tests[$i]#*:}"; done

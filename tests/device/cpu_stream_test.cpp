@@ -15,13 +15,12 @@
 using namespace strata;
 using namespace std::chrono_literals;
 
-namespace {
+namespace cpu_stream_test {
 device_options two_threads() {
   device_options o = test::deterministic_sim();
   o.cpu_threads_per_device = 2;
   return o;
 }
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(cpu_streams)
 
@@ -328,3 +327,5 @@ BOOST_AUTO_TEST_CASE(a_cpu_stream_waiting_for_a_sim_event_runs_after_the_modelle
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace cpu_stream_test

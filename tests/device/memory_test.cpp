@@ -5,6 +5,8 @@
 
 #include "helpers.hpp"
 
+namespace memory_test {
+
 using namespace strata;
 
 BOOST_AUTO_TEST_SUITE(memory_pools)
@@ -158,3 +160,5 @@ BOOST_AUTO_TEST_CASE(sim_memory_counts_bytes_against_the_profile_capacity_and_ho
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace memory_test

@@ -11,7 +11,7 @@
 using namespace strata;
 using namespace std::chrono_literals;
 
-namespace {
+namespace sim_test {
 constexpr double latency = 5e-6;  // h200 profile
 constexpr double tolerance_ms = 1e-6;
 
@@ -25,7 +25,6 @@ double modelled_ms(kernel_work work) {
   end.synchronize();
   return event::elapsed_ms(start, end);
 }
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(sim_devices)
 
@@ -184,3 +183,5 @@ BOOST_AUTO_TEST_CASE(an_event_can_only_be_recorded_on_a_stream_of_its_backend) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace sim_test

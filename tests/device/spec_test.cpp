@@ -6,6 +6,8 @@
 
 #include "helpers.hpp"
 
+namespace spec_test {
+
 using namespace strata;
 
 BOOST_AUTO_TEST_SUITE(device_specs)
@@ -145,3 +147,5 @@ BOOST_AUTO_TEST_CASE(creating_cuda_devices_without_a_gpu_fails_with_a_clear_erro
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace spec_test

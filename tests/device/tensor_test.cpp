@@ -7,7 +7,7 @@
 
 using namespace strata;
 
-namespace {
+namespace tensor_test {
 template <class T, class D>
 std::vector<T> random_values(std::size_t n, D dist) {
   std::mt19937_64 rng(12345);
@@ -15,7 +15,6 @@ std::vector<T> random_values(std::size_t n, D dist) {
   for (auto& x : v) x = static_cast<T>(dist(rng));
   return v;
 }
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(tensors)
 
@@ -178,3 +177,5 @@ BOOST_AUTO_TEST_CASE(a_buffer_too_small_for_the_shape_is_rejected) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace tensor_test

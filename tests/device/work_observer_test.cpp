@@ -14,7 +14,7 @@
 
 using namespace strata;
 
-namespace {
+namespace work_observer_test {
 /// The names an observer saw, in the order it saw them.
 struct name_log {
   std::mutex mu;
@@ -44,7 +44,6 @@ std::vector<std::string> names(const std::string& prefix, int n) {
 }
 
 const char* const specs[] = {"cpu:1", "sim:1"};
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(work_observers)
 
@@ -186,3 +185,5 @@ BOOST_AUTO_TEST_CASE(an_empty_observer_is_refused) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace work_observer_test

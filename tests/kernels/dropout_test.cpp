@@ -10,6 +10,8 @@
 
 #include "reference.hpp"
 
+namespace dropout_test {
+
 namespace sk = strata::kernels;
 namespace ref = strata::kernels::test;
 
@@ -73,3 +75,5 @@ BOOST_AUTO_TEST_CASE(dropout_refuses_a_probability_outside_0_to_1_and_a_block_pa
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace dropout_test

@@ -11,6 +11,8 @@
 
 #include "reference.hpp"
 
+namespace elementwise_test {
+
 namespace sk = strata::kernels;
 namespace ref = strata::kernels::test;
 
@@ -90,3 +92,5 @@ BOOST_AUTO_TEST_CASE(clip_grad_norm_follows_pytorch_and_returns_the_norm_before_
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace elementwise_test

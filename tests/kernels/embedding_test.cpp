@@ -8,6 +8,8 @@
 
 #include "reference.hpp"
 
+namespace embedding_test {
+
 namespace sk = strata::kernels;
 namespace ref = strata::kernels::test;
 
@@ -96,3 +98,5 @@ BOOST_AUTO_TEST_CASE(embedding_names_the_first_id_outside_the_vocabulary) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace embedding_test

@@ -11,6 +11,8 @@
 
 #include "reference.hpp"
 
+namespace gemm_test {
+
 namespace sk = strata::kernels;
 namespace ref = strata::kernels::test;
 using sk::transpose;
@@ -124,3 +126,5 @@ BOOST_AUTO_TEST_CASE(gemm_gives_the_same_products_whether_onetbb_or_openblas_par
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace gemm_test

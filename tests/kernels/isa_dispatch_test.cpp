@@ -22,7 +22,7 @@ namespace sk = strata::kernels;
 namespace ref = strata::kernels::test;
 using sk::cpu::cpu_isa;
 
-namespace {
+namespace isa_dispatch_test {
 
 constexpr cpu_isa all_isas[] = {cpu_isa::baseline, cpu_isa::avx2, cpu_isa::avx512};
 
@@ -188,8 +188,6 @@ std::size_t first_bit_difference(const ref::fvec& a, const ref::fvec& b) {
   return a.size();
 }
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(isa_dispatch)
 
 BOOST_AUTO_TEST_CASE(every_supported_isa_path_gives_bitwise_the_baseline_results) {
@@ -267,3 +265,5 @@ BOOST_AUTO_TEST_CASE(strata_cpu_isa_picks_the_path_or_is_rejected_with_one_sente
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace isa_dispatch_test

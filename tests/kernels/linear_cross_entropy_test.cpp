@@ -12,7 +12,7 @@
 namespace sk = strata::kernels;
 namespace ref = strata::kernels::test;
 
-namespace {
+namespace linear_cross_entropy_test {
 
 struct xent_problem {
   std::size_t n, h, v;
@@ -41,8 +41,6 @@ xent_kernel_result run(const xent_problem& p, sk::loss_reduction red, std::size_
   BOOST_TEST(forward_only == r.loss);
   return r;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(linear_cross_entropy)
 
@@ -136,3 +134,5 @@ BOOST_AUTO_TEST_CASE(linear_cross_entropy_names_the_workspace_rule_and_the_first
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace linear_cross_entropy_test

@@ -14,7 +14,7 @@
 namespace sk = strata::kernels;
 namespace ref = strata::kernels::test;
 
-namespace {
+namespace lstm_test {
 
 struct problem {
   ref::lstm_shape s;
@@ -118,8 +118,6 @@ std::vector<ref::lstm_shape> shapes() {
 
 #define STRATA_CHECK_CLOSE(kernel_values, reference_values, tol) \
   BOOST_TEST(ref::relative_error(kernel_values, reference_values) <= (tol), #kernel_values " vs " #reference_values)
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(lstm)
 
@@ -288,3 +286,5 @@ BOOST_AUTO_TEST_CASE(lstm_rejects_empty_dimensions_and_missing_buffers) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace lstm_test

@@ -15,7 +15,7 @@
 namespace sk = strata::kernels;
 namespace ref = strata::kernels::test;
 
-namespace {
+namespace on_stream_test {
 
 /// y += alpha x, written once for both backends as a call site would write it.
 auto axpy_call(std::size_t n, float alpha, const float* x, float* y) {
@@ -24,8 +24,6 @@ auto axpy_call(std::size_t n, float alpha, const float* x, float* y) {
     else sk::cpu::axpy(n, alpha, x, y);
   };
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(on_stream)
 
@@ -83,3 +81,5 @@ BOOST_AUTO_TEST_CASE(on_a_sim_stream_the_call_never_runs_and_the_item_is_modelle
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace on_stream_test

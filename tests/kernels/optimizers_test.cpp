@@ -8,6 +8,8 @@
 
 #include "reference.hpp"
 
+namespace optimizers_test {
+
 namespace sk = strata::kernels;
 namespace ref = strata::kernels::test;
 
@@ -88,3 +90,5 @@ BOOST_AUTO_TEST_CASE(optimizers_reject_missing_state) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace optimizers_test

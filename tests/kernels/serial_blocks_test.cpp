@@ -14,6 +14,8 @@
 
 #include "kernel_support.hpp"
 
+namespace serial_blocks_test {
+
 namespace serial = strata::kernels::cpu::detail::serial;
 
 BOOST_AUTO_TEST_SUITE(serial_blocks)
@@ -66,3 +68,5 @@ BOOST_AUTO_TEST_CASE(serial_blocks_cover_the_range_once_in_order_within_the_grai
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace serial_blocks_test

@@ -19,7 +19,7 @@ namespace sk = strata::kernels;
 namespace ref = strata::kernels::test;
 using nlohmann::json;
 
-namespace {
+namespace torch_fixtures_test {
 
 // Agreement with PyTorch's float32 results: max|a - b| <= 1e-4 * max|b| per tensor.
 constexpr double k_torch_tol = 1e-4;
@@ -140,8 +140,6 @@ std::vector<std::span<float>> spans(param_map& m, const json& names) {
   return v;
 }
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(torch_fixtures)
 
 BOOST_AUTO_TEST_CASE(two_layer_lstm_forward_and_backward_match_pytorch) {
@@ -251,3 +249,5 @@ BOOST_AUTO_TEST_CASE(language_model_training_steps_match_pytorch_sgd_with_clippi
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace torch_fixtures_test

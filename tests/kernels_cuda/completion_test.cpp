@@ -27,7 +27,7 @@ using strata::device_error;
 using strata::detail::event_point;
 using namespace std::chrono_literals;
 
-namespace {
+namespace completion_test {
 
 /// Stands for one GPU: healthy until fail() is called; counts the probes.
 struct fake_gpu {
@@ -75,8 +75,6 @@ struct callback_log {
     return calls.size();
   }
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(cuda_completion_ledger)
 
@@ -232,3 +230,5 @@ BOOST_AUTO_TEST_CASE(strata_cuda_sync_accepts_1_and_0_and_names_any_other_value)
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace completion_test

@@ -14,6 +14,8 @@
 #include "cuda_test_support.hpp"
 #include "strata/kernels/cpu.hpp"
 
+namespace elementwise_test {
+
 namespace sk = strata::kernels;
 namespace kc = strata::kernels::cuda;
 using namespace kc::test;
@@ -127,3 +129,5 @@ STRATA_GPU_TEST_CASE(dropout_draws_the_cpu_kernels_mask_bitwise) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace elementwise_test

@@ -11,6 +11,8 @@
 #include "cuda_test_support.hpp"
 #include "strata/kernels/cpu.hpp"
 
+namespace embedding_test {
+
 namespace sk = strata::kernels;
 namespace kc = strata::kernels::cuda;
 using namespace kc::test;
@@ -67,3 +69,5 @@ STRATA_GPU_TEST_CASE(an_out_of_range_id_gives_a_nan_row_and_is_skipped_by_the_ba
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace embedding_test

@@ -87,7 +87,7 @@ STRATA_GPU_TEST_CASE(gemm_strided_batched_matches_the_cpu_kernel_including_broad
   }
 }
 
-namespace {
+namespace gemm_test {
 // A 128x256x512 product in `math` against the fp32 cpu product: max relative error. Sizes that
 // are multiples of 16, so that cuBLAS, which the FAST compute types only allow to use tensor
 // cores, has no reason to fall back to fp32 kernels.
@@ -102,7 +102,6 @@ double reduced_math_error(kc::gemm_math math, std::uint64_t seed) {
   sk::cpu::gemm(transpose::no, transpose::yes, m, n, k, 1.0f, a.data(), k, b.data(), k, 0.0f, c.data(), n);
   return relative_error(dc.download(), c);
 }
-}  // namespace
 
 STRATA_GPU_TEST_CASE(tf32_gemm_stays_within_tf32_rounding_of_the_fp32_result) {
   BOOST_TEST(reduced_math_error(kc::gemm_math::tf32, 204) <= 1e-2);
@@ -120,3 +119,5 @@ STRATA_GPU_TEST_CASE(bf16_gemm_stays_within_bf16_rounding_and_differs_from_fp32)
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace gemm_test

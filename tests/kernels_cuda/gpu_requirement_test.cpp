@@ -10,7 +10,7 @@
 namespace st = strata::test;
 using st::gpu_verdict;
 
-namespace {
+namespace gpu_requirement_test {
 
 const std::string smi_one_gpu = "GPU 0: NVIDIA H200 (UUID: GPU-0a1b2c3d)\n";
 const st::cuda_probe no_device{.count = 0, .error = "cudaErrorNoDevice (no CUDA-capable device is detected)"};
@@ -18,8 +18,6 @@ const st::cuda_probe old_driver{.count = 0,
                                 .error = "cudaErrorInsufficientDriver (CUDA driver version is insufficient for "
                                          "CUDA runtime version)"};
 const st::cuda_probe one_gpu{.count = 1, .error = ""};
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(gpu_requirement)
 
@@ -77,3 +75,5 @@ BOOST_AUTO_TEST_CASE(a_program_whose_gpu_cases_all_skipped_exits_77_and_a_refuse
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace gpu_requirement_test

@@ -26,7 +26,7 @@ namespace kc = strata::kernels::cuda;
 using kc::test::random_source;
 using sk::transpose;
 
-namespace {
+namespace host_logic_test {
 
 // What cuBLAS computes for a column-major call: C = alpha op(first) op(second) + beta C, with
 // element (i, j) of a column-major matrix X at X[i + j * ld].
@@ -79,8 +79,6 @@ void expect_same_rejection(const Cpu& cpu_call, const Cuda& cuda_call) {
   BOOST_TEST(!cpu.empty());
   BOOST_TEST(cuda == "cuda::" + cpu);
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(host_logic)
 
@@ -420,3 +418,5 @@ BOOST_AUTO_TEST_CASE(the_device_conversions_give_the_cpu_bits_for_every_16_bit_p
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace host_logic_test

@@ -11,6 +11,8 @@
 #include "cuda_test_support.hpp"
 #include "strata/kernels/cpu.hpp"
 
+namespace linear_cross_entropy_test {
+
 namespace sk = strata::kernels;
 namespace kc = strata::kernels::cuda;
 using namespace kc::test;
@@ -75,3 +77,5 @@ STRATA_GPU_TEST_CASE(an_out_of_range_target_makes_the_loss_nan) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace linear_cross_entropy_test

@@ -15,7 +15,7 @@ namespace sk = strata::kernels;
 namespace kc = strata::kernels::cuda;
 using namespace kc::test;
 
-namespace {
+namespace lstm_test {
 
 using floats = std::vector<float>;
 
@@ -136,8 +136,6 @@ void expect_close(const outputs& got, const outputs& want) {
   BOOST_TEST(relative_error(got.gb_hh, want.gb_hh) <= k_fp32_tol);
 }
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(cuda_lstm)
 
 STRATA_GPU_TEST_CASE(lstm_forward_and_backward_match_the_cpu_kernels_on_odd_shapes) {
@@ -179,3 +177,5 @@ STRATA_GPU_TEST_CASE(lstm_with_zero_steps_copies_the_states_through) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace lstm_test

@@ -10,6 +10,8 @@
 #include "cuda_test_support.hpp"
 #include "strata/kernels/cpu.hpp"
 
+namespace optimizers_test {
+
 namespace sk = strata::kernels;
 namespace kc = strata::kernels::cuda;
 using namespace kc::test;
@@ -66,3 +68,5 @@ STRATA_GPU_TEST_CASE(adam_and_adamw_match_the_cpu_kernel) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace optimizers_test

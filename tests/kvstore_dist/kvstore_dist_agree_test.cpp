@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "dist_world.hpp"
+#include "support/dist_world.hpp"
 
-using namespace kvstore_dist_test;
+using namespace strata::test::dist;
 using strata::dtype;
 
-namespace {
+namespace kvstore_dist_agree_test {
 
 /// `call()`, which must return within `limit` on this rank: a rank left waiting in a collective
 /// ends the job at once (with the reason) instead of at the test's timeout.
@@ -60,8 +60,6 @@ void unchanged(world& w, kvd::store& kv) {
   BOOST_TEST(w.host(*a) == a0);
   BOOST_TEST(w.host(*b) == b0);
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_dist_agree)
 
@@ -209,3 +207,5 @@ BOOST_AUTO_TEST_CASE(a_split_push_that_any_owner_would_refuse_is_refused_before_
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_dist_agree_test

@@ -12,11 +12,11 @@
 #include <string>
 #include <vector>
 
-#include "dist_world.hpp"
+#include "support/dist_world.hpp"
 
-using namespace kvstore_dist_test;
+using namespace strata::test::dist;
 
-namespace {
+namespace kvstore_dist_compression_test {
 
 /// MXNet's rules (gradient_compression-inl.h), written again: r += g, then the value sent.
 float two_bit_rule(float g, float& r, float t) {
@@ -64,8 +64,6 @@ std::vector<float> local_sum(std::uint32_t seed, int r, int k, int t, std::size_
   }
   return g;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_dist_compression)
 
@@ -261,3 +259,5 @@ BOOST_AUTO_TEST_CASE(bad_compression_settings_and_refused_compressed_pushes_get_
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_dist_compression_test

@@ -1,6 +1,6 @@
 // float16 and bfloat16 keys in strata::kvstore_dist. Data is random (a seed rank 0 draws); the
 // reference is one process's cpu kvstore fed every rank's values of a round in one push, in rank
-// order (its 16-bit rules are tested on their own in tests/actors/kvstore_half_test.cpp), and the
+// order (its 16-bit rules are tested on their own in tests/kvstore/kvstore_half_test.cpp), and the
 // results must agree bit for bit.
 #include <boost/test/unit_test.hpp>
 
@@ -13,15 +13,15 @@
 #include <tuple>
 #include <vector>
 
-#include "dist_world.hpp"
+#include "support/dist_world.hpp"
 #include "strata/kernels/half.hpp"
 
-using namespace kvstore_dist_test;
+using namespace strata::test::dist;
 using strata::dtype;
 namespace kv = strata::kvstore;
 namespace sk = strata::kernels;
 
-namespace {
+namespace kvstore_dist_half_test {
 
 const dtype half_types[] = {dtype::float16, dtype::bfloat16};
 
@@ -126,8 +126,6 @@ std::string flag_value(const std::string& flag) {
     if (flag == suite.argv[i]) return suite.argv[i + 1];
   return {};
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_dist_half)
 
@@ -414,3 +412,5 @@ BOOST_AUTO_TEST_CASE(a_value_of_another_dtype_is_refused_with_one_sentence_namin
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_dist_half_test

@@ -15,34 +15,15 @@
 #include <vector>
 
 #include "strata/kvstore_dist/store.hpp"
+#include "support/dist_world.hpp"
 
 using namespace std::chrono_literals;
-namespace kvd = strata::kvstore_dist;
+using namespace strata::test::dist;
 
 namespace {
 
-struct world {
-  strata::actor_system sys{strata::system_config{.worker_threads = 1}};
-  strata::device cpu = strata::make_devices("cpu:1").front();
-  strata::stream s = cpu.create_stream();
-  strata::net::endpoint net{sys, strata::net::endpoint_config{.receive_device = cpu}};
-  ~world() {
-    net.shutdown();
-    sys.shutdown();
-  }
-  strata::tensor filled(float x) {
-    std::vector<float> v(6, x);
-    return strata::tensor::from_host<float>(std::span<const float>(v), {2, 3}, cpu, s);
-  }
-  std::vector<float> host(const strata::tensor& t) { return t.to_host<float>(s); }
-};
-
-world* the_world = nullptr;
-
-struct world_fixture {
-  world_fixture() { the_world = new world; }
-  ~world_fixture() { delete the_world; }
-};
+/// A 2 x 3 value of `x`.
+strata::tensor filled(world& w, float x) { return w.make(std::vector<float>(6, x), {2, 3}); }
 
 // Each call that must fail has to fail within this, against a store timeout of 30 s.
 constexpr auto store_timeout = 30s;
@@ -67,10 +48,10 @@ keys_by_owner sort_keys(const kvd::store& kv, int leaver) {
 void first_round(world& w, kvd::store& kv, const keys_by_owner& k) {
   const int n = kv.num_workers();
   for (const auto* list : {&k.of_leaver, &k.of_others})
-    for (const auto& key : *list) BOOST_REQUIRE(kv.init(key, w.filled(0.0f)));
+    for (const auto& key : *list) BOOST_REQUIRE(kv.init(key, filled(w, 0.0f)));
   for (const auto* list : {&k.of_leaver, &k.of_others})
     for (const auto& key : *list) {
-      auto got = kv.pushpull(key, {w.filled(static_cast<float>(kv.rank() + 1))});
+      auto got = kv.pushpull(key, {filled(w, static_cast<float>(kv.rank() + 1))});
       BOOST_REQUIRE_MESSAGE(got, got.error().message());
       for (float v : w.host(*got)) BOOST_TEST(v == static_cast<float>(n * (n + 1) / 2));
     }
@@ -126,20 +107,20 @@ BOOST_AUTO_TEST_CASE(a_rank_that_closes_its_store_fails_the_rounds_and_barriers_
   if (kv->rank() == leaver) {
     // Its push of version 2 of the others' keys is in before it closes the store: that version
     // still completes on their shards.
-    for (const auto& key : k.of_others) BOOST_REQUIRE(kv->push(key, {w.filled(static_cast<float>(leaver + 1))}));
+    for (const auto& key : k.of_others) BOOST_REQUIRE(kv->push(key, {filled(w, static_cast<float>(leaver + 1))}));
     kv.reset();
     return;
   }
   const std::string rank = "rank " + std::to_string(leaver);
   for (const auto& key : k.of_others) {
-    auto got = kv->pushpull(key, {w.filled(static_cast<float>(kv->rank() + 1))});
+    auto got = kv->pushpull(key, {filled(w, static_cast<float>(kv->rank() + 1))});
     BOOST_REQUIRE_MESSAGE(got, got.error().message());
     for (float v : w.host(*got)) BOOST_TEST(v == static_cast<float>(n * (n + 1) / 2));
   }
   // Version 3 waits for a push the leaving rank will never make.
   auto t0 = std::chrono::steady_clock::now();
   for (const auto& key : k.of_others) {
-    auto got = kv->pushpull(key, {w.filled(1.0f)});
+    auto got = kv->pushpull(key, {filled(w, 1.0f)});
     BOOST_REQUIRE(!got);
     BOOST_TEST(got.error().code() == strata::errc::rank_down);
     BOOST_TEST(got.error().message() == "kvstore dist_sync: key " + key.to_string() + " cannot complete version 3: " +
@@ -147,7 +128,7 @@ BOOST_AUTO_TEST_CASE(a_rank_that_closes_its_store_fails_the_rounds_and_barriers_
   }
   // Its own keys: its shard has stopped, and the sentence names its rank.
   for (const auto& key : k.of_leaver) {
-    auto got = kv->pushpull(key, {w.filled(1.0f)});
+    auto got = kv->pushpull(key, {filled(w, 1.0f)});
     BOOST_REQUIRE(!got);
     BOOST_TEST(got.error().code() == strata::errc::target_terminated, got.error().message());
     BOOST_TEST(got.error().message() == "kvstore dist: the shard of " + rank +
@@ -179,14 +160,14 @@ BOOST_AUTO_TEST_CASE(a_rank_that_leaves_the_job_fails_the_rounds_and_barriers_th
   const std::string rank = "rank " + std::to_string(leaver);
   auto t0 = std::chrono::steady_clock::now();
   for (const auto& key : k.of_others) {
-    auto got = kv.pushpull(key, {w.filled(1.0f)});
+    auto got = kv.pushpull(key, {filled(w, 1.0f)});
     BOOST_REQUIRE(!got);
     BOOST_TEST(got.error().code() == strata::errc::rank_down);
     BOOST_TEST(got.error().message() == "kvstore dist_sync: key " + key.to_string() + " cannot complete version 2: " +
                                             rank + " has left the job.");
   }
   for (const auto& key : k.of_leaver) {
-    auto got = kv.pushpull(key, {w.filled(1.0f)});
+    auto got = kv.pushpull(key, {filled(w, 1.0f)});
     BOOST_REQUIRE(!got);
     BOOST_TEST(got.error().code() == strata::errc::rank_down, got.error().message());
   }
@@ -210,7 +191,7 @@ void others_fail_at_once(world& w, kvd::store& kv, int leaver, const std::string
   const std::string head = "kvstore dist pushpull: the allreduce of this step failed, and no replica was updated: ";
   auto t0 = std::chrono::steady_clock::now();
   for (int step = 0; step < 2; ++step) {  // the waiting step, then a later one
-    auto got = kv.pushpull("g", {w.filled(1.0f)});
+    auto got = kv.pushpull("g", {filled(w, 1.0f)});
     BOOST_REQUIRE(!got);
     BOOST_TEST(got.error().code() == strata::errc::rank_down);
     BOOST_TEST(got.error().message() == head + why + " (rank " + std::to_string(leaver) + ")");
@@ -227,8 +208,8 @@ void others_fail_at_once(world& w, kvd::store& kv, int leaver, const std::string
 /// Every rank inits "g" and makes one step (the sum n(n+1)/2 everywhere).
 void one_step(world& w, kvd::store& kv) {
   const int n = kv.num_workers();
-  BOOST_REQUIRE(kv.init("g", w.filled(0.0f)));
-  auto got = kv.pushpull("g", {w.filled(static_cast<float>(kv.rank() + 1))});
+  BOOST_REQUIRE(kv.init("g", filled(w, 0.0f)));
+  auto got = kv.pushpull("g", {filled(w, static_cast<float>(kv.rank() + 1))});
   BOOST_REQUIRE_MESSAGE(got, got.error().message());
   for (float v : w.host(*got)) BOOST_TEST(v == static_cast<float>(n * (n + 1) / 2));
 }

@@ -16,13 +16,13 @@
 #include <string>
 #include <vector>
 
-#include "dist_world.hpp"
+#include "support/dist_world.hpp"
 #include "strata/kernels/half.hpp"
 
-using namespace kvstore_dist_test;
+using namespace strata::test::dist;
 using strata::dtype;
 
-namespace {
+namespace kvstore_dist_row_sparse_test {
 
 constexpr std::int64_t bound = 40;
 
@@ -187,8 +187,6 @@ void sync_rounds(world& w, const char* name, const strata::kvstore::set_optimize
     }
   BOOST_REQUIRE(kv.barrier());
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_dist_row_sparse)
 
@@ -405,3 +403,5 @@ BOOST_AUTO_TEST_CASE(dist_sync_allreduce_refuses_row_sparse_values) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_dist_row_sparse_test

@@ -15,12 +15,12 @@
 #include <string>
 #include <vector>
 
-#include "dist_world.hpp"
+#include "support/dist_world.hpp"
 #include "strata/kvstore/compression.hpp"
 
-using namespace kvstore_dist_test;
+using namespace strata::test::dist;
 
-namespace {
+namespace kvstore_dist_split_test {
 
 constexpr std::int64_t bound = 10;
 
@@ -95,8 +95,6 @@ void init_both(world& w, kvd::store& kv, strata::kvstore::client& ref, std::uint
     BOOST_REQUIRE(ref.init(keys[k].key, w.make(w0, keys[k].shape)).get());
   }
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_dist_split)
 
@@ -306,3 +304,5 @@ BOOST_AUTO_TEST_CASE(bad_input_to_a_split_store_gets_one_sentence_and_changes_no
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_dist_split_test

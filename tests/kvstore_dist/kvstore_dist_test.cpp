@@ -16,23 +16,12 @@
 #include <string>
 #include <vector>
 
-#include "dist_world.hpp"
+#include "support/dist_world.hpp"
 
 using namespace std::chrono_literals;
-using namespace kvstore_dist_test;
+using namespace strata::test::dist;
 
 namespace kvstore_dist_test {
-world* the_world = nullptr;
-}
-
-namespace {
-
-struct world_fixture {
-  world_fixture() { the_world = new world; }
-  ~world_fixture() { delete the_world; }
-};
-
-}  // namespace
 
 BOOST_TEST_GLOBAL_FIXTURE(world_fixture);
 
@@ -347,8 +336,6 @@ BOOST_AUTO_TEST_CASE(dist_sync_allreduce_sums_every_rank_in_one_fused_call_and_u
   BOOST_REQUIRE(kv.barrier());
 }
 
-namespace {
-
 /// `--save PATH` / `--load PATH` after `--` on the command line (ctest passes them): a
 /// checkpoint written by a job of one size and read by a job of another.
 std::string arg_after(const std::string& flag) {
@@ -390,8 +377,6 @@ void train_both(world& w, kvd::store& kv, strata::kvstore::client& ref, std::uin
       BOOST_TEST((w.host(*got) == w.host(expected->front())), "key " << e.key.to_string() << " round " << t);
     }
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(a_distributed_checkpoint_is_one_kvstore_file_that_any_number_of_ranks_continues_bit_for_bit) {
   world& w = *the_world;
@@ -470,3 +455,5 @@ BOOST_AUTO_TEST_CASE(a_distributed_checkpoint_is_one_kvstore_file_that_any_numbe
     if (again.rank() == 0) std::filesystem::remove(path);
   }
 }
+
+}  // namespace kvstore_dist_test

@@ -21,7 +21,7 @@
 #include "support/lm_test_support.hpp"
 #include "strata/lm/checkpoint.hpp"
 
-namespace {
+namespace lm_checkpoint_test {
 
 using namespace strata::lm;
 namespace fs = std::filesystem;
@@ -45,7 +45,7 @@ checkpoint small_checkpoint() {
   return ck;
 }
 
-fs::path fresh_dir(const std::string& name) {
+fs::path empty_dir(const std::string& name) {
   auto d = fs::temp_directory_path() / ("strata_lm_ck_" + std::to_string(::getpid()) + "_" + name);
   fs::remove_all(d);
   return d;
@@ -59,8 +59,6 @@ std::string slurp(const fs::path& p) {
 }
 
 void spit(const fs::path& p, const std::string& bytes) { std::ofstream(p, std::ios::binary | std::ios::trunc) << bytes; }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(lm_checkpoint)
 
@@ -103,7 +101,7 @@ BOOST_AUTO_TEST_CASE(safetensors_bytes_round_trip_and_the_header_parses_independ
 }
 
 BOOST_AUTO_TEST_CASE(a_saved_checkpoint_loads_back_unchanged_and_leaves_no_temporary_files) {
-  auto dir = fresh_dir("roundtrip");
+  auto dir = empty_dir("roundtrip");
   auto ck = small_checkpoint();
   BOOST_REQUIRE(!save_checkpoint(dir.string(), ck));
   BOOST_REQUIRE(!save_checkpoint(dir.string(), ck));  // overwriting works too
@@ -127,7 +125,7 @@ BOOST_AUTO_TEST_CASE(a_saved_checkpoint_loads_back_unchanged_and_leaves_no_tempo
 }
 
 BOOST_AUTO_TEST_CASE(the_carried_lstm_state_round_trips_in_state_safetensors_and_a_misshapen_one_is_refused) {
-  auto dir = fresh_dir("carried");
+  auto dir = empty_dir("carried");
   auto ck = small_checkpoint();
   const std::size_t per = ck.config.batch * ck.config.hidden;
   std::mt19937 rng(5);
@@ -168,7 +166,7 @@ BOOST_AUTO_TEST_CASE(the_carried_lstm_state_round_trips_in_state_safetensors_and
 }
 
 BOOST_AUTO_TEST_CASE(a_truncated_or_corrupt_checkpoint_is_rejected_with_one_sentence) {
-  auto dir = fresh_dir("corrupt");
+  auto dir = empty_dir("corrupt");
   auto ck = small_checkpoint();
   BOOST_REQUIRE(!save_checkpoint(dir.string(), ck));
   const std::string model = slurp(dir / "model.safetensors"), config = slurp(dir / "config.json");
@@ -216,7 +214,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_from_another_configuration_cannot_continue_a_r
 }
 
 BOOST_AUTO_TEST_CASE(a_hand_edited_config_json_is_refused_not_misread) {
-  auto dir = fresh_dir("edited");
+  auto dir = empty_dir("edited");
   BOOST_REQUIRE(!save_checkpoint(dir.string(), small_checkpoint()));
   const auto good = nlohmann::json::parse(slurp(dir / "config.json"));
   auto expect_refused = [&](const std::string& what, const std::function<void(nlohmann::json&)>& edit,
@@ -252,7 +250,7 @@ BOOST_AUTO_TEST_CASE(a_hand_edited_config_json_is_refused_not_misread) {
 // file's rename and config.json's used to leave a checkpoint that no longer loaded): the
 // directory always loads, as one whole save, and never goes back to an earlier one.
 BOOST_AUTO_TEST_CASE(a_checkpoint_survives_sigkill_of_the_saver_at_any_moment) {
-  auto dir = fresh_dir("kill");
+  auto dir = empty_dir("kill");
   auto ck = small_checkpoint();
   auto stamp = [](checkpoint& c, std::size_t step) {  // every value of save k is k
     c.step = step;
@@ -302,3 +300,5 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_survives_sigkill_of_the_saver_at_any_moment) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace lm_checkpoint_test

@@ -17,7 +17,7 @@
 
 #include <nlohmann/json.hpp>
 
-namespace {
+namespace lm_cli_test {
 
 namespace fs = std::filesystem;
 
@@ -59,8 +59,6 @@ int run(const std::string& args) {
   const std::string cmd = std::string(STRATA_LSTM_LM_EXE) + " " + args + " 2>/dev/null";
   return std::system(cmd.c_str());
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(lm_cli)
 
@@ -162,3 +160,5 @@ BOOST_AUTO_TEST_CASE(a_diverging_run_fails_without_overwriting_the_checkpoint) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace lm_cli_test

@@ -15,7 +15,7 @@
 namespace lm = strata::lm;
 namespace pl = strata::pipeline;
 
-namespace {
+namespace lm_costs_test {
 
 double total(const pl::layer_cost& c) { return c.forward_s + c.backward_s; }
 
@@ -36,8 +36,6 @@ constexpr bool timings_follow_flops = false;
 #else
 constexpr bool timings_follow_flops = true;
 #endif
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(lm_costs)
 
@@ -132,3 +130,5 @@ BOOST_AUTO_TEST_CASE(sim_costs_are_the_modelled_durations_of_the_stage_work_item
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace lm_costs_test

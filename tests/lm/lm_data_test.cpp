@@ -13,7 +13,7 @@
 
 #include "strata/lm/data.hpp"
 
-namespace {
+namespace lm_data_test {
 
 using namespace strata::lm;
 namespace fs = std::filesystem;
@@ -23,8 +23,6 @@ fs::path temp_file(const std::string& name, const std::string& bytes) {
   std::ofstream(p, std::ios::binary) << bytes;
   return p;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(lm_data)
 
@@ -120,3 +118,5 @@ BOOST_AUTO_TEST_CASE(the_validation_split_is_the_tail_and_starts_at_a_line) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace lm_data_test

@@ -19,12 +19,10 @@
 #include "strata/lm/trainer.hpp"
 #include "support/lm_test_support.hpp"
 
-namespace {
+namespace lm_dropout_test {
 
 namespace lm = strata::lm;
 using strata::pipeline::schedule_kind;
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(lm_dropout)
 
@@ -158,3 +156,5 @@ BOOST_AUTO_TEST_CASE(a_dropout_outside_0_to_1_is_refused_in_one_sentence) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace lm_dropout_test

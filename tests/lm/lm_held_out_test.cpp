@@ -14,7 +14,7 @@
 #include "strata/lm/data.hpp"
 #include "strata/lm/trainer.hpp"
 
-namespace {
+namespace lm_held_out_test {
 
 namespace fs = std::filesystem;
 namespace lm = strata::lm;
@@ -47,8 +47,6 @@ lm::trainer_options small_word_run() {
   o.sample_length = 12;
   return o;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(lm_held_out)
 
@@ -94,3 +92,5 @@ BOOST_AUTO_TEST_CASE(held_out_files_in_char_mode_must_use_the_corpus_characters)
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace lm_held_out_test

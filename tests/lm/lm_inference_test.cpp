@@ -16,7 +16,7 @@
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 
-namespace {
+namespace lm_inference_test {
 
 using namespace strata::lm;
 using strata::pipeline::schedule_kind;
@@ -32,8 +32,6 @@ std::vector<named_parameter> initial(const strata::lm::config& c) {
   for (const auto& n : parameter_names(c)) p.push_back({n, initial_parameter(c, n)});
   return p;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(lm_inference)
 
@@ -153,3 +151,5 @@ BOOST_AUTO_TEST_CASE(a_small_pipeline_learns_a_markov_source_to_within_five_perc
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace lm_inference_test

@@ -19,37 +19,13 @@
 #include "strata/lm/trainer.hpp"
 #include "support/lm_test_support.hpp"
 
-namespace {
+namespace lm_trainer_test {
 
 namespace fs = std::filesystem;
 namespace lm = strata::lm;
 
-/// An empty temporary directory holding corpus.txt: 300 generated lines.
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / (name + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream corpus(dir / "corpus.txt");
-  for (int i = 0; i < 300; ++i) corpus << "row " << i << ": " << (i * 7919 % 1000) << " pears and " << (i * 31 % 17) << " figs\n";
-  return dir;
-}
-
-/// A tiny model on cpu:2 over that corpus.
-lm::trainer_options tiny(const fs::path& dir, std::size_t steps) {
-  lm::trainer_options o;
-  o.corpus = (dir / "corpus.txt").string();
-  o.devices = "cpu:2";
-  o.cpu_threads = 1;
-  o.layers = 2;
-  o.hidden = 12;
-  o.embed = 6;
-  o.batch = 4;
-  o.seq = 6;
-  o.steps = steps;
-  o.val_tokens = 200;
-  o.seed = 7;
-  return o;
-}
+using strata::lm::test::fresh_dir;
+using strata::lm::test::tiny;
 
 /// Stops the run once `after` steps are done.
 struct stop_after {
@@ -57,8 +33,6 @@ struct stop_after {
   std::size_t after;
   explicit stop_after(std::size_t n) : after(n) {}
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(lm_trainer)
 
@@ -242,3 +216,5 @@ BOOST_AUTO_TEST_CASE(a_pipeline_refuses_a_link_of_no_bandwidth) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace lm_trainer_test

@@ -26,38 +26,20 @@
 #include "lm_reference_model.hpp"
 #include "support/lm_test_support.hpp"
 
-namespace {
+namespace lm_training_options_test {
 
 namespace fs = std::filesystem;
 namespace lm = strata::lm;
 
-fs::path fresh_dir(const std::string& name) {
-  const fs::path dir = fs::temp_directory_path() / (name + std::to_string(::getpid()));
-  fs::remove_all(dir);
-  fs::create_directories(dir);
-  std::ofstream corpus(dir / "corpus.txt");
-  for (int i = 0; i < 300; ++i) corpus << "row " << i << ": " << (i * 7919 % 1000) << " pears and " << (i * 31 % 17) << " figs\n";
-  return dir;
-}
+using lm::test::fresh_dir;
 
+/// lm::test::tiny with a third layer (it has a residual connection) and no warmup.
 lm::trainer_options tiny(const fs::path& dir, std::size_t steps) {
-  lm::trainer_options o;
-  o.corpus = (dir / "corpus.txt").string();
-  o.devices = "cpu:2";
-  o.cpu_threads = 1;
-  o.layers = 3;  // the third layer has a residual connection
-  o.hidden = 12;
-  o.embed = 6;
-  o.batch = 4;
-  o.seq = 6;
-  o.steps = steps;
-  o.val_tokens = 200;
-  o.seed = 7;
+  lm::trainer_options o = lm::test::tiny(dir, steps);
+  o.layers = 3;
   o.warmup_steps = 0;  // the rates these tests expect start at the base rate (a test sets its warmup)
   return o;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(lm_training_options)
 
@@ -328,3 +310,5 @@ BOOST_AUTO_TEST_CASE(bad_optimizer_and_schedule_settings_get_one_sentence_each) 
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace lm_training_options_test

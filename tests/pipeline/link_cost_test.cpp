@@ -18,37 +18,21 @@
 #include "strata/pipeline/partitioner.hpp"
 #include "strata/pipeline/plan.hpp"
 #include "strata/pipeline/simulator.hpp"
+#include "support/placements.hpp"
+#include "support/refusals.hpp"
 
 namespace sp = strata::pipeline;
 using sp::layer_range;
 using sp::schedule_kind;
 
-namespace {
+namespace link_cost_test {
+
+using strata::test::cpus;
+using strata::test::invalid_argument_of;
+using strata::test::ranges_of;
 
 constexpr double inf = std::numeric_limits<double>::infinity();
 constexpr double not_a_number = std::numeric_limits<double>::quiet_NaN();
-
-template <class F>
-std::string invalid_argument_of(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
-
-std::vector<sp::device_slot> cpus(int n) {
-  std::vector<sp::device_slot> out;
-  for (int i = 0; i < n; ++i) out.push_back({"cpu:" + std::to_string(i)});
-  return out;
-}
-
-std::vector<layer_range> ranges_of(const sp::placement& p) {
-  std::vector<layer_range> out;
-  for (const auto& s : p.stages) out.push_back(s.lstm);
-  return out;
-}
 
 /// One direction of a link: messages leave in send order, each occupying it for `transfer`,
 /// and arrive `latency` after they are through. Returns the arrival of a message sent at `sent`.
@@ -98,8 +82,6 @@ std::vector<int> random_ranks(std::mt19937& rng, int stages, int ranks) {
   for (int s = 0; s < stages; ++s) out.push_back(s > 0 && rng() % 2 ? out.back() : static_cast<int>(rng() % static_cast<unsigned>(ranks)));
   return out;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(link_costs)
 
@@ -398,3 +380,5 @@ BOOST_AUTO_TEST_CASE(to_string_names_ranks_and_links_only_across_ranks) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace link_cost_test

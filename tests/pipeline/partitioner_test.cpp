@@ -14,41 +14,24 @@
 #include <vector>
 
 #include "strata/pipeline/partitioner.hpp"
+#include "support/placements.hpp"
+#include "support/refusals.hpp"
 
 namespace sp = strata::pipeline;
 using sp::layer_range;
 using sp::schedule_kind;
 
-namespace {
+namespace partitioner_test {
 
-template <class F>
-std::string invalid_argument_of(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
-
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using strata::test::contains;
+using strata::test::cpus;
+using strata::test::invalid_argument_of;
+using strata::test::ranges_of;
 
 sp::model_costs uniform_model(int layers, double fwd, double bwd, std::uint64_t bytes = 0) {
   sp::model_costs m;
   m.lstm.assign(static_cast<std::size_t>(layers), sp::layer_cost{fwd, bwd, bytes, 0});
   return m;
-}
-
-std::vector<sp::device_slot> cpus(int n, std::uint64_t limit = std::numeric_limits<std::uint64_t>::max()) {
-  std::vector<sp::device_slot> out;
-  for (int i = 0; i < n; ++i) out.push_back({"cpu:" + std::to_string(i), limit});
-  return out;
-}
-
-std::vector<layer_range> ranges_of(const sp::placement& p) {
-  std::vector<layer_range> out;
-  for (const auto& s : p.stages) out.push_back(s.lstm);
-  return out;
 }
 
 /// Every contiguous split of L layers on D devices (each device >= 1 layer).
@@ -85,8 +68,6 @@ long double reference_memory(const sp::model_costs& m, const std::vector<layer_r
   if (d == D - 1) resident += m.decoder.memory_bytes, act += m.decoder.activation_bytes;
   return resident + act * std::min(D - d, micro_batches);
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(partitioner)
 
@@ -336,3 +317,5 @@ BOOST_AUTO_TEST_CASE(inconsistent_inputs_to_place_layers_are_rejected) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace partitioner_test

@@ -7,24 +7,14 @@
 
 #include "strata/pipeline/plan.hpp"
 #include "strata/pipeline/simulator.hpp"
+#include "support/refusals.hpp"
 
 namespace sp = strata::pipeline;
 using sp::schedule_kind;
 
-namespace {
+namespace plan_test {
 
-/// The message of the std::invalid_argument `f` throws, or "" when it does not throw one.
-template <class F>
-std::string invalid_argument_of(F&& f) {
-  try {
-    f();
-  } catch (const std::invalid_argument& e) {
-    return e.what();
-  }
-  return "";
-}
-
-}  // namespace
+using strata::test::invalid_argument_of;
 
 BOOST_AUTO_TEST_SUITE(plans)
 
@@ -119,3 +109,5 @@ BOOST_AUTO_TEST_CASE(schedule_names_round_trip_and_unknown_names_are_rejected) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace plan_test

@@ -13,14 +13,15 @@
 
 #include "strata/pipeline/plan.hpp"
 #include "strata/pipeline/simulator.hpp"
+#include "support/refusals.hpp"
 
 namespace sp = strata::pipeline;
 using sp::action_kind;
 using sp::schedule_kind;
 
-namespace {
+namespace simulator_test {
 
-bool contains(const std::string& text, const std::string& part) { return text.find(part) != std::string::npos; }
+using strata::test::contains;
 
 /// Checks a timeline independently of the simulator's own checks: each (stage, mb, chunk) has
 /// one forward and one backward, and every data dependency holds in time (with `latency`
@@ -75,8 +76,6 @@ sp::plan broken_one_f_one_b() {
   std::swap(order[1][1], order[1][3]);
   return sp::plan_from_compute_order(schedule_kind::one_f_one_b, 4, 1, order);
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(simulator)
 
@@ -272,3 +271,5 @@ BOOST_AUTO_TEST_CASE(render_ascii_draws_one_row_per_stage) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace simulator_test

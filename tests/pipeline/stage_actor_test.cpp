@@ -18,7 +18,7 @@
 namespace sp = strata::pipeline;
 using namespace std::chrono_literals;
 
-namespace {
+namespace stage_actor_test {
 
 constexpr std::size_t rows = 4;
 
@@ -134,8 +134,6 @@ double expected_loss(int stages, int micro_batches) {
   return w * sum;
 }
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(stage_actor)
 
 BOOST_AUTO_TEST_CASE(every_schedule_carries_activations_through_every_stage) {
@@ -203,7 +201,6 @@ BOOST_AUTO_TEST_CASE(a_refused_exchange_fails_the_step_under_the_models_name_for
   BOOST_TEST(m.find(" could not swap weights with the store during step 1: ") != std::string::npos, m);
 }
 
-namespace {
 /// Pushes a gradient that its exchange's own device work writes, without setting its ready event
 /// (a mistake users make): the store must still read it complete.
 struct late_push {
@@ -230,7 +227,6 @@ public:
 private:
   strata::tensor g_;
 };
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(an_exchange_leaves_only_once_the_work_it_submitted_is_done_even_without_a_ready_event) {
   fixture f;
@@ -245,3 +241,5 @@ BOOST_AUTO_TEST_CASE(an_exchange_leaves_only_once_the_work_it_submitted_is_done_
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace stage_actor_test

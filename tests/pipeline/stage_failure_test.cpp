@@ -24,7 +24,7 @@
 namespace sp = strata::pipeline;
 using namespace std::chrono_literals;
 
-namespace {
+namespace stage_failure_test {
 
 constexpr std::size_t width = 8;
 
@@ -261,8 +261,6 @@ std::string describe(const schedule_case& c, const fault& f) {
          (f.kind == how::in_the_actor ? " (in the actor)" : " (on the device)");
 }
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(stage_failure)
 
 BOOST_AUTO_TEST_CASE(one_fault_anywhere_fails_exactly_its_step_names_its_stage_and_the_next_update_is_clean) {
@@ -333,3 +331,5 @@ BOOST_AUTO_TEST_CASE(a_model_whose_chunk_count_differs_from_the_plans_is_refused
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace stage_failure_test

@@ -9,12 +9,13 @@
 #include <vector>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
+#include "support/eventually.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace await_test {
 
 struct question {
   int n = 0;
@@ -74,8 +75,6 @@ std::vector<std::string> numbers(int n) {
   return out;
 }
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(await_responses)
 
 BOOST_AUTO_TEST_CASE(messages_that_arrive_while_an_actor_awaits_wait_until_the_response_is_handled) {
@@ -106,11 +105,11 @@ BOOST_AUTO_TEST_CASE(with_then_instead_the_actor_handles_its_messages_while_the_
   auto want = numbers(10);
   want.push_back("response 42");
   std::vector<std::string> after;
-  for (int tries = 0; tries < 2000 && after != want; ++tries) {  // the response lands soon after
+  strata::test::eventually([&] {  // the response lands soon after
     auto f = sys.request<std::vector<std::string>>(a, 10s, read_log{});
     after = await(f).value();
-    if (after != want) std::this_thread::sleep_for(1ms);
-  }
+    return after == want;
+  });
   BOOST_TEST(after == want, boost::test_tools::per_element());
 }
 
@@ -142,3 +141,5 @@ BOOST_AUTO_TEST_CASE(a_stopped_actor_answers_the_requests_it_deferred_with_an_er
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace await_test

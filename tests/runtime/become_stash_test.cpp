@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace become_stash_test {
 
 struct push_level {
   int level;
@@ -110,8 +110,6 @@ void watch(strata::actor_system& sys, const strata::actor_ref& target, std::shar
     }};
   });
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(become_and_stash)
 
@@ -292,3 +290,5 @@ BOOST_AUTO_TEST_CASE(a_supervisor_restart_redelivers_the_stash_to_the_fresh_inst
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace become_stash_test

@@ -12,11 +12,11 @@
 #include <vector>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 
-namespace {
+namespace config_test {
 
 const std::vector<std::string> all_variables{
     "STRATA_SCHEDULER_THREADS", "STRATA_THROUGHPUT",     "STRATA_TRACE_FILE",       "STRATA_TRACE_EVENT_LIMIT",
@@ -47,8 +47,6 @@ strata::expected<strata::system_config> parse(std::vector<const char*> args) {
 
 struct hold {};
 struct item {};
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(config)
 
@@ -209,3 +207,5 @@ BOOST_AUTO_TEST_CASE(a_system_built_from_the_command_line_uses_its_threads_and_m
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace config_test

@@ -10,12 +10,14 @@
 #include <vector>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace dead_letter_test {
+
+using strata::test::await_down;
 
 /// What a dead-letter subscriber saw; `done` resolves once `expected` letters arrived.
 struct letters {
@@ -37,27 +39,12 @@ strata::actor_ref spawn_subscriber(strata::actor_system& sys, std::shared_ptr<le
   return ref;
 }
 
-void await_down(strata::actor_system& sys, const strata::actor_ref& target) {
-  auto p = std::make_shared<std::promise<void>>();
-  auto f = p->get_future();
-  sys.spawn([target, p](strata::actor& self) -> strata::behavior {
-    self.monitor(target);
-    return {[&self, p](const strata::down_msg&) {
-      p->set_value();
-      self.quit();
-    }};
-  });
-  await(f);
-}
-
 std::vector<int> random_ints(std::size_t n, unsigned seed) {
   std::mt19937 rng(seed);
   std::vector<int> v(n);
   for (auto& x : v) x = static_cast<int>(rng() % 100000);
   return v;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(dead_letters)
 
@@ -211,3 +198,5 @@ BOOST_AUTO_TEST_CASE(an_unsubscribed_actor_receives_no_more_dead_letters_and_an_
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace dead_letter_test

@@ -16,7 +16,7 @@
 
 using namespace std::chrono_literals;
 
-namespace {
+namespace deterministic_scheduler_test {
 
 using log_type = std::vector<std::string>;
 
@@ -64,8 +64,6 @@ strata::actor_ref spawn_player(strata::actor_system& sys, std::shared_ptr<int> h
     }};
   });
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(deterministic_scheduler)
 
@@ -354,3 +352,5 @@ BOOST_AUTO_TEST_CASE(the_example_of_the_header_runs_as_written) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace deterministic_scheduler_test

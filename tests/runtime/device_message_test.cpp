@@ -11,16 +11,15 @@
 #include "strata/device/tensor.hpp"
 #include "strata/device_messages.hpp"
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace device_message_test {
 struct work_done {
   int tag;
 };
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(device_messages)
 
@@ -70,3 +69,5 @@ BOOST_AUTO_TEST_CASE(failed_device_work_arrives_as_a_device_failure_message) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace device_message_test

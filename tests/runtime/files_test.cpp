@@ -14,7 +14,7 @@
 
 namespace fs = std::filesystem;
 
-namespace {
+namespace files_test {
 
 /// A fresh directory under the system's temporary directory, removed at the end of the test.
 struct scratch_dir {
@@ -46,8 +46,6 @@ std::string random_bytes(std::size_t n, unsigned seed) {
 std::size_t entries_in(const fs::path& dir) {
   return static_cast<std::size_t>(std::distance(fs::directory_iterator(dir), fs::directory_iterator()));
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(files_contract)
 
@@ -115,3 +113,5 @@ BOOST_AUTO_TEST_CASE(the_probe_refuses_a_missing_directory_or_a_file_with_one_se
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace files_test

@@ -12,12 +12,14 @@
 #include <vector>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace group_test {
+
+using strata::test::await_down;
 
 struct tick {
   int publisher;
@@ -42,21 +44,6 @@ strata::actor_ref spawn_member(strata::actor_system& sys, std::shared_ptr<inbox>
             [&self](const std::string&) { self.quit(); }};
   });
 }
-
-void await_down(strata::actor_system& sys, const strata::actor_ref& target) {
-  auto p = std::make_shared<std::promise<void>>();
-  auto f = p->get_future();
-  sys.spawn([target, p](strata::actor& self) -> strata::behavior {
-    self.monitor(target);
-    return {[&self, p](const strata::down_msg&) {
-      p->set_value();
-      self.quit();
-    }};
-  });
-  await(f);
-}
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(groups)
 
@@ -178,3 +165,5 @@ BOOST_AUTO_TEST_CASE(an_empty_handle_cannot_subscribe_and_a_group_needs_a_name) 
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace group_test

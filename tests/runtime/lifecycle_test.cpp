@@ -9,12 +9,12 @@
 #include <string>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace lifecycle_test {
 
 struct boom {};
 struct get_count {};
@@ -47,8 +47,6 @@ private:
   std::shared_ptr<std::atomic<int>> instances_;
   int count_ = 0;
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(lifecycle)
 
@@ -287,3 +285,5 @@ BOOST_AUTO_TEST_CASE(await_all_returns_once_every_actor_has_terminated) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace lifecycle_test

@@ -12,12 +12,12 @@
 #include "strata/extension/transport.hpp"  // the inline-run hooks strata::net uses
 #include "strata/strata.hpp"
 #include "strata/test_coordinator.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace mailbox_timer_test {
 /// An actor blocked in its first handler until the gate opens, so that its mailbox fills.
 struct gated {
   std::promise<void> entered;
@@ -37,7 +37,6 @@ strata::actor_ref spawn_gated(strata::actor_system& sys, gated& g, strata::spawn
     }};
   });
 }
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(mailboxes_and_timers)
 
@@ -255,3 +254,5 @@ BOOST_AUTO_TEST_CASE(shutdown_cancels_pending_timers_and_reports_them) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace mailbox_timer_test

@@ -10,12 +10,12 @@
 #include <vector>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace messaging_test {
 
 struct seq_msg {
   int producer;
@@ -32,8 +32,6 @@ constexpr int producers = 4;
 const std::uint64_t per_producer = scaled(50'000);
 constexpr int many_producers = 8;
 const std::uint64_t many_per_producer = scaled(1'000'000);
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(messaging)
 
@@ -194,7 +192,6 @@ BOOST_AUTO_TEST_CASE(a_handler_result_for_a_plain_send_is_dropped_and_counted) {
   BOOST_TEST(report.stats.unanswered_results == static_cast<std::uint64_t>(sends));
 }
 
-namespace {
 struct add {
   int value;
 };
@@ -218,7 +215,6 @@ public:
     return {[](const add&) {}};
   }
 };
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(spawning_a_typed_actor_whose_behavior_misses_a_protocol_type_fails_with_one_sentence) {
   strata::actor_system sys(strata::system_config{.worker_threads = 1});
@@ -261,3 +257,5 @@ BOOST_AUTO_TEST_CASE(actor_handles_are_cheap_values_that_compare_by_identity) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace messaging_test

@@ -14,12 +14,12 @@
 #include <vector>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace pool_test {
 
 struct who {};           // answered with the worker's id
 struct who_ref {};       // answered with the worker's handle
@@ -87,8 +87,6 @@ R ask(strata::actor_system& sys, const strata::actor_ref& to, T msg) {
   auto f = sys.request<R>(to, 10s, std::move(msg));
   return await(f).value();
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(pools)
 
@@ -261,3 +259,5 @@ BOOST_AUTO_TEST_CASE(a_pool_without_workers_or_a_hash_pool_without_a_key_is_refu
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace pool_test

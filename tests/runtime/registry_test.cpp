@@ -11,12 +11,12 @@
 #include <vector>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace registry_test {
 
 struct scale {
   int value;
@@ -46,8 +46,6 @@ void watch(strata::actor_system& sys, const strata::actor_ref& target, std::shar
     }};
   });
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(registry)
 
@@ -190,3 +188,5 @@ BOOST_AUTO_TEST_CASE(of_threads_racing_for_one_name_exactly_one_wins_and_unregis
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace registry_test

@@ -8,12 +8,12 @@
 #include <string>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace request_test {
 struct square {
   int x;
 };
@@ -48,7 +48,6 @@ strata::behavior math_behavior(strata::actor& self) {
       [&self, held](const never&) { held->push_back(self.make_response_promise<int>()); },
   };
 }
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(requests)
 
@@ -179,3 +178,5 @@ BOOST_AUTO_TEST_CASE(a_request_without_timeout_arms_no_timer_and_waits_for_its_a
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace request_test

@@ -12,12 +12,13 @@
 #include <vector>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
+#include "support/eventually.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace requester_test {
 
 struct entry {
   int i = 0;
@@ -68,8 +69,6 @@ public:
 private:
   std::vector<strata::response_promise<int>> owed_;
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(requester_calls)
 
@@ -124,15 +123,13 @@ BOOST_AUTO_TEST_CASE(a_destroyed_requester_still_delivers_the_answers_it_asked_f
     answer = caller.request<int>(o, 10s, question{});
   }
   // The requester's actor asks on its own time: release until the question has been there.
-  for (int released = 0; released == 0; std::this_thread::sleep_for(1ms)) {
+  BOOST_REQUIRE(strata::test::eventually([&] {
     auto r = sys.request<int>(o, 10s, release{});
-    released = await(r).value();
-  }
+    return await(r).value() != 0;
+  }));
   BOOST_TEST(await(answer).value() == 42);
   // The requester's actor stops once its answer is in; the oracle lives on.
-  const auto until = std::chrono::steady_clock::now() + strata::test::patience;
-  while (sys.stats().live_actors != 1u && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
-  BOOST_TEST(sys.stats().live_actors == 1u);
+  BOOST_TEST(strata::test::eventually([&] { return sys.stats().live_actors == 1u; }));
 }
 
 BOOST_AUTO_TEST_CASE(a_shutdown_answers_a_requesters_open_requests_with_an_error) {
@@ -168,3 +165,5 @@ BOOST_AUTO_TEST_CASE(a_requester_on_a_thread_of_its_own_serves_an_actor_that_hol
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace requester_test

@@ -15,12 +15,13 @@
 
 #include "strata/strata.hpp"
 #include "strata/test_coordinator.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
+#include "support/eventually.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace rest_for_one_backoff_test {
 
 struct fail_now {};
 struct count_query {};
@@ -59,22 +60,15 @@ private:
   int count_ = 0;
 };
 
-/// Waits (bounded) until `life` counts `n` instances.
+/// Whether `life` counts `n` instances (polled, bounded).
 bool wait_for_instances(const timeline& life, int n) {
-  const auto until = clock_type::now() + strata::test::patience;
-  while (life.instances.load() < n) {
-    if (clock_type::now() > until) return false;
-    std::this_thread::sleep_for(1ms);
-  }
-  return true;
+  return strata::test::eventually([&] { return life.instances.load() >= n; });
 }
 
 int count_of(strata::actor_system& sys, const strata::actor_ref& child) {
   auto n = sys.request<int>(child, 10s, count_query{});
   return await(n).value();
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(rest_for_one_and_backoff)
 
@@ -175,3 +169,5 @@ BOOST_AUTO_TEST_CASE(a_backoff_with_a_factor_below_one_or_a_maximum_below_its_st
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace rest_for_one_backoff_test

@@ -10,11 +10,11 @@
 #include <thread>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 
-namespace {
+namespace scheduler_test {
 
 struct tick {};
 struct produce {
@@ -26,8 +26,6 @@ struct progress {
   int handled_while_producing = 0;
   bool gave_up = false;  // the safety net below ran out: the consumer never ran
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(scheduler)
 
@@ -103,3 +101,5 @@ BOOST_AUTO_TEST_CASE(an_actor_a_long_handler_wakes_again_after_it_drained_also_r
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace scheduler_test

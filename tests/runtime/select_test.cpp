@@ -13,12 +13,12 @@
 #include <vector>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace select_test {
 
 struct scale {
   int value;
@@ -84,8 +84,6 @@ strata::actor_ref dead_actor(strata::actor_system& sys) {
   BOOST_REQUIRE(sys.await_idle(5s));
   return a;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(select_fan_out)
 
@@ -272,3 +270,5 @@ BOOST_AUTO_TEST_CASE(without_an_error_continuation_a_failed_select_fails_the_req
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace select_test

@@ -12,6 +12,8 @@
 #include <random>
 #include <vector>
 
+namespace stats_test {
+
 BOOST_AUTO_TEST_SUITE(stats_contract)
 
 BOOST_AUTO_TEST_CASE(median_of_random_samples_matches_the_middle_of_a_full_sort) {
@@ -68,3 +70,5 @@ BOOST_AUTO_TEST_CASE(shape_text_writes_dimensions_in_brackets) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace stats_test

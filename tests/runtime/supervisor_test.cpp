@@ -13,12 +13,13 @@
 #include <vector>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
+#include "support/eventually.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace supervisor_test {
 
 struct fail_now {};
 struct count_query {};
@@ -40,16 +41,13 @@ private:
   int count_ = 0;
 };
 
-/// Waits until every counter reaches `n` (bounded: a bug fails the test instead of hanging it).
+/// Whether every counter reaches `n` (polled, bounded: a bug fails the test instead of hanging it).
 bool wait_for_instances(const std::vector<std::shared_ptr<std::atomic<int>>>& counters, int n) {
-  const auto until = std::chrono::steady_clock::now() + strata::test::patience;
-  for (;;) {
-    bool all = true;
-    for (const auto& c : counters) all = all && c->load() >= n;
-    if (all) return true;
-    if (std::chrono::steady_clock::now() > until) return false;
-    std::this_thread::sleep_for(1ms);
-  }
+  return strata::test::eventually([&] {
+    for (const auto& c : counters)
+      if (c->load() < n) return false;
+    return true;
+  });
 }
 
 /// Spawns `n` members under `sup`, each counting its constructions in its own counter; names them
@@ -66,8 +64,6 @@ std::pair<std::vector<strata::actor_ref>, std::vector<std::shared_ptr<std::atomi
   }
   return {std::move(children), std::move(instances)};
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(all_for_one_supervisor)
 
@@ -195,3 +191,5 @@ BOOST_AUTO_TEST_CASE(siblings_suspended_for_a_restart_terminate_when_the_supervi
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace supervisor_test

@@ -17,13 +17,13 @@
 #include <unistd.h>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 using strata::trace::event_kind;
 
-namespace {
+namespace trace_test {
 
 struct parsed_trace {
   std::uint32_t version = 0;
@@ -133,8 +133,6 @@ private:
   auto sink = sys.spawn([](strata::actor&) -> strata::behavior { return {[](int) {}}; });
   for (int i = 0; i < 10; ++i) sys.send(sink, i);
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(tracing)
 
@@ -306,3 +304,5 @@ BOOST_AUTO_TEST_CASE(without_a_trace_file_nothing_is_recorded) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace trace_test

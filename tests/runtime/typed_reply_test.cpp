@@ -12,12 +12,12 @@
 #include <vector>
 
 #include "strata/strata.hpp"
-#include "test_support.hpp"
+#include "support/await.hpp"
 
 using namespace std::chrono_literals;
 using strata::test::await;
 
-namespace {
+namespace typed_reply_test {
 
 struct add {
   int a = 0;
@@ -75,8 +75,6 @@ static_assert(!calc_protocol::declares_reply<note>);
 static_assert(calc_protocol::handles<note> && !calc_protocol::handles<int>);
 static_assert(calc_protocol::answers_with<add, int> && !calc_protocol::answers_with<add, long>);
 static_assert(calc_protocol::answers_with<note, std::string>);  // undeclared: any reply may be asked for
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(typed_replies)
 
@@ -144,3 +142,5 @@ BOOST_AUTO_TEST_CASE(a_handler_that_returns_its_response_promise_answers_later) 
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace typed_reply_test

@@ -20,6 +20,7 @@
 #include "strata/strata.hpp"
 #include "strata/trace_tools/trace_model.hpp"
 #include "strata/trace_tools/trace_reader.hpp"
+#include "support/lm_test_support.hpp"
 #include "trace_views.hpp"
 
 namespace tt = strata::trace_tools;
@@ -36,14 +37,7 @@ struct lm_trace {
   tt::trace_file file;
   lm_trace() {
     path = (std::filesystem::temp_directory_path() / ("strata-trace-lm-" + std::to_string(::getpid()) + ".strace")).string();
-    strata::lm::config c;
-    c.vocab = 17;
-    c.embed = 6;
-    c.hidden = 7;
-    c.layers = 2;
-    c.seq = 6;
-    c.batch = 4;
-    c.micro_batches = micro_batches;
+    const auto c = strata::lm::test::config_of(17, 6, 7, 2, 6, 4, micro_batches);
     {
       strata::actor_system sys(strata::system_config{.worker_threads = 2, .trace_file = path});
       {

@@ -22,6 +22,7 @@
 
 #include "metrics_text.hpp"
 #include "strata/strata.hpp"
+#include "support/eventually.hpp"
 
 namespace {
 
@@ -143,15 +144,24 @@ BOOST_AUTO_TEST_CASE(scrapes_of_a_busy_system_are_valid_prometheus_text_and_coun
   BOOST_REQUIRE(metrics.set_gauge("strata_device_busy_seconds{device=\"cpu:1\"}", 0.5).has_value());
   BOOST_REQUIRE(metrics.describe_gauge("strata_training_loss", "Mean next-token cross-entropy of the last step.").has_value());
 
-  std::this_thread::sleep_for(300ms);
+  // Scrapes until the ping-pong shows (every scrape is checked), then until the sampler has
+  // measured a rate since the step gauge moved.
   auto first = get(metrics.port());
+  std::map<std::string, double> a;
+  BOOST_TEST(strata::test::eventually([&] {
+    first = get(metrics.port());
+    a = check_exposition(first.body);
+    return a["strata_messages_handled_total"] > 0.0;
+  }));
   BOOST_TEST(first.status == 200);
   BOOST_TEST(first.head.find("Content-Type: text/plain; version=0.0.4") != std::string::npos);
   BOOST_TEST(first.head.find("Content-Length: " + std::to_string(first.body.size())) != std::string::npos);
-  auto a = check_exposition(first.body);
   metrics.set_gauge("strata_training_step", 43).value();
-  std::this_thread::sleep_for(700ms);
-  auto b = check_exposition(get(metrics.port()).body);
+  std::map<std::string, double> b;
+  BOOST_TEST(strata::test::eventually([&] {
+    b = check_exposition(get(metrics.port()).body);
+    return b["strata_messages_per_second"] > 0.0 && b["strata_messages_handled_total"] > a["strata_messages_handled_total"];
+  }));
   stop->store(true);
 
   for (const char* name : {"strata_actors_live", "strata_messages_per_second", "strata_worker_threads"}) {

@@ -21,49 +21,24 @@
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 #include "support/await.hpp"
+#include "support/three_devices.hpp"
 
 using namespace std::chrono_literals;
 
-namespace {
+namespace kvstore_shard_test {
 
 constexpr auto patience = std::chrono::seconds(30);
 
 using strata::test::await;
 
-struct fixture {
-  strata::actor_system sys{strata::system_config{.worker_threads = 2}};
-  strata::device_manager manager{strata::device_options{.cpu_threads_per_device = 1}};
-  std::vector<strata::device> devs = manager.create("cpu:3");
-  std::vector<strata::stream> streams = {devs[0].create_stream(), devs[1].create_stream(), devs[2].create_stream()};
-  std::mt19937 rng{20240607};
-
-  std::vector<float> random(std::size_t n) {
-    std::uniform_real_distribution<float> d(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-  }
-  strata::tensor make(const std::vector<float>& v, std::vector<std::int64_t> shape, int dev = 0) {
-    return strata::tensor::from_host<float>(std::span<const float>(v), std::move(shape), devs[static_cast<std::size_t>(dev)],
-                                            streams[static_cast<std::size_t>(dev)]);
-  }
-  strata::tensor zeros(std::vector<std::int64_t> shape, int dev = 0) {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    return make(std::vector<float>(static_cast<std::size_t>(n), 0.f), std::move(shape), dev);
-  }
-  std::vector<float> read(const strata::tensor& t) {
-    return t.to_host<float>(streams[static_cast<std::size_t>(t.get_device().index())]);
-  }
+struct fixture : strata::test::three_devices {
+  fixture() : three_devices(20240607) {}
 };
-
-}  // namespace
 
 // ---- priority ----------------------------------------------------------------------------------
 
 BOOST_AUTO_TEST_SUITE(kvstore_priority)
 
-namespace {
 /// A store whose updater holds key 0's update until `open()` and logs the keys it updates.
 struct gated_fixture : fixture {
   std::promise<void> gate;
@@ -108,7 +83,6 @@ struct gated_fixture : fixture {
     gate.set_value();
   }
 };
-}  // namespace
 
 BOOST_FIXTURE_TEST_CASE(queued_requests_are_served_highest_priority_first, gated_fixture) {
   strata::kvstore::client kv(sys, store);
@@ -206,7 +180,6 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(kvstore_sharding)
 
-namespace {
 /// One script of calls, run on a plain store and on a sharded one; returns every pulled array.
 std::vector<std::vector<float>> run_script(fixture& f, strata::kvstore::client& kv, std::uint32_t seed) {
   std::mt19937 rng(seed);
@@ -255,7 +228,6 @@ std::vector<std::vector<float>> run_script(fixture& f, strata::kvstore::client& 
   for (std::size_t k = 0; k < names.size(); ++k) BOOST_TEST(await(kv.version(names[k])).value() == (k == 1 ? 6u : 3u));
   return pulled;
 }
-}  // namespace
 
 BOOST_FIXTURE_TEST_CASE(sharded_stores_give_the_results_of_one_store_bit_for_bit, fixture) {
   strata::kvstore::client reference(sys, strata::kvstore::spawn(sys));
@@ -341,8 +313,6 @@ BOOST_AUTO_TEST_SUITE_END()
 // moments and step); a save is a barrier; a bad file or a shard that cannot take its part leaves
 // every shard as it was.
 
-namespace {
-
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("strata_kvck_" + std::to_string(::getpid()) + "_" + name)).string();
 }
@@ -420,8 +390,6 @@ struct checkpoint_fixture : fixture {
     for (const auto& key : s.keys) BOOST_TEST(await(kv.version(key)).value() == want, "key " << key.to_string());
   }
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_checkpoint_sharded)
 
@@ -593,3 +561,5 @@ BOOST_AUTO_TEST_CASE(a_shard_that_cannot_take_its_part_fails_the_load_and_no_sha
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_shard_test

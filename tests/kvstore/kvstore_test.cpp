@@ -21,28 +21,18 @@
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 #include "support/await.hpp"
+#include "support/three_devices.hpp"
 
 using namespace std::chrono_literals;
 
-namespace {
+namespace kvstore_test {
 
 
 using strata::test::await;
 
 /// Devices, streams and random data shared by the tests.
-struct fixture {
-  strata::actor_system sys{strata::system_config{.worker_threads = 2}};
-  strata::device_manager manager{strata::device_options{.cpu_threads_per_device = 1}};
-  std::vector<strata::device> devs = manager.create("cpu:3");
-  std::vector<strata::stream> streams = {devs[0].create_stream(), devs[1].create_stream(), devs[2].create_stream()};
-  std::mt19937 rng{20240601};
-
-  std::vector<float> random(std::size_t n) {
-    std::uniform_real_distribution<float> d(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-  }
+struct fixture : strata::test::three_devices {
+  fixture() : three_devices(20240601) {}
   /// Small integers as floats: every sum of a few of them is exact.
   std::vector<float> random_ints(std::size_t n) {
     std::uniform_int_distribution<int> d(-50, 50);
@@ -50,29 +40,9 @@ struct fixture {
     for (auto& x : v) x = static_cast<float>(d(rng));
     return v;
   }
-  strata::tensor make(const std::vector<float>& v, std::vector<std::int64_t> shape, int dev = 0) {
-    return strata::tensor::from_host<float>(std::span<const float>(v), std::move(shape), devs[dev], streams[dev]);
-  }
-  strata::tensor zeros(std::vector<std::int64_t> shape, int dev = 0) {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    return make(std::vector<float>(static_cast<std::size_t>(n), 0.f), std::move(shape), dev);
-  }
-  std::vector<float> read(const strata::tensor& t) {
-    auto& s = streams[static_cast<std::size_t>(t.get_device().index())];
-    return t.to_host<float>(s);
-  }
-  /// The stored value of `key`, pulled into a fresh tensor.
-  std::vector<float> value_of(strata::kvstore::client& kv, const strata::kvstore::key& key,
-                              std::vector<std::int64_t> shape) {
-    auto outs = await(kv.pull(key, zeros(std::move(shape)))).value();
-    return read(outs.at(0));
-  }
 };
 
 const std::vector<std::int64_t> shape23{2, 3};
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore)
 
@@ -336,13 +306,11 @@ BOOST_FIXTURE_TEST_CASE(keys_and_values_of_different_counts_fail, error_fixture)
 
 // ---- ordering ----------------------------------------------------------------------------------
 
-namespace {
 /// What one sender actor saw: the value each of its pulls returned.
 struct sender_log {
   std::vector<std::vector<float>> pushed;
   std::vector<std::vector<float>> pulled;
 };
-}  // namespace
 
 BOOST_FIXTURE_TEST_CASE(each_sender_sees_its_own_pushes_in_order, fixture) {
   // Several sender actors fire push, pull, push, pull, ... without waiting; every pull must see
@@ -464,11 +432,9 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(kvstore_checkpoint)
 
-namespace {
 std::string temp_path(const std::string& name) {
   return (std::filesystem::temp_directory_path() / ("strata_kv_" + std::to_string(::getpid()) + "_" + name)).string();
 }
-}  // namespace
 
 BOOST_FIXTURE_TEST_CASE(a_saved_store_loads_with_values_versions_and_adam_state, fixture) {
   const auto path = temp_path("roundtrip.ckpt");
@@ -567,3 +533,5 @@ BOOST_FIXTURE_TEST_CASE(a_corrupted_byte_is_caught_by_the_checksum, fixture) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_test

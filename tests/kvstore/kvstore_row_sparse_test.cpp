@@ -15,7 +15,7 @@
 #include "strata/strata.hpp"
 #include "support/one_device.hpp"
 
-namespace {
+namespace kvstore_row_sparse_test {
 
 namespace kv = strata::kvstore;
 using strata::test::await;
@@ -36,8 +36,6 @@ struct fixture : strata::test::one_device {
     return ids;
   }
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_row_sparse)
 
@@ -173,3 +171,5 @@ BOOST_FIXTURE_TEST_CASE(bad_row_sparse_requests_are_refused_with_one_sentence, f
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_row_sparse_test

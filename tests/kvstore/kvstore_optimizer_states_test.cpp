@@ -27,7 +27,7 @@
 #include "support/half_device.hpp"
 #include "support/one_device.hpp"
 
-namespace {
+namespace kvstore_optimizer_states_test {
 
 namespace kv = strata::kvstore;
 using strata::test::await;
@@ -58,8 +58,6 @@ std::string temp_path(const std::string& name) {
 }
 
 using optimizer = std::variant<strata::kernels::sgd_options, strata::kernels::adam_options>;
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_optimizer_states)
 
@@ -195,8 +193,6 @@ BOOST_FIXTURE_TEST_CASE(bad_optimizer_states_requests_fail_with_one_sentence_and
 }
 
 
-namespace {
-
 /// torch.optim's Adam (no weight decay) and SGD with momentum in float64: the reference the
 /// store's float32 updates are checked against, with the rate of each step given.
 struct reference_optimizer {
@@ -220,8 +216,6 @@ struct reference_optimizer {
     }
   }
 };
-
-}  // namespace
 
 BOOST_FIXTURE_TEST_CASE(set_learning_rate_changes_the_rate_and_keeps_every_keys_state, fixture) {
   for (const bool adam : {true, false})
@@ -275,8 +269,6 @@ BOOST_FIXTURE_TEST_CASE(set_learning_rate_without_an_optimizer_or_beside_a_sched
     }
   }
 }
-
-namespace {
 
 using strata::dtype;
 
@@ -336,8 +328,6 @@ const std::vector<std::variant<strata::kernels::sgd_options, strata::kernels::ad
     strata::kernels::sgd_options{.lr = 2e-4, .momentum = 0.9, .weight_decay = 0.01},
     strata::kernels::adam_options{.lr = 2e-4, .weight_decay = 0.01}};
 
-}  // namespace
-
 BOOST_FIXTURE_TEST_CASE(multi_precision_master_copies_travel_in_the_optimizer_states_file_and_continue_bit_for_bit,
                         half_fixture) {
   const auto values = temp_path("mp_values.ckpt");
@@ -389,8 +379,6 @@ BOOST_FIXTURE_TEST_CASE(multi_precision_master_copies_travel_in_the_optimizer_st
   for (const auto& f : {values, bare, states, again}) std::filesystem::remove(f);
 }
 
-namespace {
-
 /// An optimizer states file as strata wrote it before master copies ("STRKVOPT"): SGD with
 /// `momentum` and integer keys with one state array each, written here byte by byte.
 void write_previous_version(const std::string& path, const strata::kernels::sgd_options& o,
@@ -412,8 +400,6 @@ void write_previous_version(const std::string& path, const strata::kernels::sgd_
   }
   write_resealed(path, out + std::string(16, '\0'));
 }
-
-}  // namespace
 
 BOOST_FIXTURE_TEST_CASE(an_optimizer_states_file_of_the_previous_version_still_loads, half_fixture) {
   const auto old = temp_path("previous.opt");
@@ -521,3 +507,5 @@ BOOST_FIXTURE_TEST_CASE(master_copies_that_do_not_fit_the_store_or_a_damaged_fil
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_optimizer_states_test

@@ -19,7 +19,7 @@
 #include "strata/strata.hpp"
 #include "support/one_device.hpp"
 
-namespace {
+namespace kvstore_compression_test {
 
 constexpr std::size_t workers = 4;  // values per push, each with its own residual
 constexpr float rate = 2.0f;        // the "test" optimizer's rescale_grad
@@ -68,8 +68,6 @@ float one_bit(float g, float& residual, float threshold) {
   residual = r + 1.0f;
   return -1.0f;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_compression)
 
@@ -207,3 +205,5 @@ BOOST_FIXTURE_TEST_CASE(a_sim_store_refuses_compression_with_one_sentence_and_ta
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_compression_test

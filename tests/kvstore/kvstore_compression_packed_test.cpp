@@ -12,7 +12,7 @@
 
 #include "strata/kvstore/compression.hpp"
 
-namespace {
+namespace kvstore_compression_packed_test {
 
 namespace kv = strata::kvstore;
 
@@ -38,8 +38,6 @@ std::vector<unsigned char> bytes_of(const std::vector<std::uint32_t>& codes) {
   std::memcpy(out.data(), codes.data(), out.size());
   return out;
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_compression_packed)
 
@@ -120,3 +118,5 @@ BOOST_AUTO_TEST_CASE(parse_compression_checks_the_type_and_the_threshold_with_on
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_compression_packed_test

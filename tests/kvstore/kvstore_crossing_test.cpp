@@ -25,7 +25,7 @@
 #include "strata/strata.hpp"
 #include "support/await.hpp"
 
-namespace {
+namespace kvstore_crossing_test {
 
 namespace ki = strata::kvstore::internal;
 using strata::device_kind;
@@ -77,8 +77,6 @@ bytes bytes_of(const strata::tensor& t, const strata::stream& s) {
 void stall(strata::stream& s, int ms) {
   s.launch({.name = "stall", .cpu = [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }});
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_crossing)
 
@@ -302,3 +300,5 @@ BOOST_AUTO_TEST_CASE(sim_tensors_given_to_a_cpu_store_are_refused_in_every_reque
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_crossing_test

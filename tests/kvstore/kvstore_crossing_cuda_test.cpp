@@ -23,7 +23,7 @@
 #include "support/await.hpp"
 #include "support/half_tensors.hpp"
 
-namespace {
+namespace kvstore_crossing_cuda_test {
 
 namespace kct = strata::kernels::cuda::test;
 using strata::test::await;
@@ -161,8 +161,6 @@ void device_requests(strata::kvstore::client& kv, session& s) {
   read_all(await(kv.broadcast("b", value(0), {value(1)})).value());
 }
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(kvstore_crossing_cuda, *boost::unit_test::precondition(kct::gpu_available))
 
 BOOST_FIXTURE_TEST_CASE(a_cpu_store_fed_by_cuda_values_equals_the_same_store_fed_by_cpu_copies_bit_for_bit, fixture) {
@@ -230,3 +228,5 @@ BOOST_FIXTURE_TEST_CASE(a_tensor_of_another_dtype_than_the_keys_and_a_sim_tensor
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_crossing_cuda_test

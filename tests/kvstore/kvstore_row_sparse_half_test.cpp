@@ -20,7 +20,7 @@
 #include "strata/kvstore/kvstore.hpp"
 #include "support/half_device.hpp"
 
-namespace {
+namespace kvstore_row_sparse_half_test {
 
 namespace kv = strata::kvstore;
 namespace sk = strata::kernels;
@@ -64,8 +64,6 @@ std::string rule_name(const rule& r) {
   const char* names[] = {"assign", "sgd momentum", "adam"};
   return std::string(names[r.options.index()]) + (r.multi_precision ? " multi_precision" : "");
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_row_sparse_half)
 
@@ -211,3 +209,5 @@ BOOST_FIXTURE_TEST_CASE(a_row_sparse_value_or_output_of_another_dtype_is_refused
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_row_sparse_half_test

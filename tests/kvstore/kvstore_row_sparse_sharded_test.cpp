@@ -22,7 +22,7 @@
 #include "support/one_device.hpp"
 #include "support/sim_stores.hpp"
 
-namespace {
+namespace kvstore_row_sparse_sharded_test {
 
 namespace kv = strata::kvstore;
 using strata::test::await;
@@ -89,8 +89,6 @@ void refused(const strata::expected<T>& r, const std::string& expected) {
   BOOST_TEST_REQUIRE(!r.has_value());
   BOOST_TEST(r.error().message() == expected);
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_row_sparse_sharded)
 
@@ -291,3 +289,5 @@ BOOST_FIXTURE_TEST_CASE(bad_row_sparse_requests_on_sharded_synchronous_and_sim_s
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_row_sparse_sharded_test

@@ -14,7 +14,7 @@
 
 #include "merge.hpp"
 
-namespace {
+namespace kvstore_grouping_test {
 
 /// Orders keys as kvstore::key does, counting the comparisons.
 struct counting_less {
@@ -24,8 +24,6 @@ struct counting_less {
     return a < b;
   }
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_grouping)
 
@@ -67,3 +65,5 @@ BOOST_AUTO_TEST_CASE(grouping_k_values_by_key_costs_k_log_k_comparisons_and_keep
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_grouping_test

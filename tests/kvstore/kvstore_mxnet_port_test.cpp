@@ -24,7 +24,7 @@
 #include "strata/strata.hpp"
 #include "support/await.hpp"
 
-namespace {
+namespace kvstore_mxnet_port_test {
 
 namespace kv = strata::kvstore;
 using strata::test::await;
@@ -180,8 +180,6 @@ void register_test_store() {
                   return s.spawn(&test_store);
                 }).has_value());
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_mxnet_port)
 
@@ -544,8 +542,6 @@ BOOST_FIXTURE_TEST_CASE(broadcast_list_kv_pair_fills_every_output_of_every_key, 
   }
 }
 
-namespace {
-
 /// MXNet's check_aggregator of test_kvstore_custom.py: broadcast zeros; pushpull ones of four
 /// devices into four outputs (4), in place (4); then, when `keys` are given, for three keys at once
 /// with one set of four tensors of twos (8), and in place (8, when `in_place`).
@@ -595,8 +591,6 @@ void check_custom_aggregator_on_both_stores(fixture& f, bool in_place) {
     }
   }
 }
-
-}  // namespace
 
 // test_pushpull_single_kv_pair: pushpull into outputs and in place, one key and three at once, on a
 // 'device' store; one key on 'teststore'.
@@ -662,8 +656,6 @@ BOOST_FIXTURE_TEST_CASE(rsp_push_pull_large_rowid_pulls_all_793470_rows, fixture
 
 // ---- tests/nightly/test_kvstore.py ---------------------------------------------------------------
 
-namespace {
-
 /// MXNet's nightly setup: keys 3, 5, 7 of shapes (4, 4), (100, 100) and (2000, 2000) (the last above
 /// MXNET_KVSTORE_BIGARRAY_BOUND), the "test" optimizer with lr 0.1, four workers, random data in
 /// [-1, 1). MXNet repeats 10 times; the big key takes part in the first 2 only, which keeps the
@@ -697,8 +689,6 @@ double relative_error(const std::vector<std::vector<float>>& outs, const std::ve
   for (double r : res) norm += std::abs(r);
   return err / norm;
 }
-
-}  // namespace
 
 // test_kvstore (individual keys): every round pushes four random values to each key and pulls it
 // into four outputs, which must hold res += lr * sum, dense and row_sparse values.
@@ -965,3 +955,5 @@ BOOST_FIXTURE_TEST_CASE(julia_setupdater_adds_twice_the_pushed_value, fixture) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_mxnet_port_test

@@ -23,7 +23,7 @@
 #include "support/half_device.hpp"
 #include "support/sim_stores.hpp"
 
-namespace {
+namespace kvstore_half_test {
 
 using strata::dtype;
 using strata::test::await;
@@ -77,8 +77,6 @@ double half_ulp(dtype type, double x) {
   const int mantissa_bits = type == dtype::float16 ? 10 : 7;
   return std::ldexp(1.0, static_cast<int>(std::floor(std::log2(std::abs(x)))) - mantissa_bits - 1);
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_half)
 
@@ -312,7 +310,6 @@ BOOST_FIXTURE_TEST_CASE(adam_with_multi_precision_follows_a_float64_reference, f
   }
 }
 
-namespace {
 /// One script on a store: 16-bit keys (some split in chunks on a sharded store), assign pushes,
 /// then SGD with momentum and multi_precision, then Adam without it; the keys' bits at the end.
 std::vector<std::vector<std::uint16_t>> half_script(fixture& f, kv::options options) {
@@ -336,7 +333,6 @@ std::vector<std::vector<std::uint16_t>> half_script(fixture& f, kv::options opti
   for (const auto& [key, type] : keys) out.push_back(f.pulled_bits(store, key, type, n));
   return out;
 }
-}  // namespace
 
 BOOST_FIXTURE_TEST_CASE(a_sharded_store_holds_the_same_16_bit_values_as_one_store_bit_for_bit, fixture) {
   const auto one = half_script(*this, {});
@@ -385,3 +381,5 @@ BOOST_FIXTURE_TEST_CASE(a_checkpoint_keeps_16_bit_dtypes_bits_and_master_copies,
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_half_test

@@ -18,7 +18,7 @@
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 
-namespace {
+namespace lm_pipeline_test {
 
 using strata::lm::lm_pipeline;
 using strata::lm::named_parameter;
@@ -35,12 +35,10 @@ std::vector<std::size_t> even_counts(std::size_t layers, std::size_t stages) {
   return c;
 }
 
-}  // namespace
-
 BOOST_AUTO_TEST_SUITE(lm_pipeline_training)
 
 BOOST_AUTO_TEST_CASE(one_device_step_matches_the_step_recorded_with_pytorch) {
-  std::ifstream in(STRATA_SOURCE_DIR "/tests/fixtures/torch/lm_step.json");
+  std::ifstream in(STRATA_TEST_FIXTURES_DIR "/torch/lm_step.json");
   BOOST_REQUIRE(in.good());
   auto fx = nlohmann::json::parse(in);
   const auto& cfg = fx.at("config");
@@ -283,3 +281,5 @@ BOOST_AUTO_TEST_CASE(bad_steps_and_parameters_are_refused_with_one_sentence) {
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace lm_pipeline_test

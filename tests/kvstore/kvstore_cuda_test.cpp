@@ -43,7 +43,7 @@
 #include "support/await.hpp"
 #include "support/half_tensors.hpp"
 
-namespace {
+namespace kvstore_cuda_test {
 
 namespace kc = strata::kernels::cuda;
 namespace kct = strata::kernels::cuda::test;
@@ -180,8 +180,6 @@ void half_step_on_gpu(const strata::kvstore::key&, const strata::tensor& merged,
             }});
   stored.set_ready_event(s.record());
 }
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_cuda, *boost::unit_test::precondition(kct::gpu_available))
 
@@ -617,7 +615,6 @@ BOOST_FIXTURE_TEST_CASE(widen_narrow_and_sum_widened_equal_the_cpu_conversions_b
   }
 }
 
-namespace {
 /// A script of 16-bit keys (sizes `sizes`, each once as float16 and once as bfloat16): two assign
 /// rounds, three of SGD with Nesterov momentum and weight decay, two of Adam, each round three
 /// values a key from three devices and a pull of every key (its 16-bit words); then a save whose
@@ -689,7 +686,6 @@ script half_keys_session(kct::random_source& rng, const std::vector<std::size_t>
     return out;
   };
 }
-}  // namespace
 
 // float16 and bfloat16 keys on a cuda store (one store, and shards that split keys into slices)
 // against a cpu store fed the same random values: every pull's 16-bit words, the float32 master
@@ -826,8 +822,6 @@ BOOST_FIXTURE_TEST_CASE(row_sparse_kernels_equal_the_host_code_bit_for_bit, fixt
   }
 }
 
-namespace {
-
 /// One row-sparse value of a push: rows `ids` of key `key` (several per push, ids unsorted and
 /// repeated, maybe none).
 struct sparse_value {
@@ -938,8 +932,6 @@ const char* name_of(const rule_setting& rule) {
   return "adam";
 }
 
-}  // namespace
-
 // Row-sparse pushes and row_sparse_pull on a cuda store against a cpu store, bit for bit: random
 // sessions over three keys (one of rank 1), pushes of several values per key with unsorted and
 // repeated ids and values naming no row, pulls of random ids with repeats; assign, SGD (plain,
@@ -1049,6 +1041,9 @@ BOOST_FIXTURE_TEST_CASE(a_user_updater_on_a_cuda_store_gets_the_row_sparse_sum_a
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+
+}  // namespace kvstore_cuda_test
 
 int main(int argc, char* argv[]) {
   return strata::test::run_gpu_tests("test_kvstore_cuda", &init_unit_test, argc, argv);

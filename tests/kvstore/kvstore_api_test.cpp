@@ -19,40 +19,15 @@
 #include "strata/kvstore/kvstore.hpp"
 #include "strata/strata.hpp"
 #include "support/await.hpp"
+#include "support/three_devices.hpp"
 
-namespace {
+namespace kvstore_api_test {
 
 
 using strata::test::await;
 
-struct fixture {
-  strata::actor_system sys{strata::system_config{.worker_threads = 2}};
-  strata::device_manager manager{strata::device_options{.cpu_threads_per_device = 1}};
-  std::vector<strata::device> devs = manager.create("cpu:3");
-  std::vector<strata::stream> streams = {devs[0].create_stream(), devs[1].create_stream(), devs[2].create_stream()};
-  std::mt19937 rng{20261203};
-
-  std::vector<float> random(std::size_t n) {
-    std::uniform_real_distribution<float> d(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-  }
-  strata::tensor make(const std::vector<float>& v, std::vector<std::int64_t> shape, std::size_t dev = 0) {
-    return strata::tensor::from_host<float>(std::span<const float>(v), std::move(shape), devs[dev], streams[dev]);
-  }
-  strata::tensor zeros(std::vector<std::int64_t> shape, std::size_t dev = 0) {
-    std::int64_t n = 1;
-    for (auto d : shape) n *= d;
-    return make(std::vector<float>(static_cast<std::size_t>(n), 0.f), std::move(shape), dev);
-  }
-  std::vector<float> read(const strata::tensor& t) {
-    return t.to_host<float>(streams[static_cast<std::size_t>(t.get_device().index())]);
-  }
-  std::vector<float> value_of(strata::kvstore::client& kv, const strata::kvstore::key& key,
-                              std::vector<std::int64_t> shape) {
-    return read(await(kv.pull(key, zeros(std::move(shape)))).value().at(0));
-  }
+struct fixture : strata::test::three_devices {
+  fixture() : three_devices(20261203) {}
   /// One store, and three shards splitting every key of more than 4 floats in chunks.
   std::vector<strata::kvstore::options> stores(strata::kvstore::options base = {}) {
     strata::kvstore::options sharded = base;
@@ -63,8 +38,6 @@ struct fixture {
 };
 
 const std::vector<std::int64_t> shape{3, 5};
-
-}  // namespace
 
 BOOST_AUTO_TEST_SUITE(kvstore_api)
 
@@ -283,8 +256,6 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(kvstore_lr_scheduler)
 
-namespace {
-
 namespace kv = strata::kvstore;
 
 /// MXNet's scheduler objects (mxnet/python/mxnet/lr_scheduler.py), transcribed as they are:
@@ -345,8 +316,6 @@ struct mxnet_cosine {
     return base_lr;
   }
 };
-
-}  // namespace
 
 BOOST_AUTO_TEST_CASE(each_scheduler_gives_mxnets_learning_rates_exactly) {
   std::mt19937 rng(20261204);
@@ -520,3 +489,5 @@ BOOST_FIXTURE_TEST_CASE(a_bad_scheduler_is_refused_with_one_sentence_and_the_rul
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_api_test

@@ -20,10 +20,11 @@
 #include "strata/device/device_manager.hpp"
 #include "strata/strata.hpp"
 #include "support/await.hpp"
+#include "support/three_devices.hpp"
 
 using namespace std::chrono_literals;
 
-namespace {
+namespace kvstore_order_test {
 
 
 using strata::test::await;
@@ -34,26 +35,8 @@ std::size_t numel(const std::vector<std::int64_t>& shape) {
   return n;
 }
 
-struct fixture {
-  strata::actor_system sys{strata::system_config{.worker_threads = 2}};
-  strata::device_manager manager{strata::device_options{.cpu_threads_per_device = 1}};
-  std::vector<strata::device> devs = manager.create("cpu:3");
-  std::vector<strata::stream> streams = {devs[0].create_stream(), devs[1].create_stream(), devs[2].create_stream()};
-  std::mt19937 rng{20261203};
-
-  std::vector<float> random(std::size_t n) {
-    std::uniform_real_distribution<float> d(-1.f, 1.f);
-    std::vector<float> v(n);
-    for (auto& x : v) x = d(rng);
-    return v;
-  }
-  strata::tensor make(const std::vector<float>& v, std::vector<std::int64_t> shape, int dev = 0) {
-    return strata::tensor::from_host<float>(std::span<const float>(v), std::move(shape),
-                                            devs[static_cast<std::size_t>(dev)], streams[static_cast<std::size_t>(dev)]);
-  }
-  std::vector<float> read(const strata::tensor& t) {
-    return t.to_host<float>(streams[static_cast<std::size_t>(t.get_device().index())]);
-  }
+struct fixture : strata::test::three_devices {
+  fixture() : three_devices(20261203) {}
 };
 
 /// |a - b| <= 1e-5 (1 + |b|) elementwise: float32 sums in some order against a float64 reference.
@@ -64,13 +47,10 @@ void check_close(const std::vector<float>& got, const std::vector<double>& want)
                "element " << i << ": " << got[i] << " against " << want[i]);
 }
 
-}  // namespace
-
 // ---- synchronous pushpull ------------------------------------------------------------------------
 
 BOOST_AUTO_TEST_SUITE(kvstore_synchronous_pushpull)
 
-namespace {
 /// `workers` clients pushpull every key once per round without waiting for each other, on a store
 /// that expects one value per worker and version and runs SGD; every worker's answer must be the
 /// round's merged, updated value, computed here in float64.
@@ -120,7 +100,6 @@ void every_worker_gets_the_merged_round(fixture& f, strata::kvstore::options opt
   }
   for (const auto& key : keys) BOOST_TEST(await(kv[0]->version(key)).value() == static_cast<std::uint64_t>(rounds));
 }
-}  // namespace
 
 BOOST_FIXTURE_TEST_CASE(every_contributor_of_a_synchronous_pushpull_gets_the_merged_round, fixture) {
   every_worker_gets_the_merged_round(*this, {});
@@ -145,7 +124,6 @@ BOOST_AUTO_TEST_SUITE_END()
 
 BOOST_AUTO_TEST_SUITE(kvstore_shared_tensors)
 
-namespace {
 /// A script whose requests share caller tensors: an in-place pushpull of three keys whose values
 /// and outputs are one tensor, a pull of several keys into one output, one tensor pushed to
 /// several keys, and requests sent without waiting where each reads what the one before wrote.
@@ -192,7 +170,6 @@ std::vector<std::vector<float>> run_shared_script(fixture& f, strata::kvstore::c
   }
   return seen;
 }
-}  // namespace
 
 BOOST_FIXTURE_TEST_CASE(an_in_place_pushpull_of_keys_sharing_one_tensor_reads_it_before_writing_it, fixture) {
   // SGD on keys 5, 6, 7 with the gradient v, then v receives key 5, 6, 7 in turn: every update
@@ -313,3 +290,5 @@ BOOST_FIXTURE_TEST_CASE(a_barrier_is_answered_only_after_every_earlier_call_of_i
 }
 
 BOOST_AUTO_TEST_SUITE_END()
+
+}  // namespace kvstore_order_test

@@ -1,5 +1,5 @@
 #pragma once
-// What every kvstore_dist test case shares: the one world of the process (actor system, cpu
+// What every kvstore_dist test case shares (tests/kvstore_dist): the one world of the process (actor system, cpu
 // device, endpoint), a seed every rank agrees on, and reproducible random gradients and keys.
 
 #include <boost/test/unit_test.hpp>
@@ -13,7 +13,7 @@
 #include "strata/kernels/half.hpp"
 #include "strata/kvstore_dist/store.hpp"
 
-namespace kvstore_dist_test {
+namespace strata::test::dist {
 
 namespace kvd = strata::kvstore_dist;
 
@@ -54,10 +54,14 @@ inline strata::tensor make_as(world& w, strata::dtype type, const std::vector<fl
   return strata::tensor::from_host_words(words, shape, type, w.cpu, w.s);
 }
 
-/// One endpoint per process (MPI starts once): every case shares the world (made by the global
-/// fixture in kvstore_dist_test.cpp); each makes its own store (a collective), so the cases run
-/// in the same order on every rank.
-extern world* the_world;
+/// One endpoint per process (MPI starts once): every case shares the world, made by the global
+/// fixture (`BOOST_TEST_GLOBAL_FIXTURE(world_fixture)` in the program's main file); each case
+/// makes its own store (a collective), so the cases run in the same order on every rank.
+inline world* the_world = nullptr;
+struct world_fixture {
+  world_fixture() { the_world = new world; }
+  ~world_fixture() { delete the_world; }
+};
 
 /// The gradient rank `r` pushes for key `k` in round `t`: reproducible on every rank.
 inline std::vector<float> gradient(std::uint32_t seed, int r, int k, int t, std::size_t n) {
@@ -90,4 +94,4 @@ inline std::vector<key_spec> some_keys(std::uint32_t seed) {
   return keys;
 }
 
-}  // namespace kvstore_dist_test
+}  // namespace strata::test::dist
