@@ -111,7 +111,8 @@ BOOST_AUTO_TEST_CASE(a_gpu_fault_completes_pending_points_and_callbacks_with_an_
 
   // A healthy GPU that is merely slow: the watch probes, nothing completes early.
   const auto give_up = std::chrono::steady_clock::now() + 5s;
-  while (gpu.probes.load() < 3 && std::chrono::steady_clock::now() < give_up) std::this_thread::sleep_for(5ms);
+  while (gpu.probes.load() < 3 && std::chrono::steady_clock::now() < give_up)
+    std::this_thread::sleep_for(5ms);  // a poll's period: no event says the watch probed
   BOOST_TEST(gpu.probes.load() >= 3);
   BOOST_TEST(!point->done());
   BOOST_TEST(callback.size() == 0u);
@@ -171,7 +172,7 @@ BOOST_AUTO_TEST_CASE(the_watch_stops_probing_when_nothing_is_pending_and_resumes
   ledger->run(ledger->add(first.completion()));
   std::this_thread::sleep_for(30ms);  // the watch saw the ledger once at most, then dropped it
   const int settled = gpu.probes.load();
-  std::this_thread::sleep_for(30ms);
+  std::this_thread::sleep_for(30ms);  // time for probes that must not come, under test
   BOOST_TEST(gpu.probes.load() == settled);  // idle: no probing
 
   auto point = std::make_shared<event_point>();
@@ -194,7 +195,7 @@ BOOST_AUTO_TEST_CASE(a_fault_on_one_gpu_leaves_the_streams_of_another_gpu_waitin
   auto tb = b->add([pb](std::exception_ptr f) { pb->fire(f); });
   broken.fail(illegal_address);
   BOOST_REQUIRE(pa->wait_for(5000ms));
-  std::this_thread::sleep_for(20ms);
+  std::this_thread::sleep_for(20ms);  // time for a wrong completion of b to come, under test
   BOOST_TEST(!pb->done());
   b->run(tb);  // CUDA runs it on the healthy GPU
   BOOST_TEST(pb->done());

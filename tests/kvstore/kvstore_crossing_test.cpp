@@ -40,7 +40,7 @@ using bytes = std::vector<std::uint8_t>;  // a tensor's elements as stored: floa
 /// tensor): late work, so that a copy not ordered after it reads what was there before.
 void write_late(strata::stream& s, const strata::tensor& t, bytes values, int ms) {
   s.launch({.name = "write_late", .cpu = [t, values = std::move(values), ms] {
-              std::this_thread::sleep_for(std::chrono::milliseconds(ms));
+              std::this_thread::sleep_for(std::chrono::milliseconds(ms));  // late work, under test
               std::memcpy(t.raw_data(), values.data(), values.size());
             }});
 }
@@ -75,7 +75,9 @@ bytes bytes_of(const strata::tensor& t, const strata::stream& s) {
 }
 /// Enqueues on `s` an item that only sleeps: work queued after it on `s` runs late.
 void stall(strata::stream& s, int ms) {
-  s.launch({.name = "stall", .cpu = [ms] { std::this_thread::sleep_for(std::chrono::milliseconds(ms)); }});
+  s.launch({.name = "stall", .cpu = [ms] {
+              std::this_thread::sleep_for(std::chrono::milliseconds(ms));  // late work, under test
+            }});
 }
 
 BOOST_AUTO_TEST_SUITE(kvstore_crossing)
@@ -229,7 +231,7 @@ BOOST_AUTO_TEST_CASE(a_pushpull_of_every_dtype_crosses_in_and_back_out_in_stream
         ki::enqueue_crossing(plan, store, other, {value, offset}, own, n, false, status, {"test: push", 0});
         bytes pushed(n * element);  // the merge: reads the value, writes the new one (late)
         store.launch({.name = "merge", .cpu = [own, updated, &pushed] {
-                        std::this_thread::sleep_for(std::chrono::milliseconds(30));
+                        std::this_thread::sleep_for(std::chrono::milliseconds(30));  // late work, under test
                         std::memcpy(pushed.data(), own.raw_data(), pushed.size());
                         std::memcpy(own.raw_data(), updated.data(), updated.size());
                       }});

@@ -9,12 +9,13 @@
 #include <chrono>
 #include <filesystem>
 #include <fstream>
+#include <functional>
 #include <future>
+#include <initializer_list>
 #include <iterator>
 #include <mutex>
 #include <random>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "strata/kvstore/kvstore.hpp"
@@ -77,9 +78,12 @@ struct gated_fixture : fixture {
     BOOST_REQUIRE(entered.get_future().wait_for(patience) == std::future_status::ready);
     return f;
   }
-  /// Lets the requests sent so far reach the store's ready queue, then releases the update.
-  void open() {
-    std::this_thread::sleep_for(200ms);
+  /// Returns once the requests `kv` sent so far are in the store's ready queue: the store answers
+  /// `type()` at once, without queueing it, and takes a client's messages in the order sent.
+  static void queued(strata::kvstore::client& kv) { BOOST_REQUIRE(await(kv.type()).has_value()); }
+  /// Once the requests each of `senders` sent so far are in the ready queue, releases the update.
+  void open(std::initializer_list<std::reference_wrapper<strata::kvstore::client>> senders) {
+    for (auto& kv : senders) queued(kv);
     gate.set_value();
   }
 };
@@ -90,7 +94,7 @@ BOOST_FIXTURE_TEST_CASE(queued_requests_are_served_highest_priority_first, gated
   auto low = kv.send(strata::kvstore::push{{1}, {make(random(4), {4})}, 0});
   auto high = kv.send(strata::kvstore::push{{3}, {make(random(4), {4})}, 5});
   auto middle = kv.send(strata::kvstore::push{{4}, {make(random(4), {4})}, 3});
-  open();
+  open({kv});
   for (auto* f : {&busy, &low, &high, &middle}) BOOST_TEST(await(std::move(*f)).has_value());
   BOOST_TEST(order == (std::vector<std::int64_t>{0, 3, 4, 1}), boost::test_tools::per_element());
 }
@@ -100,7 +104,7 @@ BOOST_FIXTURE_TEST_CASE(equal_priorities_are_served_in_arrival_order, gated_fixt
   std::vector<std::future<strata::expected<strata::unit_t>>> pushes;
   pushes.push_back(hold(kv));
   for (int k : {3, 1, 4, 2}) pushes.push_back(kv.send(strata::kvstore::push{{k}, {make(random(4), {4})}, 2}));
-  open();
+  open({kv});
   for (auto& f : pushes) BOOST_TEST(await(std::move(f)).has_value());
   BOOST_TEST(order == (std::vector<std::int64_t>{0, 3, 1, 4, 2}), boost::test_tools::per_element());
 }
@@ -117,7 +121,7 @@ BOOST_FIXTURE_TEST_CASE(a_high_priority_pull_still_sees_the_earlier_push_of_its_
   // Another sender's higher-priority pull of the same key may overtake the push (no order between senders).
   strata::kvstore::client second(sys, store);
   auto early = second.send(strata::kvstore::pull{{2}, {zeros({4}, 2)}, 0, 10});
-  open();
+  open({kv, second});
   BOOST_TEST(await(std::move(busy)).has_value());
   BOOST_TEST(await(std::move(other)).has_value());
   BOOST_TEST(await(std::move(push)).has_value());
@@ -141,11 +145,11 @@ BOOST_FIXTURE_TEST_CASE(a_high_priority_request_does_not_overtake_an_earlier_one
   auto pull_v = kv.send(strata::kvstore::pull{{3}, {v}, 0, 9});
   strata::kvstore::client second(sys, store);
   auto push_w = kv.send(strata::kvstore::push{{2}, {w}, 0});
-  // Another sender, the same tensor: requests of two senders arrive in no set order, so let the
-  // push reach the queue first (as open() does), then the pull must still wait for it.
-  std::this_thread::sleep_for(100ms);
+  // Another sender, the same tensor: requests of two senders arrive in no set order, so the push
+  // is in the queue first, then the pull must still wait for it.
+  queued(kv);
   auto pull_w = second.send(strata::kvstore::pull{{3}, {w}, 0, 9});
-  open();
+  open({kv, second});
   for (auto* f : {&busy, &push_v, &push_w}) BOOST_TEST(await(std::move(*f)).has_value());
   BOOST_TEST(read(await(std::move(pull_v)).value().at(0)) == key3, boost::test_tools::per_element());
   BOOST_TEST(read(await(std::move(pull_w)).value().at(0)) == key3, boost::test_tools::per_element());
@@ -159,7 +163,7 @@ BOOST_FIXTURE_TEST_CASE(priority_still_reorders_requests_that_share_no_tensor, g
   auto busy = hold(kv);
   auto low = kv.send(strata::kvstore::push{{1}, {make(random(4), {4})}, 0});
   auto high = kv.send(strata::kvstore::push{{2}, {make(random(4), {4})}, 4});
-  open();
+  open({kv});
   for (auto* f : {&busy, &low, &high}) BOOST_TEST(await(std::move(*f)).has_value());
   BOOST_TEST(order == (std::vector<std::int64_t>{0, 2, 1}), boost::test_tools::per_element());
 }
@@ -169,7 +173,7 @@ BOOST_FIXTURE_TEST_CASE(a_set_updater_is_not_overtaken_by_later_high_priority_pu
   auto busy = hold(kv);
   auto assign = kv.set_updater({});  // back to assign: the push below must not be logged
   auto push = kv.send(strata::kvstore::push{{1}, {make(random(4), {4})}, 7});
-  open();
+  open({kv});
   for (auto* f : {&busy, &assign, &push}) BOOST_TEST(await(std::move(*f)).has_value());
   BOOST_TEST(order == (std::vector<std::int64_t>{0}), boost::test_tools::per_element());
 }

@@ -267,10 +267,14 @@ BOOST_AUTO_TEST_CASE(a_failed_link_ends_the_wait_for_a_sum_that_never_comes_with
   const strata::event held = s.record();
   const std::string head = "kvstore dist pushpull: the allreduce of this step failed, and no replica was updated: ";
 
-  // Another rank leaves while this one waits: the wait ends with rank_down.
+  // Another rank leaves while this one waits (once the wait has found no sum): the wait ends
+  // with rank_down.
   auto link = ki::make_sum_link();
+  std::promise<void> waiting;
+  auto waited = waiting.get_future();
+  ki::when_waiting(*link, [&waiting] { waiting.set_value(); });
   std::thread leaver([&] {
-    std::this_thread::sleep_for(50ms);
+    if (waited.wait_for(60s) != std::future_status::ready) return;  // the wait below then times out and fails
     ki::abort_sum_link(*link, strata::errc::rank_down, "another rank left the job: rank 1");
     ki::abort_sum_link(*link, strata::errc::runtime_failure, "a later reason is ignored");
   });

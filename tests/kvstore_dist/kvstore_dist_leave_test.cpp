@@ -11,7 +11,6 @@
 #include <memory>
 #include <span>
 #include <string>
-#include <thread>
 #include <vector>
 
 #include "strata/kvstore_dist/store.hpp"
@@ -57,35 +56,52 @@ void first_round(world& w, kvd::store& kv, const keys_by_owner& k) {
     }
 }
 
+/// A count of messages from other ranks, published on this rank as `name`: `wait()` returns once
+/// `expected` have arrived, each sent by `tell`. Names are one per case.
+class countdown {
+public:
+  countdown(world& w, int expected, const std::string& name) {
+    auto all = std::make_shared<std::promise<void>>();
+    all_ = all->get_future();
+    auto left = std::make_shared<int>(expected);
+    if (*left == 0) all->set_value();
+    BOOST_REQUIRE(w.net.publish(w.sys.spawn([left, all](strata::actor&) -> strata::behavior {
+                                  return {[left, all](std::int32_t) {
+                                    if (--*left == 0) all->set_value();
+                                  }};
+                                }),
+                                name));
+  }
+  /// True once every message has arrived; false if they have not within a minute.
+  bool wait() { return all_.wait_for(60s) == std::future_status::ready; }
+  /// Sends this rank's message to the countdown published as `name` on rank `to`.
+  static bool tell(world& w, int to, const std::string& name) {
+    return static_cast<bool>(w.sys.send(w.net.remote(to, name).value(), std::int32_t{w.net.rank()}));
+  }
+
+private:
+  std::future<void> all_;
+};
+
 /// The ranks but the leaver (`leaver`, the last): after their checks each waits for the others',
 /// so that none closes its store or leaves the job (which fails the others' calls naming it
 /// instead of the leaver) while another still checks. `name`: one per case.
 class survivors {
 public:
-  survivors(world& w, int leaver, std::string name) : w_(w), leaver_(leaver), name_(std::move(name)) {
-    auto all = std::make_shared<std::promise<void>>();
-    all_ = all->get_future();
-    auto left = std::make_shared<int>(leaver - 1);  // the other survivors' messages still to come
-    if (*left == 0) all->set_value();
-    (void)w.net.publish(w.sys.spawn([left, all](strata::actor&) -> strata::behavior {
-                          return {[left, all](std::int32_t) {
-                            if (--*left == 0) all->set_value();
-                          }};
-                        }),
-                        name_);
-  }
+  survivors(world& w, int leaver, std::string name)
+      : w_(w), leaver_(leaver), name_(std::move(name)), all_(w, leaver - 1, name_) {}
   /// Tells the other survivors that this rank is done, and waits until they all are.
   bool all_done() {
     for (int r = 0; r < leaver_; ++r)
-      if (r != w_.net.rank()) (void)w_.sys.send(w_.net.remote(r, name_).value(), std::int32_t{w_.net.rank()});
-    return all_.wait_for(60s) == std::future_status::ready;
+      if (r != w_.net.rank()) (void)countdown::tell(w_, r, name_);
+    return all_.wait();
   }
 
 private:
   world& w_;
   int leaver_;
   std::string name_;
-  std::future<void> all_;
+  countdown all_;
 };
 
 }  // namespace
@@ -219,41 +235,43 @@ BOOST_AUTO_TEST_CASE(a_rank_that_closes_its_store_fails_the_others_steps_at_once
   auto kv = std::make_unique<kvd::store>(
       w.sys, w.net, kvd::store_options{.mode = kvd::mode::allreduce, .timeout = store_timeout, .value_device = w.cpu});
   const int leaver = kv->num_workers() - 1;
-  // The leaver stays in the job until every other rank has checked (its leaving would else race
-  // its store's closing to their watches): each sends it one message when done.
-  const std::string done_name = "kvstore_dist_leave_test.allreduce_closed";
-  auto all_checked = std::make_shared<std::promise<void>>();
-  auto checked = all_checked->get_future();
+  // The leaver closes its store once every other rank has said it is about to wait in its next
+  // step (a step that begins only after the close fails alike, as the later step shows); it stays in the job until every other rank has checked (its leaving would else race
+  // its store's closing to their watches): each sends it one message for each.
+  const std::string waiting_name = "kvstore_dist_leave_test.allreduce_closed.waiting";
+  const std::string checked_name = "kvstore_dist_leave_test.allreduce_closed.checked";
+  std::unique_ptr<countdown> waiting, checked;
   if (kv->rank() == leaver) {
-    auto left = std::make_shared<int>(leaver);
-    BOOST_REQUIRE(w.net.publish(w.sys.spawn([left, all_checked](strata::actor&) -> strata::behavior {
-                                  return {[left, all_checked](std::int32_t) {
-                                    if (--*left == 0) all_checked->set_value();
-                                  }};
-                                }),
-                                done_name));
+    waiting = std::make_unique<countdown>(w, leaver, waiting_name);
+    checked = std::make_unique<countdown>(w, leaver, checked_name);
   }
   one_step(w, *kv);
   if (kv->rank() == leaver) {
-    std::this_thread::sleep_for(500ms);  // the others are waiting in their next step
+    BOOST_REQUIRE(waiting->wait());
     kv.reset();
-    BOOST_TEST((checked.wait_for(60s) == std::future_status::ready));
+    BOOST_TEST(checked->wait());
     return;
   }
+  BOOST_REQUIRE(countdown::tell(w, leaver, waiting_name));
   others_fail_at_once(w, *kv, leaver, "another rank closed this store");
-  BOOST_REQUIRE(w.sys.send(w.net.remote(leaver, done_name).value(), std::int32_t{w.net.rank()}));
+  BOOST_REQUIRE(countdown::tell(w, leaver, checked_name));
 }
 
 BOOST_AUTO_TEST_CASE(a_rank_that_leaves_the_job_fails_the_others_steps_at_once) {
   world& w = *the_world;
   kvd::store kv(w.sys, w.net, kvd::store_options{.mode = kvd::mode::allreduce, .timeout = store_timeout, .value_device = w.cpu});
   const int leaver = kv.num_workers() - 1;
+  // The leaver leaves once every other rank has said it is about to wait in its next step.
+  const std::string waiting_name = "kvstore_dist_leave_test.allreduce_left.waiting";
+  std::unique_ptr<countdown> waiting;
+  if (kv.rank() == leaver) waiting = std::make_unique<countdown>(w, leaver, waiting_name);
   one_step(w, kv);
   if (kv.rank() == leaver) {
-    std::this_thread::sleep_for(500ms);
+    BOOST_REQUIRE(waiting->wait());
     w.net.shutdown();  // leaves the job with its store still open
     return;
   }
+  BOOST_REQUIRE(countdown::tell(w, leaver, waiting_name));
   others_fail_at_once(w, kv, leaver, "another rank left the job");
 }
 

@@ -278,7 +278,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_survives_sigkill_of_the_saver_at_any_moment) {
         if (save_checkpoint(dir.string(), ck)) ::_exit(1);
       }
     }
-    ::usleep(std::uniform_int_distribution<unsigned>(500, max_delay_us)(rng));
+    ::usleep(std::uniform_int_distribution<unsigned>(500, max_delay_us)(rng));  // a random kill point, under test
     BOOST_REQUIRE(::kill(child, SIGKILL) == 0);
     int status = 0;
     BOOST_REQUIRE(::waitpid(child, &status, 0) == child);

@@ -129,6 +129,7 @@ BOOST_AUTO_TEST_CASE(an_interrupted_run_saves_its_last_step_and_exits_130) {
       if (text.find('\n', at) != std::string::npos) ++n;
     return n;
   };
+  // A poll (20 ms a period): the trainer is another process, and its log file the only sign.
   for (int waited_ms = 0; waited_ms < 60000 && steps_logged() < 3; waited_ms += 20) ::usleep(20000);
   BOOST_REQUIRE(::kill(child, SIGINT) == 0);
   int status = 0;

@@ -531,7 +531,7 @@ BOOST_AUTO_TEST_CASE(tensors_of_one_byte_to_64_mib_arrive_bitwise) {
   // (A frame travels on its own tag: it may be read just after the data it announces.)
   auto after = w.net.stats();
   for (int i = 0; i < 500 && after.flowing_frames_received - before.flowing_frames_received < 4; ++i) {
-    std::this_thread::sleep_for(10ms);
+    std::this_thread::sleep_for(10ms);  // a poll's period: no event says a frame was counted
     after = w.net.stats();
   }
   BOOST_TEST(after.flowing_frames_received - before.flowing_frames_received == 4u);
@@ -555,7 +555,7 @@ BOOST_AUTO_TEST_CASE(idle_ranks_do_not_spin) {
   std::vector<std::int64_t> before;
   for (int r = 0; r < w.net.size(); ++r) before.push_back(cpu_of(r));
   const auto t0 = std::chrono::steady_clock::now();
-  std::this_thread::sleep_for(2s);
+  std::this_thread::sleep_for(2s);  // the idle time whose cpu use is under test
   std::vector<std::int64_t> after;
   for (int r = 0; r < w.net.size(); ++r) after.push_back(cpu_of(r));
   const double wall_us = std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - t0).count();

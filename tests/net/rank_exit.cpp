@@ -96,11 +96,11 @@ int crash() {
   strata::actor_system sys(strata::system_config{.worker_threads = 1});
   strata::net::endpoint net(sys);
   if (net.rank() == 1) {
-    std::this_thread::sleep_for(200ms);
+    std::this_thread::sleep_for(200ms);  // the others are serving when it dies: the death is under test
     std::_Exit(7);  // dies without MPI_Finalize
   }
   // The others would serve forever: only the launcher ending the job stops them.
-  std::this_thread::sleep_for(120s);
+  std::this_thread::sleep_for(120s);  // serving until the launcher ends the job, which is under test
   return 0;
 }
 

@@ -162,7 +162,8 @@ BOOST_AUTO_TEST_CASE(a_stage_that_throws_fails_the_step_and_every_stage_restarts
   // All for one: every stage comes back, each on fresh streams.
   const auto until = std::chrono::steady_clock::now() + 20s;
   for (auto& c : f.contexts)
-    while (c->instances() < 2 && std::chrono::steady_clock::now() < until) std::this_thread::sleep_for(1ms);
+    while (c->instances() < 2 && std::chrono::steady_clock::now() < until)
+      std::this_thread::sleep_for(1ms);  // a poll's period: no event says a stage is back
   for (auto& c : f.contexts) {
     BOOST_TEST(c->instances() == 2u);
     for (auto& s : c->take_retired()) {

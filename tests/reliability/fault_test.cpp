@@ -237,6 +237,7 @@ BOOST_AUTO_TEST_CASE(a_kvstore_stopped_while_stages_push_ends_the_step_with_an_e
     mini_pipeline p(sys, devices, false, store);
     BOOST_REQUIRE(p.step(M, W).value() == expected_sum(M, W, 3));
     auto f = p.step_async(M, W, 90s);
+    // A random moment in the step, under test: the store stops wherever the step has got to.
     std::this_thread::sleep_for(std::chrono::microseconds(std::uniform_int_distribution<int>(0, 3000)(rng)));
     const auto t0 = std::chrono::steady_clock::now();
     sys.stop(store);
@@ -299,7 +300,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_survives_sigkill_of_the_writer_at_any_moment) 
     }
     const auto start = std::chrono::steady_clock::now();
     while (fs::last_write_time(path) == before && std::chrono::steady_clock::now() - start < std::chrono::seconds(60))
-      std::this_thread::sleep_for(std::chrono::milliseconds(2));
+      std::this_thread::sleep_for(std::chrono::milliseconds(2));  // a poll's period: the writer is another process
     const auto ms = std::chrono::duration_cast<std::chrono::milliseconds>(std::chrono::steady_clock::now() - start).count();
     ::kill(child, SIGKILL);
     int status = 0;
@@ -321,6 +322,7 @@ BOOST_AUTO_TEST_CASE(a_checkpoint_survives_sigkill_of_the_writer_at_any_moment) 
     }
     // Sanitized writers start slower (scale < 1): give them proportionally longer.
     const int max_delay = std::max(static_cast<int>(250 / std::min(1.0, test_scale())), 2 * first_save_ms);
+    // A random moment of the save, under test: the kill lands wherever the writer has got to.
     std::this_thread::sleep_for(std::chrono::milliseconds(std::uniform_int_distribution<int>(20, max_delay)(rng)));
     BOOST_REQUIRE(::kill(child, SIGKILL) == 0);
     int status = 0;

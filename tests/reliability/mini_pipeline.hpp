@@ -283,7 +283,7 @@ private:
       if (all) break;
       if (std::chrono::steady_clock::now() > until)
         return error(errc::request_timeout, "mini pipeline step " + std::to_string(step_) + " timed out");
-      std::this_thread::sleep_for(std::chrono::milliseconds(1));
+      std::this_thread::sleep_for(std::chrono::milliseconds(1));  // a poll's period: no event says a stage is back
     }
     for (std::size_t s = 0; s < contexts_.size(); ++s) {
       generations_[s] = contexts_[s]->instances();

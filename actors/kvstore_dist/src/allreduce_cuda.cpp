@@ -4,6 +4,7 @@
 
 #include <atomic>
 #include <chrono>
+#include <functional>
 #include <future>
 #include <map>
 #include <memory>
@@ -29,6 +30,7 @@ struct sum_link {
 #endif
   actor_ref watch;                  // what the other ranks' watchers monitor (published; none in a world of one)
   std::vector<actor_ref> watchers;  // one per other rank of the store, monitoring its watch
+  std::function<void()> on_wait;    // tests: when_waiting's hook, until it has run
 
   error failure() const {
     std::lock_guard lock(mu);
@@ -38,6 +40,15 @@ struct sum_link {
     }
 #endif
     return failed;
+  }
+  /// Runs when_waiting's hook, once.
+  void waiting() {
+    std::function<void()> hook;
+    {
+      std::lock_guard lock(mu);
+      hook = std::exchange(on_wait, nullptr);
+    }
+    if (hook) hook();
   }
   /// Ends every sum in flight and refuses later ones with `why` (code `code`).
   void abort(errc code, const std::string& why) {
@@ -66,6 +77,11 @@ std::shared_ptr<sum_link> make_sum_link() { return std::make_shared<sum_link>();
 
 void abort_sum_link(sum_link& link, errc code, const std::string& why) { link.abort(code, why); }
 
+void when_waiting(sum_link& link, std::function<void()> hook) {
+  std::lock_guard lock(link.mu);
+  link.on_wait = std::move(hook);
+}
+
 error sum_link_failure(const sum_link& link) { return link.failure(); }
 
 expected<void> sum_link_ok(const sum_link& link) {
@@ -81,7 +97,8 @@ namespace {
 template <class Ready>
 expected<void> await_until(sum_link& link, Ready ready, std::chrono::nanoseconds timeout, const char* what) {
   const auto deadline = std::chrono::steady_clock::now() + timeout;
-  while (!ready()) {
+  for (bool first = true; !ready(); first = false) {
+    if (first) link.waiting();
     if (error f = link.failure()) return step_failed(f);
     if (std::chrono::steady_clock::now() > deadline) {
       link.abort(errc::request_timeout, std::string(what) + " did not finish within " +

@@ -4,6 +4,7 @@
 // staging) that sums a step's packed buffer.
 
 #include <chrono>
+#include <functional>
 #include <future>
 #include <memory>
 #include <string>
@@ -24,6 +25,10 @@ std::shared_ptr<sum_link> make_sum_link();
 /// Ends every sum in flight (ncclCommAbort) and fails this and later steps with `why` (code
 /// `code`); the first call decides. Thread-safe.
 void abort_sum_link(sum_link& link, errc code, const std::string& why);
+/// Tests only: `hook` runs once, on the waiting thread, when a wait on `link` (the three below)
+/// first finds its sum not there, so that a test can act while a wait is under way (a rank that
+/// leaves then) without sleeping first. Thread-safe; a later call replaces a hook not yet run.
+void when_waiting(sum_link& link, std::function<void()> hook);
 /// Waits on the calling thread (the store's caller, never a scheduler thread) until `done`, the
 /// end of the sum, has fired, the link has failed, or `timeout` has passed (then the link is
 /// aborted with request_timeout: NCCL kernels that wait for a peer end). A failed link, or an
