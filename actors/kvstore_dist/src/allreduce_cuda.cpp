@@ -186,7 +186,7 @@ expected<tensor> sum_over_ranks(worker_state& w, tensor packed) {
 namespace {
 
 /// Path nccl: the replicas' communicator, made when the store is made (a collective).
-void make_communicator(worker_state& w) {
+void make_communicator([[maybe_unused]] worker_state& w) {
 #if STRATA_HAS_NCCL
   // The communicator waits for other ranks as long as the store's calls do.
   const nccl::communicator_config config{

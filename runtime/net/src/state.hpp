@@ -26,7 +26,7 @@
 namespace strata::net::detail {
 
 /// First byte of every control frame (MPI tag 0).
-enum class frame : std::uint8_t { message = 1, watch, unwatch, stop, resolved, goodbye, flowing, large };
+enum class frame : std::uint8_t { message = 1, watch, unwatch, stop, resolved, goodbye, flowing, large, heartbeat };
 
 /// Each rank keeps one receive of this many bytes posted for control frames (tag 0; comm.cpp). A
 /// longer frame is announced by a `large` frame (its size and a data tag) and follows on that tag.
@@ -123,6 +123,7 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   int spin_us = 200;
   int hot_us = 20;  // after an inline run: polled without yielding
   int max_sleep_us = 1000;
+  double peer_timeout_s = 30;  // STRATA_NET_PEER_TIMEOUT_S
 
   // The outbox: any thread pushes, the communication thread drains.
   std::mutex out_mu;
@@ -134,7 +135,10 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   std::atomic<doorbell*> bell{&own_bell};
   std::vector<doorbell*> peer_bells;
   doorbell* shared_bell = nullptr;  // this rank's bell in shared memory, once mapped
+  std::vector<char> on_this_machine;  // rank r shares this machine (communication thread only)
+  std::vector<std::string> hosts;      // each rank's host name, gathered as MPI starts
   bool bells_wanted = true;  // STRATA_NET_BELLS (on, off); off on any rank of a machine: none there
+  bool watch_wanted = true;  // STRATA_NET_WATCH (on, off): network_watch.hpp
   bool leaving = false;                 // guarded by out_mu
   // Set under out_mu whenever the outbox, the collectives or `leaving` change: the communication
   // thread takes the lock only when it is set.
@@ -243,7 +247,7 @@ void deliver_down(const actor_ref& to, const actor_ref& source, const error& rea
 /// FNV-1a of a published name.
 std::uint64_t name_key(std::string_view name) noexcept;
 
-/// The communication thread: MPI_Init_thread, the progress loop, MPI_Finalize.
+/// The communication thread: MPI_Init_thread, the progress loop (comm_loop.hpp), MPI_Finalize.
 void run_comm(endpoint_state& s, std::function<void(expected<void>)> started);
 /// Set once an endpoint has started MPI itself (and so ends it): MPI cannot start again. A
 /// program that started MPI keeps it, and may make one endpoint after another.
