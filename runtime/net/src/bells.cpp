@@ -35,6 +35,7 @@ void share_bells(MPI_Comm world, endpoint_state& s) {
   MPI_Allgather(&s.rank, 1, MPI_INT, mates.data(), 1, MPI_INT, node);
   s.on_this_machine.assign(static_cast<std::size_t>(s.size), 0);
   for (int r : mates) s.on_this_machine[static_cast<std::size_t>(r)] = 1;
+  s.peers_on_this_machine.store(mates.size() - 1);
   const auto name_of = [job = trace::job().job_id](int r) {
     char name[64];
     std::snprintf(name, sizeof name, "/strata-bell-%016llx-%d", static_cast<unsigned long long>(job), r);

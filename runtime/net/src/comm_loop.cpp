@@ -129,16 +129,16 @@ comm_loop::comm_loop(endpoint_state& s, MPI_Comm comm, MPI_Comm split_comm)
   if (s_.size > 1) {
     peers_.start(s_.rank, s_.hosts, std::chrono::duration<double>(s_.peer_timeout_s), comm_clock::now());
     // Another machine's ranks have no bell here: the network watch rings ours for them.
+    const auto node_mate = [this](int r) {
+      return static_cast<std::size_t>(r) < s_.on_this_machine.size() && s_.on_this_machine[static_cast<std::size_t>(r)] != 0;
+    };
     bool other_machines = false;
-    for (int r = 0; r < s_.size; ++r)
-      if (r != s_.rank && s_.peer_bells[static_cast<std::size_t>(r)] == nullptr) other_machines = true;
-    const bool watching = other_machines && s_.watch_wanted && network_.start(s_.bell);
+    for (int r = 0; r < s_.size; ++r) other_machines = other_machines || !node_mate(r);
+    const bool watching = other_machines && s_.watch_wanted && network_.start(s_.bell, s_.network_wakes);
     every_peer_wakes_ = true;
     for (int r = 0; r < s_.size; ++r) {
       if (r == s_.rank || s_.peer_bells[static_cast<std::size_t>(r)] != nullptr) continue;
-      const bool node_mate = static_cast<std::size_t>(r) < s_.on_this_machine.size() &&
-                             s_.on_this_machine[static_cast<std::size_t>(r)] != 0;
-      if (node_mate || !watching) every_peer_wakes_ = false;  // shared memory without a bell: polled
+      if (node_mate(r) || !watching) every_peer_wakes_ = false;  // shared memory without a bell: polled
     }
   }
 }

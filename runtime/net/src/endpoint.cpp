@@ -330,10 +330,18 @@ expected<rank_group> endpoint::split(int color) {
 
 endpoint_stats endpoint::stats() const {
   auto& s = *state_;
-  return endpoint_stats{s.frames_sent.load(),           s.frames_received.load(), s.tensor_bytes_sent.load(),
-                        s.tensor_bytes_received.load(), s.refused.load(),         s.flowing_frames.load(),
-                        static_cast<std::uint64_t>(s.flowing_receives.load()), s.peers_with_bells.load(),
-                        s.woken_by_peers.load(), s.frames_posted_directly.load()};
+  return endpoint_stats{.frames_sent = s.frames_sent.load(),
+                        .frames_received = s.frames_received.load(),
+                        .tensor_bytes_sent = s.tensor_bytes_sent.load(),
+                        .tensor_bytes_received = s.tensor_bytes_received.load(),
+                        .refused = s.refused.load(),
+                        .flowing_frames_received = s.flowing_frames.load(),
+                        .flowing_receives = static_cast<std::uint64_t>(s.flowing_receives.load()),
+                        .peers_with_bells = s.peers_with_bells.load(),
+                        .woken_by_peers = s.woken_by_peers.load(),
+                        .frames_posted_directly = s.frames_posted_directly.load(),
+                        .peers_on_this_machine = s.peers_on_this_machine.load(),
+                        .network_wakes = s.network_wakes.load()};
 }
 
 }  // namespace strata::net

@@ -3,8 +3,11 @@
 // (docs/distributed.md, "Waking up").
 
 #include <atomic>
+#include <chrono>
+#include <cstddef>
 #include <cstdint>
 #include <thread>
+#include <unordered_map>
 
 #include "doorbell.hpp"
 
@@ -15,13 +18,16 @@ namespace strata::net::detail {
 /// node-mate's ring does.
 ///
 /// Open MPI 4 has no blocking progress: a blocking call spins in opal_progress, with
-/// `mpi_yield_when_idle` it spins through sched_yield (a core either way), and the TCP BTL's
-/// sockets sit in a libevent epoll set that opal_progress polls without waiting. So a thread of
-/// its own waits on that epoll set instead: at start it finds, in /proc/self/fd and fdinfo, every
-/// epoll set of this process that holds a TCP socket (Open MPI's: the BTL's listening socket is
-/// there from MPI_Init on, and each connection joins it as Open MPI makes it), nests them in an
-/// epoll set of its own, edge-triggered, and blocks there; each arrival rings the bell (one
-/// atomic add and, when the communication thread sleeps, one futex wake). Idle, it costs nothing.
+/// `mpi_yield_when_idle` it spins through sched_yield (a core either way), and the TCP BTL reads
+/// its sockets only when opal_progress polls them (libevent with `poll`, without waiting). So a
+/// thread of its own waits on those sockets instead: it finds this process's TCP sockets in
+/// /proc/self/fd (the BTL's listening socket and its connections; also the launcher's, which
+/// are quiet), adds each to an epoll set of its own, edge-triggered, and blocks there; each
+/// arrival rings the bell (one atomic add and, when the communication thread sleeps, one futex
+/// wake). Open MPI connects to a peer at the first message between them, so the watcher looks
+/// for new sockets every `rescan_every` (a read of /proc/self/fd and one fstat per descriptor
+/// it has not seen: tens of microseconds); until then a new connection's messages wait for the
+/// next poll, as without the watch. Idle, it wakes ten times a second.
 ///
 /// Communication thread only (start, stop); the watcher thread only rings.
 class network_watch {
@@ -31,21 +37,27 @@ public:
   network_watch& operator=(const network_watch&) = delete;
   ~network_watch() { stop(); }
 
-  /// Starts watching, ringing `*bell` (read at each ring: the bell may move); false when this
-  /// process has no epoll set with a TCP socket (no TCP transport) or the kernel refuses.
-  bool start(std::atomic<doorbell*>& bell);
+  static constexpr std::chrono::milliseconds rescan_every{100};
+
+  /// Starts watching, ringing `*bell` (read at each ring: the bell may move) and counting each
+  /// ring in `rings`; false when the kernel refuses an epoll set or an eventfd.
+  bool start(std::atomic<doorbell*>& bell, std::atomic<std::uint64_t>& rings);
   void stop();
   bool running() const noexcept { return thread_.joinable(); }
-  /// Arrivals that rang the bell so far.
-  std::uint64_t rings() const noexcept { return rings_.load(std::memory_order_relaxed); }
+
+  /// TCP sockets watched now.
+  std::size_t sockets() const noexcept { return sockets_.load(std::memory_order_relaxed); }
 
 private:
-  void watch(std::atomic<doorbell*>& bell);
+  void watch(std::atomic<doorbell*>& bell, std::atomic<std::uint64_t>& rings);
+  /// Adds the TCP sockets of this process not watched yet.
+  void rescan();
 
   int epoll_ = -1;
   int stop_ = -1;  // an eventfd: written once by stop()
   std::thread thread_;
-  std::atomic<std::uint64_t> rings_{0};
+  std::atomic<std::size_t> sockets_{0};
+  std::unordered_map<int, std::uint64_t> seen_;  // descriptor -> inode of the socket seen there
 };
 
 }  // namespace strata::net::detail

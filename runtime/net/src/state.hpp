@@ -189,7 +189,8 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   stream recv_stream;
 
   std::atomic<std::uint64_t> frames_sent{0}, frames_received{0}, tensor_bytes_sent{0}, tensor_bytes_received{0},
-      refused{0}, peers_with_bells{0}, woken_by_peers{0}, frames_posted_directly{0};
+      refused{0}, peers_with_bells{0}, woken_by_peers{0}, frames_posted_directly{0},
+      peers_on_this_machine{0}, network_wakes{0};
 
   std::thread comm;
   bool shut_down = false;  // guarded by shutdown_mu
