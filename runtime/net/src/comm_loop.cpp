@@ -3,6 +3,8 @@
 
 #include "comm_loop.hpp"
 
+#include <unistd.h>
+
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
@@ -134,7 +136,15 @@ comm_loop::comm_loop(endpoint_state& s, MPI_Comm comm, MPI_Comm split_comm)
     };
     bool other_machines = false;
     for (int r = 0; r < s_.size; ++r) other_machines = other_machines || !node_mate(r);
-    const bool watching = other_machines && s_.watch_wanted && network_.start(s_.bell, s_.network_wakes);
+    // No node-mate rings this rank's bell: the communication thread sleeps in the watch's epoll
+    // set itself (one wake-up per message instead of two); else a thread of the watch rings.
+    waits_on_network_ = other_machines && s_.watch_wanted && s_.peers_with_bells.load() == 0 && network_.start_inline();
+    if (waits_on_network_) {
+      std::lock_guard lock(s_.out_mu);
+      s_.network_wake_fd = network_.wake_fd();
+    }
+    const bool watching =
+        waits_on_network_ || (other_machines && s_.watch_wanted && network_.start(s_.bell, s_.network_wakes));
     every_peer_wakes_ = true;
     for (int r = 0; r < s_.size; ++r) {
       if (r == s_.rank || s_.peer_bells[static_cast<std::size_t>(r)] != nullptr) continue;
@@ -169,7 +179,16 @@ void comm_loop::run() {
     }
     back_off();
   }
+  {
+    std::lock_guard lock(s_.out_mu);  // wake_locked writes it under the lock
+    s_.network_wake_fd = -1;
+  }
   network_.stop();
+}
+
+void endpoint_state::wake_network() noexcept {
+  const std::uint64_t one = 1;
+  if (network_wake_fd >= 0) (void)!::write(network_wake_fd, &one, sizeof one);
 }
 
 bool comm_loop::take_queued() {
@@ -410,6 +429,7 @@ void comm_loop::back_off() {
   const int cap = collectives_running_ > 0 || (!active_.empty() && !every_peer_wakes_) ? std::min(s_.max_sleep_us, 50)
                                                                                        : s_.max_sleep_us;
   const auto step = std::chrono::microseconds(std::clamp<long>(idle / 4, 10, cap));
+  if (waits_on_network_) return sleep_on_network(step);
   doorbell& bell = *s_.bell.load(std::memory_order_relaxed);
   const std::uint32_t seen = bell.seen();
   if (s_.queued.load(std::memory_order_acquire)) return;  // read after `seen`: no ring is lost
@@ -419,6 +439,23 @@ void comm_loop::back_off() {
     // This process's threads queue before they ring: a ring with nothing queued is a peer's.
     if (!s_.queued.load(std::memory_order_acquire)) s_.woken_by_peers.fetch_add(1, std::memory_order_relaxed);
   }
+}
+
+/// back_off's sleep for a rank whose communication thread waits in the network watch's epoll
+/// set: bytes from another machine or a frame queued by this process end it.
+void comm_loop::sleep_on_network(std::chrono::microseconds step) {
+  s_.waits_on_network.store(true, std::memory_order_seq_cst);
+  if (s_.queued.load(std::memory_order_seq_cst)) {  // read after the flag: no wake is lost
+    s_.waits_on_network.store(false, std::memory_order_relaxed);
+    return;
+  }
+  const bool network = network_.wait(step);
+  s_.waits_on_network.store(false, std::memory_order_relaxed);
+  if (network) {
+    s_.network_wakes.fetch_add(1, std::memory_order_relaxed);
+    s_.woken_by_peers.fetch_add(1, std::memory_order_relaxed);
+  }
+  if (network || s_.queued.load(std::memory_order_acquire)) idle_polls_ = 0;  // traffic: the back-off starts over
 }
 
 /// Heartbeats on the links that carried nothing from this rank for a quarter of the deadline;

@@ -117,6 +117,7 @@ private:
   bool make_splits();
   bool may_end();
   void back_off();
+  void sleep_on_network(std::chrono::microseconds step);
   void watch_peers(comm_clock::time_point now);
 
   endpoint_state& s_;
@@ -160,6 +161,7 @@ private:
 
   comm_clock::time_point next_peer_check_{};
   network_watch network_;  // rings this rank's bell when bytes arrive from another machine
+  bool waits_on_network_ = false;  // or this thread sleeps in its epoll set (no node-mates)
   peer_watch peers_;       // heartbeats and the silence deadline (STRATA_NET_PEER_TIMEOUT_S)
 };
 

@@ -9,6 +9,7 @@
 
 #include <cerrno>
 #include <cstdlib>
+#include <ctime>
 #include <utility>
 
 namespace strata::net::detail {
@@ -24,10 +25,10 @@ bool is_tcp_socket(int fd) {
 }
 }  // namespace
 
-bool network_watch::start(std::atomic<doorbell*>& bell, std::atomic<std::uint64_t>& rings) {
-  if (running()) return true;
+bool network_watch::start_inline() {
+  if (epoll_ >= 0) return true;
   epoll_ = ::epoll_create1(EPOLL_CLOEXEC);
-  stop_ = ::eventfd(0, EFD_CLOEXEC);
+  stop_ = ::eventfd(0, EFD_CLOEXEC | EFD_NONBLOCK);
   epoll_event ev{};
   ev.events = EPOLLIN;
   ev.data.fd = stop_;
@@ -36,8 +37,35 @@ bool network_watch::start(std::atomic<doorbell*>& bell, std::atomic<std::uint64_
     return false;
   }
   rescan();
+  scanned_ = std::chrono::steady_clock::now();
+  return true;
+}
+
+bool network_watch::start(std::atomic<doorbell*>& bell, std::atomic<std::uint64_t>& rings) {
+  if (running()) return true;
+  if (!start_inline()) return false;
   thread_ = std::thread([this, &bell, &rings] { watch(bell, rings); });
   return true;
+}
+
+bool network_watch::wait(std::chrono::microseconds up_to) {
+  epoll_event events[16];
+  const timespec timeout{static_cast<time_t>(up_to.count() / 1'000'000), static_cast<long>(up_to.count() % 1'000'000) * 1000};
+  const int n = ::epoll_pwait2(epoll_, events, 16, &timeout, nullptr);
+  bool network = false;
+  for (int i = 0; i < n; ++i) {
+    if (events[i].data.fd != stop_) {
+      network = true;
+      continue;
+    }
+    std::uint64_t count = 0;
+    (void)!::read(stop_, &count, sizeof count);  // drained: the next write wakes again
+  }
+  if (const auto now = std::chrono::steady_clock::now(); now - scanned_ >= rescan_every) {
+    rescan();
+    scanned_ = now;
+  }
+  return network;
 }
 
 void network_watch::rescan() {
@@ -68,7 +96,7 @@ void network_watch::watch(std::atomic<doorbell*>& bell, std::atomic<std::uint64_
   epoll_event events[16];
   auto scanned = std::chrono::steady_clock::now();
   for (;;) {
-    const int n = ::epoll_wait(epoll_, events, 16, static_cast<int>(rescan_every.count()));
+    const int n = ::epoll_wait(epoll_, events, 16, static_cast<int>(rescan_every.count()));  // the thread's: stop_ ends it
     if (n < 0 && errno != EINTR) return;
     for (int i = 0; i < n; ++i)
       if (events[i].data.fd == stop_) return;

@@ -39,6 +39,16 @@ public:
 
   static constexpr std::chrono::milliseconds rescan_every{100};
 
+  /// Without a thread: the communication thread itself sleeps in the epoll set (`wait`), which
+  /// saves a thread's wake-up per message. For a rank without node-mates, whose bell only its
+  /// own threads ring: they write `wake_fd()` instead (endpoint_state::wake_locked).
+  bool start_inline();
+  /// The eventfd that ends `wait` (inline mode).
+  int wake_fd() const noexcept { return stop_; }
+  /// Inline mode: sleeps until bytes arrive on a watched socket, `wake_fd` is written, or
+  /// `up_to` passes; looks for new sockets every `rescan_every`. True when bytes arrived.
+  bool wait(std::chrono::microseconds up_to);
+
   /// Starts watching, ringing `*bell` (read at each ring: the bell may move) and counting each
   /// ring in `rings`; false when the kernel refuses an epoll set or an eventfd.
   bool start(std::atomic<doorbell*>& bell, std::atomic<std::uint64_t>& rings);
@@ -58,6 +68,7 @@ private:
   std::thread thread_;
   std::atomic<std::size_t> sockets_{0};
   std::unordered_map<int, std::uint64_t> seen_;  // descriptor -> inode of the socket seen there
+  std::chrono::steady_clock::time_point scanned_{};
 };
 
 }  // namespace strata::net::detail

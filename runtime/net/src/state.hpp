@@ -133,6 +133,10 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   // another machine, or when the machine keeps no bells). Communication thread only, but `bell`.
   doorbell own_bell;
   std::atomic<doorbell*> bell{&own_bell};
+  // Set while the communication thread sleeps in the network watch's epoll set; `network_wake_fd`
+  // (an eventfd in that set) then ends the sleep.
+  std::atomic<bool> waits_on_network{false};
+  int network_wake_fd = -1;
   std::vector<doorbell*> peer_bells;
   doorbell* shared_bell = nullptr;  // this rank's bell in shared memory, once mapped
   std::vector<char> on_this_machine;  // rank r shares this machine (communication thread only)
@@ -212,9 +216,14 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   stream staging_stream(const device& dev);
   /// After a change to the outbox, the collectives or `leaving` (with out_mu held).
   void wake_locked() {
-    queued.store(true, std::memory_order_release);
+    queued.store(true, std::memory_order_seq_cst);
     bell.load(std::memory_order_acquire)->ring();
+    // The communication thread may sleep in the network watch's epoll set instead (a rank
+    // without node-mates: network_watch.hpp); it reads `queued` after it says so.
+    if (waits_on_network.load(std::memory_order_seq_cst)) wake_network();
   }
+  /// Ends the communication thread's wait in the network watch's epoll set (network_watch.cpp).
+  void wake_network() noexcept;
   /// The wire address of `ref` (rank -1 for an empty handle); exports local actors.
   std::tuple<int, bool, std::uint64_t> address_of(const actor_ref& ref);
   actor_ref import(int from_rank, bool by_name, std::uint64_t key);
