@@ -51,7 +51,9 @@ bool network_watch::start(std::atomic<doorbell*>& bell, std::atomic<std::uint64_
 bool network_watch::wait(std::chrono::microseconds up_to) {
   epoll_event events[16];
   const timespec timeout{static_cast<time_t>(up_to.count() / 1'000'000), static_cast<long>(up_to.count() % 1'000'000) * 1000};
-  const int n = ::epoll_pwait2(epoll_, events, 16, &timeout, nullptr);
+  int n = ::epoll_pwait2(epoll_, events, 16, &timeout, nullptr);
+  if (n < 0 && errno == ENOSYS)  // a kernel before 5.11: whole milliseconds
+    n = ::epoll_wait(epoll_, events, 16, static_cast<int>((up_to.count() + 999) / 1000));
   bool network = false;
   for (int i = 0; i < n; ++i) {
     if (events[i].data.fd != stop_) {
