@@ -428,17 +428,21 @@ BOOST_AUTO_TEST_CASE(a_remote_request_answers_and_a_silent_one_times_out) {
   BOOST_TEST(waited < 5s);
 }
 
-BOOST_AUTO_TEST_CASE(ranks_on_one_machine_ring_the_bell_of_a_peer_that_sleeps) {
-  // Every rank of these tests runs on this machine: each maps every other's doorbell, and a
-  // message to a rank whose communication thread sleeps ends its sleep by a ring (without the
-  // bell it would wait for the end of the sleep).
+BOOST_AUTO_TEST_CASE(a_message_to_a_peer_that_sleeps_ends_its_sleep) {
+  // Ranks on one machine map each other's doorbells, and a message to a rank whose communication
+  // thread sleeps ends its sleep by a ring (without the bell it would wait for the end of the
+  // sleep). For a rank on another machine (tests/cluster), the network watch rings the bell as
+  // the bytes reach its socket.
   auto& w = *the_world;
   // STRATA_NET_BELLS=off (ctest net_shm_np2_without_bells): no bells, and every other case of
   // this program passes all the same, by polling.
   const char* wanted = std::getenv("STRATA_NET_BELLS");
   const bool with_bells = wanted == nullptr || std::string(wanted) != "off";
-  BOOST_TEST(w.net.stats().peers_with_bells == (with_bells ? static_cast<std::uint64_t>(w.net.size() - 1) : 0u));
+  const auto stats = w.net.stats();
+  BOOST_TEST(stats.peers_with_bells == (with_bells ? stats.peers_on_this_machine : 0u));
   if (!driving()) return;
+  // The echo's rank is on another machine (the cluster test's two hosts): it is woken all the same.
+  const bool across = stats.peers_on_this_machine < static_cast<std::uint64_t>(w.net.size() - 1);
   auto echo = w.net.remote(w.net.size() - 1, "echo").value();
   auto bells = w.net.remote(w.net.size() - 1, "bells").value();
   const auto before = w.sys.request<int>(bells, 10s, add{}).get();
@@ -453,7 +457,7 @@ BOOST_AUTO_TEST_CASE(ranks_on_one_machine_ring_the_bell_of_a_peer_that_sleeps) {
     BOOST_REQUIRE(now.has_value());
     woken = *now - *before;
   }
-  BOOST_TEST((with_bells ? woken > 0 : woken == 0));
+  BOOST_TEST((with_bells || across ? woken > 0 : woken == 0));
 }
 
 BOOST_AUTO_TEST_CASE(a_monitor_of_a_remote_actor_gets_its_down_message_and_a_link_its_exit) {

@@ -9,10 +9,12 @@
 //
 // It also prints the link in the form the pipeline cost model takes (strata::pipeline::link_model,
 // a message of b bytes taking latency + b / bandwidth), from strata's own figures, since pipeline
-// stages on two ranks talk through strata::net: link_latency_us is half a remote round trip of
-// actors on scheduler threads (as stages are), and
-// link_gbps the tensor bytes over a transfer's time less one round trip (a transfer is a request
-// carrying the tensor and a small reply, so it takes 2 x latency + bytes / bandwidth).
+// stages on two ranks talk through strata::net, and as lstm_lm measures it
+// (strata::lm_net::estimate_link): link_latency_us is half the median round trip of actors on
+// scheduler threads (as stages are), and link_gbps the tensor bytes over the best transfer's
+// time less that round trip (a transfer is a request carrying the tensor and a small reply, so
+// it takes 2 x latency + bytes / bandwidth). Medians and best times, so that a TCP
+// retransmission on a lossy link does not move them.
 //
 // Then the LSTM LM (strata::lm::train, the loop of `lstm_lm train`) with one stage per rank on
 // cpu:1 each, and, as its anchor, the same model in one process on rank 0 with cpu:2 while rank 1
@@ -36,6 +38,7 @@
 #include "strata/actor_system.hpp"
 #include "strata/device/all.hpp"
 #include "strata/lm/trainer.hpp"
+#include "strata/lm_net/link_estimate.hpp"
 #include "strata/lm_net/ranks.hpp"
 #include "strata/net/endpoint.hpp"
 #include "strata/kernels/blas.hpp"
@@ -140,6 +143,10 @@ int main(int argc, char** argv) {
   }
   const std::size_t tensor_bytes = tensor_mib << 20;
 
+  if (auto env = strata::net::check_environment(); !env) {  // before MPI starts, on every rank
+    std::fprintf(stderr, "strata-bench-net: %s\n", env.error().message().c_str());
+    return 2;
+  }
   if (std::getenv("OMPI_COMM_WORLD_SIZE") == nullptr && std::getenv("PMIX_RANK") == nullptr &&
       std::getenv("PMI_SIZE") == nullptr) {
     std::fprintf(stderr, "strata-bench-net: run it under mpirun -np 2 (it was started without a launcher)\n");
@@ -160,6 +167,8 @@ int main(int argc, char** argv) {
   const raw_result raw = raw_mpi(rank, rounds, repeats, ping_bytes, tensor_bytes);
 
   double remote_us = 0, pool_us = 0, tensor_gbps = 0;
+  strata::lm_net::link_samples link;  // rank 0's timings of the pool actors and the transfers
+  link.bytes = tensor_bytes;
   {
     strata::actor_system sys(strata::system_config{.worker_threads = 1});
     auto cpu = strata::make_devices("cpu:1").front();
@@ -194,28 +203,34 @@ int main(int argc, char** argv) {
       done.wait();
     } else {
       (void)net.publish(sys.spawn([](strata::actor&) -> strata::behavior { return {[](const ping&) {}}; }), "driver");
-      auto ping_pong = [&](const strata::spawn_options& options) {
+      // The mean round trip (raw MPI's figure), and each round trip for the link's median.
+      auto ping_pong = [&](const strata::spawn_options& options, std::vector<double>& each_s) {
         auto echo = net.remote(1, options.handle_remote_inline ? "echo-inline" : "echo").value();
         std::promise<double> result;
         auto us = result.get_future();
-        sys.spawn_fn_with(options, [echo, rounds, ping_bytes, &result](strata::actor& self) -> strata::behavior {
+        each_s.reserve(static_cast<std::size_t>(rounds));
+        sys.spawn_fn_with(options, [echo, rounds, ping_bytes, &result, &each_s](strata::actor& self) -> strata::behavior {
           auto count = std::make_shared<int>(-100);
           auto t0 = std::make_shared<clock_type::time_point>(clock_type::now());
+          auto sent = std::make_shared<clock_type::time_point>(clock_type::now());
           self.send(echo, ping{std::vector<std::uint8_t>(ping_bytes, 1)});
-          return {[&self, echo, rounds, count, t0, &result](ping& p) {
+          return {[&self, echo, rounds, count, t0, sent, &result, &each_s](ping& p) {
             if (++*count == 0) *t0 = clock_type::now();
+            if (*count > 0) each_s.push_back(seconds_since(*sent));
             if (*count == rounds) {
               result.set_value(seconds_since(*t0) * 1e6 / rounds);
               self.quit();
               return;
             }
+            *sent = clock_type::now();
             self.send(echo, std::move(p));
           }};
         });
         return us.get();
       };
-      pool_us = ping_pong(pool_actor);
-      remote_us = ping_pong(inline_actor);
+      std::vector<double> inline_trips;
+      pool_us = ping_pong(pool_actor, link.round_trip_s);
+      remote_us = ping_pong(inline_actor, inline_trips);
 
       auto sink = net.remote(1, "sink").value();
       auto s = cpu.create_stream();
@@ -225,12 +240,14 @@ int main(int argc, char** argv) {
       clock_type::time_point t0 = clock_type::now();
       for (int i = -1; i < repeats; ++i) {
         if (i == 0) t0 = clock_type::now();
+        const auto sent = clock_type::now();
         auto ok = sys.request<bool>(sink, 60s, m).get();
         if (!ok || !*ok) {
           std::fprintf(stderr, "strata-bench-net: a tensor transfer failed: %s\n",
                        ok ? "the data arrived with an error" : ok.error().to_string().c_str());
           return 1;
         }
+        if (i >= 0) link.transfer_s.push_back(seconds_since(sent));
       }
       tensor_gbps = static_cast<double>(tensor_bytes) * repeats / seconds_since(t0) / 1e9;
     }
@@ -266,12 +283,12 @@ int main(int argc, char** argv) {
   }
   MPI_Finalize();
   if (rank != 0) return 0;
-  // tensor_gbps counts a transfer's whole request/response time; take the round trip out.
-  const double transfer_s = static_cast<double>(tensor_bytes) / (tensor_gbps * 1e9);
-  // Pipeline stages run on scheduler threads: their link is the pool actors' round trip.
-  const double link_latency_us = pool_us / 2;
-  const double payload_s = transfer_s - pool_us * 1e-6;
-  const double link_gbps = static_cast<double>(tensor_bytes) / (payload_s > 0 ? payload_s : transfer_s) / 1e9;
+  // Pipeline stages run on scheduler threads: their link is the pool actors' round trip, as
+  // lstm_lm measures it (strata::lm_net::estimate_link: the median round trip, the best
+  // transfer less that round trip), so that a few slow samples on a lossy link do not move it.
+  const auto model = strata::lm_net::estimate_link(link);
+  const double link_latency_us = model.latency_s * 1e6;
+  const double link_gbps = model.bytes_per_s / 1e9;
   if (json) {
     nlohmann::json out = {{"remote_ping_pong_us", remote_us}, {"mpi_ping_pong_us", raw.ping_pong_us},
                           {"remote_ping_pong_pool_us", pool_us},

@@ -9,10 +9,11 @@ namespace strata::net::detail {
 
 /// A communication thread sleeps on its doorbell; any thread of its process rings it when there
 /// is something to send, and the communication threads of ranks on the same machine ring it
-/// after each message they post to it (their bells live in POSIX shared memory, comm.cpp's
+/// after each message they post to it (their bells live in POSIX shared memory, bells.cpp's
 /// share_bells). MPI itself wakes no one: without the bell a message to a sleeping rank waits for
-/// that rank's next poll. Lock-free atomics and shared futexes, so that the same bytes work from
-/// several processes.
+/// that rank's next poll (for another machine's messages the network watch rings it, or replaces
+/// it: network_watch.hpp). Lock-free atomics and shared futexes, so that the same bytes work
+/// from several processes.
 struct doorbell {
   // Apart: the owner's process bumps `rings` at every message it queues, while its peers read
   // `sleeping` after every message they post to it.

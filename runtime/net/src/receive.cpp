@@ -212,6 +212,8 @@ void endpoint_state::handle_frame(int src, const std::byte* data, std::size_t n)
     case frame::goodbye:
       peer_left(src);
       return;
+    case frame::heartbeat:  // the link was idle: it says only that its sender lives (comm_loop.cpp)
+      return;
     case frame::large:  // the communication thread takes these apart before they get here
       throw error_exception(error(errc::invalid_argument, "rank " + std::to_string(src) +
                                                               " sent a large frame inside a large frame"));

@@ -26,7 +26,7 @@
 namespace strata::net::detail {
 
 /// First byte of every control frame (MPI tag 0).
-enum class frame : std::uint8_t { message = 1, watch, unwatch, stop, resolved, goodbye, flowing, large };
+enum class frame : std::uint8_t { message = 1, watch, unwatch, stop, resolved, goodbye, flowing, large, heartbeat };
 
 /// Each rank keeps one receive of this many bytes posted for control frames (tag 0; comm.cpp). A
 /// longer frame is announced by a `large` frame (its size and a data tag) and follows on that tag.
@@ -123,6 +123,7 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   int spin_us = 200;
   int hot_us = 20;  // after an inline run: polled without yielding
   int max_sleep_us = 1000;
+  double peer_timeout_s = 30;  // STRATA_NET_PEER_TIMEOUT_S
 
   // The outbox: any thread pushes, the communication thread drains.
   std::mutex out_mu;
@@ -132,9 +133,16 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   // another machine, or when the machine keeps no bells). Communication thread only, but `bell`.
   doorbell own_bell;
   std::atomic<doorbell*> bell{&own_bell};
+  // Set while the communication thread sleeps in the network watch's epoll set; `network_wake_fd`
+  // (an eventfd in that set) then ends the sleep.
+  std::atomic<bool> waits_on_network{false};
+  int network_wake_fd = -1;
   std::vector<doorbell*> peer_bells;
   doorbell* shared_bell = nullptr;  // this rank's bell in shared memory, once mapped
+  std::vector<char> on_this_machine;  // rank r shares this machine (communication thread only)
+  std::vector<std::string> hosts;      // each rank's host name, gathered as MPI starts
   bool bells_wanted = true;  // STRATA_NET_BELLS (on, off); off on any rank of a machine: none there
+  bool watch_wanted = true;  // STRATA_NET_WATCH (on, off): network_watch.hpp
   bool leaving = false;                 // guarded by out_mu
   // Set under out_mu whenever the outbox, the collectives or `leaving` change: the communication
   // thread takes the lock only when it is set.
@@ -185,7 +193,8 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   stream recv_stream;
 
   std::atomic<std::uint64_t> frames_sent{0}, frames_received{0}, tensor_bytes_sent{0}, tensor_bytes_received{0},
-      refused{0}, peers_with_bells{0}, woken_by_peers{0}, frames_posted_directly{0};
+      refused{0}, peers_with_bells{0}, woken_by_peers{0}, frames_posted_directly{0},
+      peers_on_this_machine{0}, network_wakes{0};
 
   std::thread comm;
   bool shut_down = false;  // guarded by shutdown_mu
@@ -207,9 +216,14 @@ struct endpoint_state : std::enable_shared_from_this<endpoint_state> {
   stream staging_stream(const device& dev);
   /// After a change to the outbox, the collectives or `leaving` (with out_mu held).
   void wake_locked() {
-    queued.store(true, std::memory_order_release);
+    queued.store(true, std::memory_order_seq_cst);
     bell.load(std::memory_order_acquire)->ring();
+    // The communication thread may sleep in the network watch's epoll set instead (a rank
+    // without node-mates: network_watch.hpp); it reads `queued` after it says so.
+    if (waits_on_network.load(std::memory_order_seq_cst)) wake_network();
   }
+  /// Ends the communication thread's wait in the network watch's epoll set (network_watch.cpp).
+  void wake_network() noexcept;
   /// The wire address of `ref` (rank -1 for an empty handle); exports local actors.
   std::tuple<int, bool, std::uint64_t> address_of(const actor_ref& ref);
   actor_ref import(int from_rank, bool by_name, std::uint64_t key);
@@ -243,7 +257,7 @@ void deliver_down(const actor_ref& to, const actor_ref& source, const error& rea
 /// FNV-1a of a published name.
 std::uint64_t name_key(std::string_view name) noexcept;
 
-/// The communication thread: MPI_Init_thread, the progress loop, MPI_Finalize.
+/// The communication thread: MPI_Init_thread, the progress loop (comm_loop.hpp), MPI_Finalize.
 void run_comm(endpoint_state& s, std::function<void(expected<void>)> started);
 /// Set once an endpoint has started MPI itself (and so ends it): MPI cannot start again. A
 /// program that started MPI keeps it, and may make one endpoint after another.

@@ -12,6 +12,7 @@
 
 #include "strata/device/device_manager.hpp"
 #include "strata/kvstore_dist/store.hpp"
+#include "strata/lm_net/link_estimate.hpp"
 #include "strata/lm/trainer.hpp"
 #include "strata/net/endpoint.hpp"
 #include "strata/pipeline_net/spawn.hpp"
@@ -177,51 +178,53 @@ private:
     return *net_;
   }
 
-  /// Rank 0's half of measure_link: the round trips to rank 1's `echo`, then one transfer of
-  /// `bytes` to its `sink` after one untimed one.
+  /// Rank 0's half of measure_link: the round trips to rank 1's `echo`, each timed, then
+  /// `transfers` timed transfers of `bytes` to its `sink` after one untimed one; estimate_link
+  /// makes the link of them (median round trip, best transfer).
   expected<pipeline::link_model> time_link(const char* echo_name, const char* sink_name, std::size_t bytes, int warmup,
                                            int round_trips) {
+    constexpr int transfers = 3;
     auto echo = endpoint().remote(1, echo_name);
     auto sink = endpoint().remote(1, sink_name);
     if (!echo) return echo.error();
     if (!sink) return sink.error();
-    auto trips = std::make_shared<std::promise<double>>();  // shared: the actor may outlive a timed-out wait
-    auto round_trip_s = trips->get_future();
+    // Shared: the actor may outlive a timed-out wait.
+    auto trips = std::make_shared<std::promise<std::vector<double>>>();
+    auto round_trips_s = trips->get_future();
     system_->spawn([echo = *echo, warmup, round_trips, trips](actor& self) -> behavior {
       auto count = std::make_shared<int>(-warmup);
+      auto times = std::make_shared<std::vector<double>>();
       auto t0 = std::make_shared<clock_type::time_point>(clock_type::now());
       self.send(echo, std::vector<std::uint8_t>(64, 1));
-      return {[&self, echo, round_trips, count, t0, trips](std::vector<std::uint8_t>& ping) {
-        if (++*count == 0) *t0 = clock_type::now();
+      return {[&self, echo, round_trips, count, times, t0, trips](std::vector<std::uint8_t>& ping) {
+        if (++*count > 0) times->push_back(seconds_since(*t0));
         if (*count == round_trips) {
-          trips->set_value(seconds_since(*t0) / round_trips);
+          trips->set_value(std::move(*times));
           self.quit();
           return;
         }
+        *t0 = clock_type::now();
         self.send(echo, std::move(ping));
       }};
     });
-    if (round_trip_s.wait_for(std::chrono::minutes(1)) != std::future_status::ready)
+    if (round_trips_s.wait_for(std::chrono::minutes(1)) != std::future_status::ready)
       return error(errc::request_timeout, "rank 1 did not answer the link's round trips within a minute");
-    const double rtt = round_trip_s.get();
+    link_samples samples;
+    samples.round_trip_s = round_trips_s.get();
+    samples.bytes = bytes;
     device& dev = replica_device();
     const std::vector<std::uint8_t> host(bytes, 3);
     const tensor data =
         tensor::from_host<std::uint8_t>(std::span<const std::uint8_t>(host), {static_cast<std::int64_t>(bytes)}, dev, replica_stream_);
     data.ready_event().synchronize();
-    double transfer_s = 0;
-    for (int i = 0; i < 2; ++i) {  // the first sets up the path: untimed
+    for (int i = 0; i <= transfers; ++i) {  // the first sets up the path: untimed
       const auto t0 = clock_type::now();
       auto ok = system_->request<bool>(*sink, std::chrono::minutes(1), data).get();
       if (!ok) return error(errc::runtime_failure, "a transfer to rank 1 failed: " + ok.error().message());
       if (!*ok) return error(errc::runtime_failure, "a transfer to rank 1 arrived with an error");
-      transfer_s = seconds_since(t0);
+      if (i > 0) samples.transfer_s.push_back(seconds_since(t0));
     }
-    // strata-bench-net's figures: a transfer is a request and a reply, so it takes two
-    // latencies (one round trip) besides its bytes.
-    const double payload_s = transfer_s - rtt;
-    const double bytes_per_s = static_cast<double>(bytes) / (payload_s > 0 ? payload_s : transfer_s);
-    return pipeline::link_model{rtt / 2, bytes_per_s};
+    return estimate_link(samples);
   }
 
   device& replica_device() {

@@ -42,11 +42,18 @@ struct endpoint_stats {
   /// Ranks on this machine whose doorbells this rank rings after each message it posts to them
   /// (docs/distributed.md, "Doorbells"); 0 in a world of one or without POSIX shared memory.
   std::uint64_t peers_with_bells = 0;
-  /// Sleeps of this rank's communication thread that a peer's ring ended (not its own threads').
+  /// Sleeps of this rank's communication thread that a peer's ring or the network watch ended
+  /// (not its own threads').
   std::uint64_t woken_by_peers = 0;
   /// Control frames the communication thread posted to MPI as it made them, without the outbox:
   /// the answers of actors spawned with handle_remote_inline (docs/distributed.md, "Direct sends").
   std::uint64_t frames_posted_directly = 0;
+  /// Other ranks on this machine (MPI_COMM_TYPE_SHARED); the rest run on other machines.
+  std::uint64_t peers_on_this_machine = 0;
+  /// Arrivals on a TCP socket of this process that the network watch rang this rank's bell for
+  /// (docs/distributed.md, "Waking up for another machine"); 0 while no peer is on another
+  /// machine or with STRATA_NET_WATCH=off.
+  std::uint64_t network_wakes = 0;
 };
 
 /// Checks the `STRATA_NET_*` environment variables as the endpoint's constructor reads them
