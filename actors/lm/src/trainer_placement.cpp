@@ -39,8 +39,8 @@ rank_link link_between_ranks(const trainer_options& o, const lm::config& cfg, st
     auto m = o.ranks->measure_link(bytes, link_round_trips);
     if (!m) throw std::runtime_error("cannot measure the link between ranks 0 and 1: " + m.error().message());
     link = {m->latency_s * 1e6, m->bytes_per_s / 1e9};
-    measured = "measured between ranks 0 and 1 (" + std::to_string(link_round_trips) + " round trips, one " +
-               std::to_string(bytes >> 20) + " MiB transfer)";
+    measured = "measured between ranks 0 and 1 (median of " + std::to_string(link_round_trips) +
+               " round trips, best of 3 transfers of " + std::to_string(bytes >> 20) + " MiB)";
   }
   if (o.link_latency_us) link.latency_us = *o.link_latency_us;
   if (o.link_gbps) link.gbps = *o.link_gbps;
