@@ -12,6 +12,9 @@
 #   STRATA_SAN_CTEST_ARGS extra ctest arguments (e.g. "-R runtime")
 #
 # What is not run under sanitizers, and why (docs/reliability.md):
+#   label "cluster" the runs across simulated hosts (tests/cluster, root only): release CI only
+#                 (they exercise the network path; the same code runs under the sanitizers in
+#                 the mpi pass on loopback)
 #   label "load"  the 1M-actor / 100M-message / 10M-drop load tests: release CI only (they
 #                 measure memory and throughput; a sanitizer's shadow memory and 5-15x slowdown
 #                 make both meaningless and the run too long)
@@ -89,7 +92,7 @@ run_one() {
             /^set_tests_properties\(/ { match($0, /\[=\[[^]]*\]=\]/); t = substr($0, RSTART + 3, RLENGTH - 6)
                                         if (match($0, /LABELS "[^"]*"/)) labels[t] = substr($0, RSTART + 8, RLENGTH - 9) }
             END { for (i = 1; i <= n; i++) { t = order[i]
-                    if (t ~ skip || labels[t] ~ /(^|;)load(;|$)/) continue
+                    if (t ~ skip || labels[t] ~ /(^|;)(load|cluster)(;|$)/) continue
                     line = cmd[t]
                     while (match(line, dir "/[^\"[:space:];]+")) { print substr(line, RSTART, RLENGTH); line = substr(line, RSTART + RLENGTH) } } }' |
           xargs -r -n1 basename | sort -u)
@@ -101,7 +104,7 @@ run_one() {
   local t1=$SECONDS
   local rc=0
   # shellcheck disable=SC2086
-  ctest --test-dir "$dir" --output-on-failure -LE 'load|mpi' -E "$skip" -j"$jobs" ${STRATA_SAN_CTEST_ARGS:-} || rc=$?
+  ctest --test-dir "$dir" --output-on-failure -LE 'load|mpi|cluster' -E "$skip" -j"$jobs" ${STRATA_SAN_CTEST_ARGS:-} || rc=$?
   local t2=$SECONDS
   # The ranks under mpirun (label mpi): strata::net's communication thread, remote actors, the
   # distributed store and the LM across ranks. mpirun passes this environment to its ranks.
